@@ -1,0 +1,51 @@
+// A move-only, 64-byte aligned, zero-initialised byte buffer.
+#pragma once
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace cpukern {
+
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes) { resize(bytes); }
+  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer() { std::free(p_); }
+
+  // Discards the contents; the new bytes are zero.
+  void resize(size_t bytes) {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+    if (bytes == 0) return;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    p_ = std::aligned_alloc(64, rounded);
+    if (!p_) throw std::bad_alloc();
+    std::memset(p_, 0, rounded);
+    n_ = bytes;
+  }
+  // Grows only (keeps capacity), for scratch reused across calls. Contents undefined.
+  void reserve(size_t bytes) {
+    if (bytes > n_) resize(bytes);
+  }
+
+  template <class T = void>
+  T* data() const { return static_cast<T*>(p_); }
+  size_t size() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace cpukern

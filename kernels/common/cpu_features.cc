@@ -1,0 +1,161 @@
+#include "kernels/common/cpu_features.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+namespace cpukern {
+namespace {
+
+struct NamedFeature {
+  uint64_t bit;
+  const char* name;
+};
+
+constexpr NamedFeature kFeatureNames[] = {
+    {kSSE42, "sse4.2"},         {kAVX2, "avx2"},           {kFMA, "fma"},
+    {kBMI2, "bmi2"},            {kFastPext, "fast_pext"},  {kAVX512F, "avx512f"},
+    {kAVX512BW, "avx512bw"},    {kAVX512VL, "avx512vl"},   {kAVX512VNNI, "avx512vnni"},
+    {kAVX512BF16, "avx512bf16"}, {kAVXVNNI, "avxvnni"},    {kNEON, "neon"},
+    {kDotProd, "dotprod"},      {kBF16, "bf16"},           {kI8MM, "i8mm"},
+    {kSVE, "sve"},
+};
+
+#if defined(__x86_64__)
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+void detect_x86(CpuInfo& info) {
+  info.arch = Arch::kX86_64;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+  const unsigned max_leaf = a;
+  char vendor[13] = {};
+  std::memcpy(vendor + 0, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  info.vendor = vendor;
+
+  __get_cpuid(1, &a, &b, &c, &d);
+  const unsigned family_base = (a >> 8) & 0xf;
+  const unsigned family = family_base == 0xf ? family_base + ((a >> 20) & 0xff) : family_base;
+  const bool has_osxsave = c & (1u << 27);
+  const bool has_avx = c & (1u << 28);
+  const bool has_fma = c & (1u << 12);
+  if (c & (1u << 20)) info.features |= kSSE42;
+
+  // The OS must save ymm (bits 1,2) and, for AVX-512, opmask/zmm state (bits 5,6,7).
+  const uint64_t xcr0 = has_osxsave ? xgetbv0() : 0;
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;
+  const bool os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;
+
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned leaf7_ebx = b, leaf7_ecx = c;
+    if (os_ymm && has_avx && (leaf7_ebx & (1u << 5))) info.features |= kAVX2;
+    if (os_ymm && has_fma) info.features |= kFMA;
+    if (leaf7_ebx & (1u << 8)) info.features |= kBMI2;
+    if (os_zmm && (leaf7_ebx & (1u << 16))) {
+      info.features |= kAVX512F;
+      if (leaf7_ebx & (1u << 30)) info.features |= kAVX512BW;
+      if (leaf7_ebx & (1u << 31)) info.features |= kAVX512VL;
+      if (leaf7_ecx & (1u << 11)) info.features |= kAVX512VNNI;
+      __cpuid_count(7, 1, a, b, c, d);
+      if (a & (1u << 5)) info.features |= kAVX512BF16;
+    }
+    __cpuid_count(7, 1, a, b, c, d);
+    if (os_ymm && (a & (1u << 4))) info.features |= kAVXVNNI;
+  }
+  // pext/pdep are microcoded (~250 cycles) on AMD families 0x17 (Zen 1/2) and older.
+  const bool slow_pext = info.vendor == "AuthenticAMD" && family < 0x19;
+  if ((info.features & kBMI2) && !slow_pext) info.features |= kFastPext;
+}
+#elif defined(__aarch64__)
+void detect_aarch64(CpuInfo& info) {
+  info.arch = Arch::kAArch64;
+  info.vendor = "arm";
+  info.features |= kNEON;  // Advanced SIMD is mandatory on AArch64
+#if defined(__linux__)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  const unsigned long hwcap2 = getauxval(AT_HWCAP2);
+  if (hwcap & HWCAP_ASIMDDP) info.features |= kDotProd;
+  if (hwcap & HWCAP_SVE) info.features |= kSVE;
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1ul << 14)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
+  if (hwcap2 & HWCAP2_BF16) info.features |= kBF16;
+  if (hwcap2 & HWCAP2_I8MM) info.features |= kI8MM;
+#endif
+}
+#endif
+
+int64_t detect_l2_bytes() {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (v > 0) return v;
+#endif
+  return 1 << 20;
+}
+
+CpuInfo detect() {
+  CpuInfo info;
+#if defined(__x86_64__)
+  detect_x86(info);
+#elif defined(__aarch64__)
+  detect_aarch64(info);
+#endif
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  info.num_cores = n > 0 ? int(n) : 1;
+  info.l2_bytes = detect_l2_bytes();
+  if (const char* off = std::getenv("CPUKERN_DISABLE_FEATURES")) {
+    std::stringstream ss(off);
+    std::string name;
+    while (std::getline(ss, name, ',')) info.features &= ~feature_from_name(name);
+  }
+  return info;
+}
+
+}  // namespace
+
+const CpuInfo& cpu_info() {
+  static const CpuInfo info = detect();
+  return info;
+}
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::kX86_64: return "x86_64";
+    case Arch::kAArch64: return "aarch64";
+    default: return "other";
+  }
+}
+
+std::vector<std::string> feature_names(uint64_t features) {
+  std::vector<std::string> out;
+  for (const auto& f : kFeatureNames)
+    if (features & f.bit) out.push_back(f.name);
+  return out;
+}
+
+uint64_t feature_from_name(const std::string& name) {
+  for (const auto& f : kFeatureNames)
+    if (name == f.name) return f.bit;
+  return 0;
+}
+
+}  // namespace cpukern

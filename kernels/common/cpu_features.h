@@ -1,0 +1,53 @@
+// CPU feature detection, done once per process.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cpukern {
+
+enum class Arch { kX86_64, kAArch64, kOther };
+
+// One bit per feature a variant may require.
+enum Feature : uint64_t {
+  // x86-64
+  kSSE42 = 1ull << 0,
+  kAVX2 = 1ull << 1,
+  kFMA = 1ull << 2,
+  kBMI2 = 1ull << 3,
+  kFastPext = 1ull << 4,  // BMI2 pext is not microcoded (everything except AMD Zen 1/2)
+  kAVX512F = 1ull << 5,   // includes OS support for the zmm/opmask state (XCR0)
+  kAVX512BW = 1ull << 6,
+  kAVX512VL = 1ull << 7,
+  kAVX512VNNI = 1ull << 8,
+  kAVX512BF16 = 1ull << 9,
+  kAVXVNNI = 1ull << 10,
+  // AArch64
+  kNEON = 1ull << 32,
+  kDotProd = 1ull << 33,
+  kBF16 = 1ull << 34,  // FEAT_BF16 (BFMMLA, BFDOT)
+  kI8MM = 1ull << 35,
+  kSVE = 1ull << 36,
+};
+
+struct CpuInfo {
+  Arch arch = Arch::kOther;
+  uint64_t features = 0;
+  std::string vendor;          // "GenuineIntel", "AuthenticAMD", "arm", ...
+  int num_cores = 1;           // online logical CPUs
+  int64_t l2_bytes = 1 << 20;  // per-core L2, best effort
+};
+
+// Detected once, thread-safe. Setting CPUKERN_DISABLE_FEATURES="avx512f,bf16"
+// masks features out (to exercise fallbacks on a capable machine).
+const CpuInfo& cpu_info();
+
+inline bool cpu_has(uint64_t required) { return (cpu_info().features & required) == required; }
+
+const char* arch_name(Arch a);
+// Names of the bits set in `features`, lower-case ("avx2", "bmi2", "bf16", ...).
+std::vector<std::string> feature_names(uint64_t features);
+// Parses one feature name; returns 0 for an unknown name.
+uint64_t feature_from_name(const std::string& name);
+
+}  // namespace cpukern

@@ -1,0 +1,24 @@
+#include "kernels/common/registry.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace cpukern {
+
+std::string isa_override_from_env(const std::string& op, const std::vector<std::string>& names) {
+  const char* env = std::getenv("CPUKERN_ISA");
+  if (!env || !*env) return "";
+  std::stringstream ss(env);
+  std::string entry, plain;
+  while (std::getline(ss, entry, ',')) {
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) {
+      if (entry.substr(0, eq) == op) return entry.substr(eq + 1);
+    } else if (plain.empty() && std::find(names.begin(), names.end(), entry) != names.end()) {
+      plain = entry;
+    }
+  }
+  return plain;
+}
+
+}  // namespace cpukern

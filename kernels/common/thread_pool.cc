@@ -1,0 +1,125 @@
+#include "kernels/common/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/common/cpu_features.h"
+
+namespace cpukern {
+namespace {
+
+constexpr int kMaxThreads = 256;
+
+class ThreadPool {
+ public:
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  void run(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
+    if (num_tasks <= 0) return;
+    threads = int(std::min<int64_t>({threads, num_tasks, kMaxThreads}));
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (threads <= 1 || !busy.owns_lock()) {
+      for (int64_t i = 0; i < num_tasks; ++i) task(i);
+      return;
+    }
+    grow(threads - 1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = &task;
+      num_tasks_ = num_tasks;
+      next_.store(0);
+      error_ = nullptr;
+      helpers_wanted_ = threads - 1;
+      helpers_active_ = 0;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lock(mu_);
+    helpers_wanted_ = 0;  // late wakers do not join a finished job
+    done_cv_.wait(lock, [&] { return helpers_active_ == 0; });
+    task_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void grow(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (int(workers_.size()) < n) workers_.emplace_back([this] { loop(); });
+  }
+
+  void work() {
+    for (int64_t i; (i = next_.fetch_add(1)) < num_tasks_;) {
+      try {
+        (*task_)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+        next_.store(num_tasks_);
+      }
+    }
+  }
+
+  void loop() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (generation_ != seen && helpers_wanted_ > 0); });
+      if (stop_) return;
+      seen = generation_;
+      --helpers_wanted_;
+      ++helpers_active_;
+      lock.unlock();
+      work();
+      lock.lock();
+      if (--helpers_active_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  std::mutex busy_;  // one parallel job at a time; other callers run inline
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int64_t)>* task_ = nullptr;
+  int64_t num_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+  std::exception_ptr error_;
+  uint64_t generation_ = 0;
+  int helpers_wanted_ = 0;
+  int helpers_active_ = 0;
+  bool stop_ = false;
+};
+
+ThreadPool& pool() {
+  static ThreadPool* p = new ThreadPool();  // leaked: workers may outlive static destruction
+  return *p;
+}
+
+std::atomic<int> g_default_threads{0};
+
+}  // namespace
+
+void set_num_threads(int n) { g_default_threads.store(n > 0 ? std::min(n, kMaxThreads) : 0); }
+
+int get_num_threads() {
+  const int n = g_default_threads.load();
+  return n > 0 ? n : cpu_info().num_cores;
+}
+
+void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
+  pool().run(num_tasks, threads > 0 ? threads : get_num_threads(), task);
+}
+
+}  // namespace cpukern

@@ -1,0 +1,56 @@
+// Ternary GEMV ({-1, 0, +1} weights, 16 per uint32), the public C++ API.
+// Every function validates its arguments and throws cpukern::InvalidArgument naming the
+// argument before touching any output.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/registry.h"
+
+namespace cpukern::ternary {
+
+inline int64_t words_for(int64_t k) { return (k + 15) / 16; }
+
+// Public packed format: weight j of a row goes to word j/16, bits 2*(j%16)+1 (+1) and
+// 2*(j%16) (-1); zero is 00; code 11 is invalid; codes past k are zero.
+// w: (m, k) int8. packed: (m, words_for(k)).
+void pack(const int8_t* w, int64_t m, int64_t k, uint32_t* packed);
+// packed: (m, words) with words == words_for(k). w: (m, k) int8.
+void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t* w);
+// BitNet b1.58 absmean: s = mean|W| per row (or over the whole tensor), q = clamp(round(W/s), -1, 1).
+// w: (m, k) float32. packed: (m, words_for(k)); scale: (m,) (the same value repeated when per_tensor).
+void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* packed, float* scale);
+
+enum class Act { kF32, kInt8 };
+Act parse_act(const std::string& act);  // "fp32" | "int8", else throws naming "act"
+
+struct Variant;  // registry row (see ukernel.h)
+
+// Weights converted once into one variant's layout.
+struct PreparedWeights {
+  const Variant* variant = nullptr;
+  std::string isa;
+  int64_t m = 0, k = 0;
+  std::vector<float> scale;  // (m,) or empty (no scale)
+  AlignedBuffer data;        // the variant's layout
+  int64_t nbytes() const { return int64_t(data.size()); }
+};
+
+// packed: (m, words), words == words_for(k), every code valid and codes past k zero.
+// scale: nullptr or (m,). isa: "" = default selection.
+std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
+                                               int64_t k, const float* scale,
+                                               const std::string& isa);
+
+// y[b, r] = s[r] * sum_j w[r, j] * x[b, j] for b < batch.
+// x: (batch, k) float32 row-major; y: (batch, m). scale: scale_len 0 -> the prepared scale
+// (or 1 when it has none); 1 -> one scalar; m -> per row. threads <= 0: the default.
+void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
+          int64_t scale_len, Act act, int threads, float* y);
+
+std::vector<VariantInfo> list_variants();
+
+}  // namespace cpukern::ternary

@@ -1,0 +1,48 @@
+// Fused widely-linear ternary layer (Fairy2i): y = U x + W conj(x), the public C++ API.
+// Planes are ordered U_re, U_im, W_re, W_im, each packed like cpukern::ternary::pack.
+// Every function validates its arguments and throws cpukern::InvalidArgument naming the
+// argument before touching any output.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/registry.h"
+
+namespace cpukern::widely_linear {
+
+// a: (2n, 2m) float32 (nn.Linear [out, in]). planes: (stages, 4, n, ceil(m/16)) uint32;
+// scales: (stages, 4) float32 = per-tensor s of U_re, U_im, W_re, W_im per stage.
+void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32_t* planes,
+                    float* scales);
+
+// The real (2n, 2m) matrix the quantised layer represents. scales: (stages, 4) or, when
+// scales_per_row, (stages, 4, n).
+void dense(const uint32_t* planes, const float* scales, bool scales_per_row, int64_t stages,
+           int64_t n, int64_t words, int64_t m, float* a);
+
+struct Variant;  // registry row (see ukernel.h)
+
+struct PreparedLayer {
+  const Variant* variant = nullptr;
+  std::string isa;
+  int64_t stages = 0, n = 0, m = 0;
+  std::vector<float> scales;  // (stages, 4, n), per row always
+  AlignedBuffer data;         // the variant's layout
+  int64_t nbytes() const { return int64_t(data.size()); }
+};
+
+std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
+                                             bool scales_per_row, int64_t stages, int64_t n,
+                                             int64_t words, int64_t m, const std::string& isa);
+
+// x: (batch, 2m) = [x_re | x_im] per row; y: (batch, 2n) = [y_re | y_im].
+// fused=false runs the naive schedule: 8 separate GEMV passes per stage over the same bytes.
+void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, int threads,
+         float* y);
+
+std::vector<VariantInfo> list_variants();
+
+}  // namespace cpukern::widely_linear
