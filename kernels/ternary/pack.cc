@@ -1,0 +1,101 @@
+// The public packed format, written once for every variant.
+#include <cmath>
+#include <string>
+
+#include "kernels/common/errors.h"
+#include "kernels/ternary/ternary.h"
+
+namespace cpukern::ternary {
+namespace {
+
+std::string index_str(int64_t r, int64_t c) {
+  return "[" + std::to_string(r) + ", " + std::to_string(c) + "]";
+}
+
+void check_shape(int64_t m, int64_t k) {
+  check_arg(m >= 0, "w", "rows must be >= 0, got " + std::to_string(m));
+  check_arg(k >= 0, "k", "must be >= 0, got " + std::to_string(k));
+  checked_mul(m, words_for(k) * 16, "w");
+}
+
+}  // namespace
+
+void pack(const int8_t* w, int64_t m, int64_t k, uint32_t* packed) {
+  check_shape(m, k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const int8_t v = w[r * k + j];
+      if (v < -1 || v > 1)
+        throw_arg("w", "values must be in {-1, 0, +1}, got " + std::to_string(v) + " at index " +
+                           index_str(r, j));
+    }
+  const int64_t words = words_for(k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t wi = 0; wi < words; ++wi) {
+      uint32_t word = 0;
+      for (int64_t s = 0; s < 16 && wi * 16 + s < k; ++s) {
+        const int8_t v = w[r * k + wi * 16 + s];
+        if (v == 1) word |= 2u << (2 * s);
+        if (v == -1) word |= 1u << (2 * s);
+      }
+      packed[r * words + wi] = word;
+    }
+}
+
+void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t* w) {
+  check_shape(m, k);
+  check_arg(words == words_for(k), "packed",
+            "expected ceil(k/16) = " + std::to_string(words_for(k)) + " words per row for k = " +
+                std::to_string(k) + ", got " + std::to_string(words));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
+      if (code == 3u)
+        throw_arg("packed", "invalid code 0b11 for weight " + index_str(r, j) + " (word " +
+                                index_str(r, j / 16) + ")");
+    }
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
+      w[r * k + j] = int8_t(code == 2u ? 1 : code == 1u ? -1 : 0);
+    }
+}
+
+void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* packed,
+              float* scale) {
+  check_shape(m, k);
+  check_arg(k > 0, "w", "must have at least one column");
+  for (int64_t i = 0; i < m * k; ++i)
+    if (!std::isfinite(w[i]))
+      throw_arg("w", "must be finite, got " + std::to_string(w[i]) + " at index " +
+                         index_str(i / k, i % k));
+  auto mean_abs = [&](int64_t r0, int64_t r1) {
+    double s = 0;
+    for (int64_t i = r0 * k; i < r1 * k; ++i) s += std::fabs(double(w[i]));
+    return s / double((r1 - r0) * k);
+  };
+  const double tensor_scale = per_tensor && m > 0 ? mean_abs(0, m) : 0.0;
+  const int64_t words = words_for(k);
+  for (int64_t r = 0; r < m; ++r) {
+    const double s = per_tensor ? tensor_scale : mean_abs(r, r + 1);
+    scale[r] = float(s);
+    for (int64_t wi = 0; wi < words; ++wi) {
+      uint32_t word = 0;
+      for (int64_t c = 0; c < 16 && wi * 16 + c < k; ++c) {
+        // An all-zero row (s == 0) quantises to zeros.
+        const double q = s > 0 ? std::nearbyint(double(w[r * k + wi * 16 + c]) / s) : 0.0;
+        if (q >= 1) word |= 2u << (2 * c);
+        if (q <= -1) word |= 1u << (2 * c);
+      }
+      packed[r * words + wi] = word;
+    }
+  }
+}
+
+Act parse_act(const std::string& act) {
+  if (act == "fp32") return Act::kF32;
+  if (act == "int8") return Act::kInt8;
+  throw_arg("act", "expected 'fp32' or 'int8', got '" + act + "'");
+}
+
+}  // namespace cpukern::ternary
