@@ -1,0 +1,21 @@
+// x86 intrinsics, or SIMDe's portable versions of them when CPUKERN_SIMDE is defined, so
+// that an AVX-512 kernel's source can be compiled and tested on any host.
+#pragma once
+
+#if defined(CPUKERN_SIMDE)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <simde/x86/fma.h>
+#include <cstdint>
+// SIMDe has no BMI2; a portable bit-by-bit parallel extract stands in for _pext_u32.
+static inline uint32_t cpukern_pext_u32(uint32_t src, uint32_t mask) {
+  uint32_t out = 0;
+  for (uint32_t bit = 1; mask; bit <<= 1, mask &= mask - 1)
+    if (src & mask & (0u - mask)) out |= bit;
+  return out;
+}
+#undef _pext_u32
+#define _pext_u32 cpukern_pext_u32
+#else
+#include <immintrin.h>
+#endif

@@ -1,0 +1,49 @@
+"""Compile flags and the cc_library wrapper every kernel library uses.
+
+Each ISA-specific library carries only its own flags, so one binary runs on any CPU of its
+architecture and dispatch decides at run time which code may execute.
+"""
+
+COPTS = [
+    "-std=c++17",
+    "-O3",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-fno-math-errno",
+    # No -ffast-math: NaN and Inf must propagate as IEEE arithmetic does.
+]
+
+ISA_COPTS = {
+    "portable": [],
+    # x86-64
+    "avx2": ["-mavx2", "-mfma"],
+    "avx2_bmi2": ["-mavx2", "-mfma", "-mbmi2"],
+    "avx512_bmi2": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mbmi2", "-mfma"],
+    "avx512_bf16": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma"],
+    "avx512_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mbmi2", "-mfma"],
+    # The AVX-512 kernels' source compiled against SIMDe's portable _mm512_* (any host).
+    "simde_avx512": ["-DCPUKERN_SIMDE=1", "-Wno-unused-function"],
+    # AArch64 (NEON is baseline armv8-a).
+    "neon": [],
+    "neon_dotprod": ["-march=armv8.2-a+dotprod"],
+    "neon_bf16": ["-march=armv8.2-a+bf16"],
+    "neon_i8mm": ["-march=armv8.2-a+i8mm+dotprod"],
+}
+
+def cpukern_cc_library(name, isa = "portable", copts = [], **kwargs):
+    """A cc_library compiled with the project flags plus those of one ISA."""
+    native.cc_library(
+        name = name,
+        copts = COPTS + ISA_COPTS[isa] + copts,
+        **kwargs
+    )
+
+def cpukern_cc_test(name, copts = [], deps = [], **kwargs):
+    """A GoogleTest test with the project flags."""
+    native.cc_test(
+        name = name,
+        copts = COPTS + copts,
+        deps = deps + ["@googletest//:gtest_main"],
+        **kwargs
+    )
