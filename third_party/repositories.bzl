@@ -1,0 +1,78 @@
+"""Repository rules that bind installed packages into the build; nothing is downloaded.
+
+bazelw installs the packages and passes their locations through --repo_env:
+  CPUKERN_PYTHON       host Python (a venv with the pinned requirements, nanobind among them)
+  CPUKERN_ARM64_ROOT   arm64 userland with python3.11 headers and libbenchmark (for --config=aarch64)
+  CPUKERN_AMD64_ROOT   amd64 userland, the mirror image for cross builds from an ARM host
+"""
+
+def _python_include(ctx, python):
+    r = ctx.execute([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"])
+    if r.return_code != 0:
+        fail("cannot query %s for its include directory: %s" % (python, r.stderr))
+    return r.stdout.strip()
+
+def _link_or_empty(ctx, src, dst):
+    if src and ctx.path(src).exists:
+        ctx.symlink(src, dst)
+    else:
+        ctx.file(dst + "/MISSING", "not found: %s (run ./bazelw, which installs it)\n" % src)
+
+def _python_repo_impl(ctx):
+    python = ctx.os.environ.get("CPUKERN_PYTHON", "") or str(ctx.which("python3"))
+    native_arch = ctx.os.arch  # "amd64" or "aarch64"
+    host_include = _python_include(ctx, python)
+    arm64 = ctx.os.environ.get("CPUKERN_ARM64_ROOT", "")
+    amd64 = ctx.os.environ.get("CPUKERN_AMD64_ROOT", "")
+
+    # Headers per target architecture: the host interpreter's for its own architecture,
+    # Debian's libpython3.11-dev from the cross root for the other one.
+    if native_arch in ("amd64", "x86_64"):
+        _link_or_empty(ctx, host_include, "x86_64/include")
+        ctx.file("x86_64/include_arch/EMPTY", "")
+        _link_or_empty(ctx, arm64 + "/usr/include/python3.11", "aarch64/include")
+        _link_or_empty(ctx, arm64 + "/usr/include/aarch64-linux-gnu/python3.11", "aarch64/include_arch")
+    else:
+        _link_or_empty(ctx, host_include, "aarch64/include")
+        ctx.file("aarch64/include_arch/EMPTY", "")
+        _link_or_empty(ctx, amd64 + "/usr/include/python3.11", "x86_64/include")
+        _link_or_empty(ctx, amd64 + "/usr/include/x86_64-linux-gnu/python3.11", "x86_64/include_arch")
+
+    r = ctx.execute([python, "-c", "import nanobind; print(nanobind.source_dir().rsplit('/', 1)[0])"])
+    if r.return_code != 0:
+        fail("nanobind is not installed for %s (run ./bazelw): %s" % (python, r.stderr))
+    ctx.symlink(r.stdout.strip(), "nanobind")
+    ctx.file("interpreter.txt", python + "\n")
+    ctx.template("BUILD", ctx.attr._build_file, {})
+
+cpukern_python_repository = repository_rule(
+    implementation = _python_repo_impl,
+    environ = ["CPUKERN_PYTHON", "CPUKERN_ARM64_ROOT", "CPUKERN_AMD64_ROOT"],
+    attrs = {"_build_file": attr.label(default = "//third_party:python.BUILD")},
+    local = True,
+)
+
+def _benchmark_repo_impl(ctx):
+    native_arch = ctx.os.arch
+    arm64 = ctx.os.environ.get("CPUKERN_ARM64_ROOT", "")
+    amd64 = ctx.os.environ.get("CPUKERN_AMD64_ROOT", "")
+    is_x86 = native_arch in ("amd64", "x86_64")
+    libdirs = {
+        "x86_64": "/usr/lib/x86_64-linux-gnu" if is_x86 else amd64 + "/usr/lib/x86_64-linux-gnu",
+        "aarch64": arm64 + "/usr/lib/aarch64-linux-gnu" if is_x86 else "/usr/lib/aarch64-linux-gnu",
+    }
+    _link_or_empty(ctx, "/usr/include/benchmark", "include/benchmark")
+    for arch, d in libdirs.items():
+        for lib in ["libbenchmark.so", "libbenchmark_main.a"]:
+            if ctx.path(d + "/" + lib).exists:
+                ctx.symlink(d + "/" + lib, arch + "/" + lib)
+            else:
+                ctx.file(arch + "/" + lib, "")
+    ctx.template("BUILD", ctx.attr._build_file, {})
+
+cpukern_benchmark_repository = repository_rule(
+    implementation = _benchmark_repo_impl,
+    environ = ["CPUKERN_ARM64_ROOT", "CPUKERN_AMD64_ROOT"],
+    attrs = {"_build_file": attr.label(default = "//third_party:benchmark.BUILD")},
+    local = True,
+)
