@@ -1,0 +1,193 @@
+// Activations of the fused MoE, written once with GCC/Clang vector extensions so the same
+// source becomes AVX2, AVX-512 or NEON code in whichever ISA's translation unit includes it
+// (each ukernel file instantiates activation_rows<W> with its vector width). One portable
+// exp / tanh / erf: no libm, no Sleef, branch-free, NaN-propagating.
+//
+// fp32 math on the fp32 GEMM output, plus the bf16 bias in fp32; the result is rounded to bf16
+// (round to nearest even) because the second GEMM consumes bf16.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/bf16.h"
+#include "kernels/moe/moe.h"
+
+namespace cpukern::moe::act {
+
+template <int W>
+struct Vec {
+  typedef float f __attribute__((vector_size(4 * W)));
+  typedef int32_t i __attribute__((vector_size(4 * W)));
+  typedef uint32_t u __attribute__((vector_size(4 * W)));
+  typedef uint16_t h __attribute__((vector_size(2 * W)));
+};
+
+template <class F>
+inline F splat(float v) {
+  F r = {};
+  return r + v;
+}
+
+// exp(x), ~1-2 ulp on [-87.3, 88.3]; inputs outside are clamped (exp(-inf) ~ 1e-38, not 0).
+template <class F, class I>
+inline F vexp(F x) {
+  x = x > 88.3f ? splat<F>(88.3f) : x;
+  x = x < -87.3f ? splat<F>(-87.3f) : x;  // NaN compares false and stays NaN
+  const F t = x * 1.44269504088896341f;
+  const F fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest (|t| < 2^22)
+  F r = x - fn * 0.693145751953125f;               // ln2 hi
+  r = r - fn * 1.42860682030941723212e-6f;          // ln2 lo
+  F p = splat<F>(1.0f / 720.0f);
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const I n = __builtin_convertvector(fn, I);
+  const I bits = (n + 127) << 23;
+  return p * (F)bits;
+}
+
+template <class F, class I>
+inline F vsigmoid(F x) {
+  return 1.0f / (1.0f + vexp<F, I>(-x));
+}
+
+// tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1)); absolute error ~1e-7.
+template <class F, class I>
+inline F vtanh(F x) {
+  const F ax = x < 0.0f ? -x : x;
+  const F e = vexp<F, I>(2.0f * ax);
+  const F r = 1.0f - 2.0f / (e + 1.0f);
+  return x < 0.0f ? -r : (x == x ? r : x);
+}
+
+// erf(x), Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd symmetry.
+template <class F, class I>
+inline F verf(F x) {
+  const F ax = x < 0.0f ? -x : x;
+  const F t = 1.0f / (1.0f + 0.3275911f * ax);
+  F p = splat<F>(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  p = p * t;
+  const F r = 1.0f - p * vexp<F, I>(-ax * ax);
+  return x < 0.0f ? -r : (x == x ? r : x);
+}
+
+template <class F, class I>
+inline F apply(Activation a, F gate, F up) {
+  switch (a) {
+    case Activation::kSilu:
+      return up * (gate * vsigmoid<F, I>(gate));
+    case Activation::kGelu:
+      return up * (0.5f * gate * (1.0f + verf<F, I>(gate * 0.70710678118654752f)));
+    case Activation::kGeluTanh: {
+      const F inner = 0.7978845608f * (gate + 0.044715f * gate * gate * gate);
+      return up * (0.5f * gate * (1.0f + vtanh<F, I>(inner)));
+    }
+    case Activation::kSwigluOai:
+    default: {
+      gate = gate > 7.0f ? splat<F>(7.0f) : gate;
+      up = up > 7.0f ? splat<F>(7.0f) : up;
+      up = up < -7.0f ? splat<F>(-7.0f) : up;
+      return (up + 1.0f) * (gate * vsigmoid<F, I>(1.702f * gate));
+    }
+  }
+}
+
+// bf16 -> fp32 (exact) and fp32 -> bf16 round-nearest-even with quiet NaN, as bf16.h.
+template <int W>
+inline typename Vec<W>::f widen(typename Vec<W>::h v) {
+  using U = typename Vec<W>::u;
+  using F = typename Vec<W>::f;
+  return (F)(__builtin_convertvector(v, U) << 16);
+}
+template <int W>
+inline typename Vec<W>::h narrow(typename Vec<W>::f v) {
+  using U = typename Vec<W>::u;
+  using H = typename Vec<W>::h;
+  const U bits = (U)v;
+  const U nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  const U rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const U quiet = (bits >> 16) | 0x40u;
+  return __builtin_convertvector(nan ? quiet : rounded, H);
+}
+
+template <class T>
+inline T load(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <int W, bool kInterleaved>
+inline void activation_row(Activation a, int64_t n, const float* g, const float* u,
+                           const bf16_t* bias_g, const bf16_t* bias_u, bf16_t* out) {
+  using V = Vec<W>;
+  typedef typename V::f F;
+  typedef typename V::i I;
+  typedef typename V::h H;
+  // One vector of W outputs at a time; the tail goes through zero-padded copies.
+  for (int64_t j = 0; j < n; j += W) {
+    const int64_t cnt = n - j < W ? n - j : W;
+    F gate, up;
+    if (kInterleaved) {
+      float tmp[2 * W] = {};
+      const float* src = g + 2 * j;
+      if (cnt < W) {
+        std::memcpy(tmp, src, sizeof(float) * 2 * cnt);
+        src = tmp;
+      }
+      const F v0 = load<F>(src), v1 = load<F>(src + W);
+      I even, odd;
+      for (int q = 0; q < W; ++q) even[q] = 2 * q, odd[q] = 2 * q + 1;
+      gate = __builtin_shuffle(v0, v1, even);  // de-interleave (uzp1/uzp2 on NEON)
+      up = __builtin_shuffle(v0, v1, odd);
+      if (bias_g) {
+        uint16_t bt[2 * W] = {};
+        std::memcpy(bt, bias_g + 2 * j, sizeof(uint16_t) * 2 * cnt);
+        const F b0 = widen<W>(load<H>(bt)), b1 = widen<W>(load<H>(bt + W));
+        gate += __builtin_shuffle(b0, b1, even);
+        up += __builtin_shuffle(b0, b1, odd);
+      }
+    } else {
+      if (cnt == W) {
+        gate = load<F>(g + j);
+        up = load<F>(u + j);
+      } else {
+        float tg[W] = {}, tu[W] = {};
+        std::memcpy(tg, g + j, sizeof(float) * cnt);
+        std::memcpy(tu, u + j, sizeof(float) * cnt);
+        gate = load<F>(tg);
+        up = load<F>(tu);
+      }
+      if (bias_g) {
+        uint16_t bg[W] = {}, bu[W] = {};
+        std::memcpy(bg, bias_g + j, sizeof(uint16_t) * cnt);
+        std::memcpy(bu, bias_u + j, sizeof(uint16_t) * cnt);
+        gate += widen<W>(load<H>(bg));
+        up += widen<W>(load<H>(bu));
+      }
+    }
+    const H r = narrow<W>(apply<F, I>(a, gate, up));
+    std::memcpy(out + j, &r, sizeof(uint16_t) * cnt);
+  }
+}
+
+template <int W>
+void activation_rows(Activation a, int64_t m, int64_t n, const float* g, const float* u,
+                     int64_t ldc, bool interleaved, const bf16_t* bias_g, const bf16_t* bias_u,
+                     bf16_t* out, int64_t ldo) {
+  for (int64_t r = 0; r < m; ++r) {
+    if (interleaved)
+      activation_row<W, true>(a, n, g + r * ldc, nullptr, bias_g, nullptr, out + r * ldo);
+    else
+      activation_row<W, false>(a, n, g + r * ldc, u + r * ldc, bias_g, bias_u, out + r * ldo);
+  }
+}
+
+}  // namespace cpukern::moe::act

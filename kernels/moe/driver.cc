@@ -1,0 +1,278 @@
+// The fused-MoE driver, written once for every variant: validation, prepack, counting sort of
+// (token, slot) pairs by expert, then three parallel stages over tasks pulled from the pool:
+//   1. (expert, tile of I): gate+up GEMM of the expert's tokens, w13 bias, activation -> bf16
+//      rows of an expert-sorted buffer;
+//   2. (expert, tile of H): down GEMM of those rows -> fp32 expert-sorted outputs;
+//   3. (block of tokens): out[t] = sum_j w[t,j] * (y[row(t,j)] + b2), j in slot order, fp32.
+// Every output element is one full-K dot product computed by the same code whatever the tiling
+// and thread count, and stage 3 sums in a fixed order, so results are bitwise identical for any
+// number of threads.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/cpu_features.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/thread_pool.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
+
+namespace cpukern::moe {
+
+Activation parse_activation(const std::string& name) {
+  if (name == "silu") return Activation::kSilu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "gelu_tanh") return Activation::kGeluTanh;
+  if (name == "swigluoai") return Activation::kSwigluOai;
+  throw_arg("activation",
+            "expected one of silu, gelu, gelu_tanh, swigluoai, got '" + name + "'");
+}
+
+std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+                                             const std::string& isa) {
+  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
+  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
+  check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
+  checked_mul(checked_mul(e, o, "w"), i, "w");
+  check_arg(w != nullptr, "w", "null pointer");
+  const Variant& v = variant_row(registry().select(isa.c_str()));
+  const Ukernel& uk = v.ukernel;
+  const int64_t per = uk.packed_size(o, i);
+  auto p = std::make_shared<PackedExperts>();
+  p->variant = &v;
+  p->isa = v.name;
+  p->e = e;
+  p->o = o;
+  p->i = i;
+  p->data.resize(size_t(checked_mul(per, e, "w")));
+  char* dst = p->data.data<char>();
+  parallel_for(e, 0, [&](int64_t x) { uk.pack(w + x * o * i, o, i, dst + x * per); });
+  return p;
+}
+
+namespace {
+
+// Per calling thread: sort results and the expert-sorted intermediate buffers.
+struct CallScratch {
+  std::vector<int64_t> offs;        // (e + 1) row offsets per expert
+  std::vector<int32_t> row_token;   // sorted row -> token
+  std::vector<int32_t> slot_row;    // t * topk + j -> sorted row
+  std::vector<int64_t> tasks;       // packed (expert, tile)
+  std::vector<int64_t> fill;
+  AlignedBuffer act;                // (rows, I) bf16
+  AlignedBuffer y;                  // (rows, Hp) fp32
+};
+// Per worker thread: packed A and the C tile.
+struct TaskScratch {
+  AlignedBuffer a, c;
+};
+
+TaskScratch& task_scratch() {
+  static thread_local TaskScratch s;
+  return s;
+}
+
+struct Tiling {
+  int64_t mc;     // rows per A chunk
+  int64_t cols;   // output columns per task (multiple of nr)
+};
+
+// A chunk of rows plus a tile of `weight_rows_per_col` * cols weight rows in about half of L2.
+Tiling choose_tiling(const Ukernel& uk, int64_t k, int64_t max_rows, int64_t out_cols,
+                     int weight_rows_per_col, int64_t active_experts, int threads) {
+  const int64_t half_l2 = std::max<int64_t>(cpu_info().l2_bytes / 2, 64 << 10);
+  const int64_t a_row = std::max<int64_t>(1, uk.packed_a_size(uk.mr, k) / uk.mr);
+  int64_t mc = std::max<int64_t>(uk.mr, std::min<int64_t>(256, half_l2 / 2 / a_row));
+  mc = mc / uk.mr * uk.mr;
+  const int64_t m_eff = std::min(mc, round_up(max_rows, uk.mr));
+  const int64_t a_bytes = uk.packed_a_size(m_eff, k);
+  const int64_t panel = int64_t(uk.nr) * round_up(k, uk.kr) * 2;
+  const int64_t budget = std::max(half_l2 - a_bytes, half_l2 / 4);
+  int64_t panels = std::max<int64_t>(1, budget / (panel * weight_rows_per_col));
+  int64_t cols = panels * uk.nr;
+  const int64_t max_cols = round_up(out_cols, uk.nr);
+  cols = std::min(cols, max_cols);
+  // Enough tasks to keep every thread busy (tiling never changes the results).
+  while (cols > uk.nr && active_experts * ((out_cols + cols - 1) / cols) < 4 * int64_t(threads))
+    cols = std::max<int64_t>(uk.nr, round_up(cols / 2, uk.nr));
+  return {mc, cols};
+}
+
+}  // namespace
+
+void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+               const PackedExperts& w2, const float* topk_weights, const int32_t* topk_ids,
+               int64_t topk, Activation activation, const bf16_t* w13_bias,
+               const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
+  // ---- validation, before any output is written ----
+  check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
+  check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
+  check_arg(w13.variant != nullptr && w13.data.data() != nullptr, "w13", "not a packed tensor");
+  check_arg(w2.variant != nullptr && w2.data.data() != nullptr, "w2", "not a packed tensor");
+  check_arg(std::string(w13.variant->ukernel.layout) == w2.variant->ukernel.layout, "w2",
+            "packings from different kernel families cannot be mixed (w13 is '" + w13.isa +
+                "', w2 is '" + w2.isa + "')");
+  check_arg(w2.e == w13.e, "w2",
+            "expected " + std::to_string(w13.e) + " experts like w13, got " + std::to_string(w2.e));
+  check_arg(w13.i == h, "w13",
+            "in-features must equal x's hidden size " + std::to_string(h) + ", got " +
+                std::to_string(w13.i));
+  check_arg(w2.o == h, "w2",
+            "out-features must equal x's hidden size " + std::to_string(h) + ", got " +
+                std::to_string(w2.o));
+  check_arg(w13.o == 2 * w2.i, "w13",
+            "out-features must be 2 * w2's in-features (" + std::to_string(2 * w2.i) + "), got " +
+                std::to_string(w13.o));
+  check_arg(threads >= -1 && threads <= 4096, "threads",
+            "expected -1, 0 (default) or 1..4096, got " + std::to_string(threads));
+  const int64_t e = w13.e;
+  check_arg(topk >= 1 && topk <= e, "topk",
+            "must be in [1, " + std::to_string(e) + "], got " + std::to_string(topk));
+  check_arg(!skip_weighted || topk == 1, "skip_weighted",
+            "requires topk == 1, got topk=" + std::to_string(topk));
+  if (t == 0) return;
+  const int64_t slots = checked_mul(t, topk, "topk_ids");
+  checked_mul(t, h, "x");
+  check_arg(slots <= INT32_MAX, "topk_ids", "too many (token, expert) pairs");
+  check_arg(x != nullptr, "x", "null pointer");
+  check_arg(out != nullptr, "out", "null pointer");
+  check_arg(topk_ids != nullptr, "topk_ids", "null pointer");
+  check_arg(skip_weighted || topk_weights != nullptr, "topk_weights", "null pointer");
+  for (int64_t s = 0; s < slots; ++s)
+    if (topk_ids[s] < 0 || topk_ids[s] >= e)
+      throw_arg("topk_ids", "expert ids must be in [0, " + std::to_string(e) + "), got " +
+                                std::to_string(topk_ids[s]) + " at position " +
+                                std::to_string(s));
+
+  const Ukernel& uk = w13.variant->ukernel;
+  const int64_t I = w2.i, H = h;
+  const int64_t nthreads = threads <= 0 ? get_num_threads() : threads;
+  const bool interleaved = activation == Activation::kSwigluOai;
+
+  // A reference to this thread's scratch: the lambdas below run on other threads.
+  static thread_local CallScratch scratch;
+  CallScratch& cs = scratch;
+  // ---- counting sort of (token, slot) by expert, stable ----
+  cs.offs.assign(size_t(e + 1), 0);
+  for (int64_t s = 0; s < slots; ++s) ++cs.offs[size_t(topk_ids[s]) + 1];
+  int64_t active = 0, max_rows = 0;
+  for (int64_t x2 = 0; x2 < e; ++x2) {
+    active += cs.offs[x2 + 1] > 0;
+    max_rows = std::max(max_rows, cs.offs[x2 + 1]);
+    cs.offs[x2 + 1] += cs.offs[x2];
+  }
+  cs.row_token.resize(size_t(slots));
+  cs.slot_row.resize(size_t(slots));
+  {
+    cs.fill.assign(cs.offs.begin(), cs.offs.end() - 1);
+    for (int64_t s = 0; s < slots; ++s) {
+      const int64_t r = cs.fill[topk_ids[s]]++;
+      cs.row_token[r] = int32_t(s / topk);
+      cs.slot_row[s] = int32_t(r);
+    }
+  }
+  const int64_t hp = round_up(H, uk.nr);
+  cs.act.reserve(size_t(checked_mul(slots, I, "x")) * 2);
+  cs.y.reserve(size_t(checked_mul(slots, hp, "x")) * 4);
+  bf16_t* act = cs.act.data<bf16_t>();
+  float* y = cs.y.data<float>();
+  const char* w13d = w13.data.data<char>();
+  const char* w2d = w2.data.data<char>();
+  const int64_t w13_per = uk.packed_size(w13.o, w13.i);
+  const int64_t w2_per = uk.packed_size(w2.o, w2.i);
+  const int64_t nr = uk.nr;
+
+  auto make_tasks = [&](int64_t cols_total, int64_t tile) {
+    cs.tasks.clear();
+    const int64_t ntiles = (cols_total + tile - 1) / tile;
+    for (int64_t x2 = 0; x2 < e; ++x2)
+      if (cs.offs[x2 + 1] > cs.offs[x2])
+        for (int64_t j = 0; j < ntiles; ++j) cs.tasks.push_back(x2 * ntiles + j);
+    return ntiles;
+  };
+
+  // ---- stage 1: gate+up GEMM, bias, activation -> act (bf16) ----
+  {
+    const Tiling tl = choose_tiling(uk, H, max_rows, I, 2, active, int(nthreads));
+    const int64_t jt = tl.cols;  // intermediate columns per task (multiple of nr)
+    const int64_t ntiles = make_tasks(I, jt);
+    // C scratch: gate part, then (concatenated layout) up part, same ldc.
+    const int64_t ldc = interleaved ? round_up(2 * jt, nr) : jt + nr;
+    parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
+      const int64_t ex = cs.tasks[task] / ntiles, j0 = (cs.tasks[task] % ntiles) * jt;
+      const int64_t j1 = std::min(I, j0 + jt), n = j1 - j0;
+      const char* w = w13d + ex * w13_per;
+      const bf16_t* bias = w13_bias ? w13_bias + ex * 2 * I : nullptr;
+      TaskScratch& ts = task_scratch();
+      ts.a.reserve(size_t(uk.packed_a_size(tl.mc, H)));
+      ts.c.reserve(size_t(tl.mc * ldc * (interleaved ? 1 : 2)) * 4);
+      float* cg = ts.c.data<float>();
+      float* cu = cg + tl.mc * ldc;
+      for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
+        const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
+        uk.pack_a(x, H, cs.row_token.data() + r0, m, H, ts.a.data());
+        if (interleaved) {
+          uk.gemm(ts.a.data(), m, H, w, 2 * j0 / nr, (2 * j1 + nr - 1) / nr, cg, ldc, false);
+          uk.activation(activation, m, n, cg, nullptr, ldc, true, bias ? bias + 2 * j0 : nullptr,
+                        nullptr, act + r0 * I + j0, I);
+        } else {
+          uk.gemm(ts.a.data(), m, H, w, j0 / nr, (j1 + nr - 1) / nr, cg, ldc, false);
+          const int64_t pu0 = (I + j0) / nr, pu1 = (I + j1 + nr - 1) / nr;
+          uk.gemm(ts.a.data(), m, H, w, pu0, pu1, cu, ldc, false);
+          uk.activation(activation, m, n, cg, cu + (I + j0 - pu0 * nr), ldc, false,
+                        bias ? bias + j0 : nullptr, bias ? bias + I + j0 : nullptr,
+                        act + r0 * I + j0, I);
+        }
+      }
+    });
+  }
+
+  // ---- stage 2: down GEMM -> y (fp32, expert-sorted rows, ldc = hp) ----
+  {
+    const Tiling tl = choose_tiling(uk, I, max_rows, H, 1, active, int(nthreads));
+    const int64_t ht = tl.cols;
+    const int64_t ntiles = make_tasks(H, ht);
+    parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
+      const int64_t ex = cs.tasks[task] / ntiles, c0 = (cs.tasks[task] % ntiles) * ht;
+      const int64_t c1 = std::min(H, c0 + ht);
+      const char* w = w2d + ex * w2_per;
+      TaskScratch& ts = task_scratch();
+      ts.a.reserve(size_t(uk.packed_a_size(tl.mc, I)));
+      for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
+        const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
+        uk.pack_a(act + r0 * I, I, nullptr, m, I, ts.a.data());
+        uk.gemm(ts.a.data(), m, I, w, c0 / nr, (c1 + nr - 1) / nr, y + r0 * hp + c0, hp, false);
+      }
+    });
+  }
+
+  // ---- stage 3: weighted sum per token, slots in order ----
+  {
+    const int64_t tb = 16;
+    parallel_for((t + tb - 1) / tb, int(nthreads), [&](int64_t blk) {
+      TaskScratch& ts = task_scratch();
+      ts.c.reserve(size_t(H) * 4);
+      float* acc = ts.c.data<float>();
+      for (int64_t tok = blk * tb; tok < std::min(t, (blk + 1) * tb); ++tok) {
+        std::fill(acc, acc + H, 0.0f);
+        for (int64_t j = 0; j < topk; ++j) {
+          const int64_t s = tok * topk + j;
+          const float wt = skip_weighted ? 1.0f : topk_weights[s];
+          const float* yr = y + int64_t(cs.slot_row[s]) * hp;
+          if (w2_bias) {
+            const bf16_t* b = w2_bias + int64_t(topk_ids[s]) * H;
+            for (int64_t c = 0; c < H; ++c) acc[c] += wt * (yr[c] + bf16_to_f32(b[c]));
+          } else {
+            for (int64_t c = 0; c < H; ++c) acc[c] += wt * yr[c];
+          }
+        }
+        bf16_t* o = out + tok * H;
+        for (int64_t c = 0; c < H; ++c) o[c] = f32_to_bf16(acc[c]);
+      }
+    });
+  }
+}
+
+}  // namespace cpukern::moe

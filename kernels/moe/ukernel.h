@@ -1,0 +1,69 @@
+// The micro-kernel interface every fused-MoE variant implements, and the registry row type.
+//
+// A ukernel is stateless: a tile shape, a weight packer (one expert, nn.Linear [o][i] order),
+// an A (token rows) packer, a GEMM over a range of NR-column panels, and an activation hook
+// compiled with the variant's ISA flags. The driver (driver.cc) is written once against it.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/bf16.h"
+#include "kernels/common/registry.h"
+#include "kernels/moe/moe.h"
+
+namespace cpukern::moe {
+
+struct Ukernel {
+  const char* name;    // full micro-kernel name, e.g. "moe_gemm_f32_bf16p8x4_bf16p8x4_8x8__neon_bfmmla"
+  const char* layout;  // weight packing family; packings of different families never mix
+  int mr;              // rows of C per register tile
+  int nr;              // columns per weight panel (the packing's N granularity)
+  int kr;              // K is zero-padded to a multiple of kr in both packings
+
+  // Bytes of one packed expert of shape (o, i).
+  int64_t (*packed_size)(int64_t o, int64_t i);
+  // Packs one expert: w (o, i) bf16 row-major -> dst (packed_size(o, i) bytes, zero-filled pads).
+  void (*pack)(const bf16_t* w, int64_t o, int64_t i, void* dst);
+
+  // Bytes of m packed A rows of length k.
+  int64_t (*packed_a_size)(int64_t m, int64_t k);
+  // Packs rows a[rows[r] * lda .. + k) for r < m (rows == nullptr: row r itself) into dst.
+  void (*pack_a)(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                 void* dst);
+
+  // C[r][(p - p0) * nr + c] (= or +=) sum_k A[r][k] * W[p * nr + c][k] for r < m and
+  // panels p in [p0, p1). w is one packed expert of k in-features. Columns past the expert's
+  // o come out as zero (their weights are zero padding). c has ldc >= (p1 - p0) * nr.
+  void (*gemm)(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
+               float* c, int64_t ldc, bool accumulate);
+
+  // out[r][j] = bf16(act(gate + bias_g, up + bias_u)) for r < m, j < n.
+  // interleaved (swigluoai): gate = g[r*ldc + 2j], up = g[r*ldc + 2j + 1], bias the same way
+  //   (bias_g[2j], bias_g[2j+1]); u and bias_u unused.
+  // concatenated: gate = g[r*ldc + j], up = u[r*ldc + j], bias bias_g[j] / bias_u[j].
+  // Biases may be nullptr.
+  void (*activation)(Activation act, int64_t m, int64_t n, const float* g, const float* u,
+                     int64_t ldc, bool interleaved, const bf16_t* bias_g, const bf16_t* bias_u,
+                     bf16_t* out, int64_t ldo);
+};
+
+// The registry row (moe.h forward-declares it): a plain cpukern::Variant<Ukernel>.
+struct Variant : cpukern::Variant<Ukernel> {};
+
+// The op's registry, and the rows of its table in the same order as registry().variants().
+const Registry<Ukernel>& registry();
+const Variant& variant_row(const cpukern::Variant<Ukernel>& v);
+
+// Each ukernel file exports its Ukernel table entry.
+extern const Ukernel kUkernelScalar;
+#if defined(__x86_64__)
+extern const Ukernel kUkernelAvx2Fma;
+extern const Ukernel kUkernelAvx512Bf16;
+#endif
+#if defined(__aarch64__)
+extern const Ukernel kUkernelNeonFma;
+extern const Ukernel kUkernelNeonBfmmla;
+#endif
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace cpukern::moe

@@ -1,0 +1,42 @@
+// Packer shared by the widen+FMA and dot-product kernels ("bf16p<NR>x2" layouts): per panel of
+// NR output columns, per pair of k, NR 32-bit words each holding (w[col][k], w[col][k+1]) as
+// (low, high) halves: [ceil(o/NR)][Kp/2][NR][2] bf16, K padded to kp with zeros, missing
+// columns zero. One 32-bit word then widens to two fp32 lanes with a shift and a mask, and is
+// exactly the operand pair vdpbf16ps consumes.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/bf16.h"
+
+namespace cpukern::moe {
+
+template <int NR>
+inline void pack_kpairs(const bf16_t* w, int64_t o, int64_t i, int64_t kp, void* dst) {
+  bf16_t* d = static_cast<bf16_t*>(dst);
+  const int64_t panels = (o + NR - 1) / NR;
+  for (int64_t p = 0; p < panels; ++p) {
+    bf16_t* dp = d + p * NR * kp;
+    for (int64_t kk = 0; kk < kp / 2; ++kk) {
+      for (int c = 0; c < NR; ++c) {
+        const int64_t col = p * NR + c;
+        const int64_t k0 = 2 * kk, k1 = 2 * kk + 1;
+        dp[(kk * NR + c) * 2 + 0] = (col < o && k0 < i) ? w[col * i + k0] : bf16_t(0);
+        dp[(kk * NR + c) * 2 + 1] = (col < o && k1 < i) ? w[col * i + k1] : bf16_t(0);
+      }
+    }
+  }
+}
+
+// A rows widened to fp32, [m][kp], zero past k.
+inline void pack_a_f32(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                       int64_t kp, float* d) {
+  for (int64_t r = 0; r < m; ++r) {
+    const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
+    float* dr = d + r * kp;
+    for (int64_t j = 0; j < k; ++j) dr[j] = bf16_to_f32(src[j]);
+    for (int64_t j = k; j < kp; ++j) dr[j] = 0.0f;
+  }
+}
+
+}  // namespace cpukern::moe

@@ -1,0 +1,400 @@
+// Fused MoE: every registry variant this CPU runs (the others skip with the reason) against an
+// independent float64 model written here, over a table of shapes, activations, biases and
+// routings; thread counts 1, 2, 3 must agree bit for bit. Plus the router, validation, and the
+// micro-kernels' accumulate mode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/bf16.h"
+#include "kernels/common/cpu_features.h"
+#include "kernels/common/errors.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
+
+namespace cpukern::moe {
+namespace {
+
+std::vector<std::string> variant_names() {
+  std::vector<std::string> v;
+  for (const auto& row : registry().variants()) v.push_back(row.name);
+  return v;
+}
+
+// Returns "" when the variant runs here, else why not.
+std::string skip_reason(const std::string& name) {
+  for (const auto& row : registry().variants()) {
+    if (name != row.name) continue;
+    if (row.supported()) return "";
+    std::string need;
+    for (const auto& f : feature_names(row.required & ~cpu_info().features))
+      need += (need.empty() ? "" : ", ") + f;
+    return "variant " + name + " needs CPU features this CPU lacks: " + need;
+  }
+  return "unknown variant " + name;
+}
+
+std::vector<bf16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<bf16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(d(rng));
+  return v;
+}
+
+struct Case {
+  int64_t e, topk, h, i, t;
+  Activation act;
+  bool bias, skip_weighted, repeated_ids, sparse;
+  float wscale = 1.0f;  // > 1 drives swigluoai into its clamps
+};
+
+std::string act_name(Activation a) {
+  switch (a) {
+    case Activation::kSilu: return "silu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    default: return "swigluoai";
+  }
+}
+
+std::string case_name(const Case& c) {
+  return "E" + std::to_string(c.e) + "_k" + std::to_string(c.topk) + "_H" + std::to_string(c.h) +
+         "_I" + std::to_string(c.i) + "_T" + std::to_string(c.t) + "_" + act_name(c.act) +
+         (c.bias ? "_bias" : "") + (c.skip_weighted ? "_skipw" : "") +
+         (c.repeated_ids ? "_rep" : "") + (c.sparse ? "_sparse" : "") +
+         (c.wscale != 1.0f ? "_big" : "");
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> cs;
+  const Activation acts[] = {Activation::kSilu, Activation::kGelu, Activation::kGeluTanh,
+                             Activation::kSwigluOai};
+  const int64_t dims[] = {1, 31, 32, 128, 176};
+  const int64_t es[] = {1, 8, 32};
+  const int64_t ks[] = {1, 2, 4, 8};
+  const int64_t ts[] = {0, 1, 7, 64};
+  // Every H x I pair once, the other axes rotating through their values.
+  int n = 0;
+  for (int64_t h : dims)
+    for (int64_t i : dims) {
+      const int64_t e = es[n % 3];
+      int64_t k = ks[(n / 3) % 4];
+      while (k > e) k /= 2;
+      int64_t t = ts[(n / 2) % 4];
+      if (h * i >= 128 * 128 && t == 64) t = 7;  // keep the scalar oracle quick under QEMU
+      cs.push_back({e, k, h, i, t, acts[n % 4], (n / 4) % 2 == 0, false, false, false});
+      ++n;
+    }
+  // Every activation with and without bias on a mid shape with many tokens.
+  for (Activation a : acts)
+    for (bool b : {false, true}) cs.push_back({8, 4, 32, 31, 64, a, b, false, false, false});
+  // skip_weighted (topk 1), repeated ids in a row, experts with no tokens, clamps.
+  cs.push_back({8, 1, 31, 32, 7, Activation::kSilu, true, true, false, false});
+  cs.push_back({32, 1, 128, 32, 64, Activation::kSwigluOai, false, true, false, false});
+  cs.push_back({8, 4, 31, 176, 7, Activation::kGeluTanh, true, false, true, false});
+  cs.push_back({8, 8, 32, 31, 7, Activation::kSwigluOai, true, false, true, false});
+  cs.push_back({32, 2, 128, 31, 7, Activation::kGelu, false, false, false, true});
+  cs.push_back({32, 4, 32, 32, 64, Activation::kSwigluOai, true, false, false, true, 8.0f});
+  cs.push_back({8, 2, 31, 31, 7, Activation::kSwigluOai, true, false, false, false, 8.0f});
+  // One real-width case (gpt-oss-like).
+  cs.push_back({2, 2, 2880, 2880, 2, Activation::kSwigluOai, true, false, false, false});
+  return cs;
+}
+
+struct Problem {
+  Case c;
+  std::vector<bf16_t> x, w13, w2, b13, b2;
+  std::vector<float> weights;
+  std::vector<int32_t> ids;
+};
+
+Problem make_problem(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Problem p;
+  p.c = c;
+  p.x = random_bf16(size_t(c.t * c.h), 1.0f, rng);
+  p.w13 = random_bf16(size_t(c.e * 2 * c.i * c.h), c.wscale * 1.7f / std::sqrt(float(c.h)), rng);
+  p.w2 = random_bf16(size_t(c.e * c.h * c.i), 1.7f / std::sqrt(float(c.i)), rng);
+  if (c.bias) {
+    p.b13 = random_bf16(size_t(c.e * 2 * c.i), 0.5f, rng);
+    p.b2 = random_bf16(size_t(c.e * c.h), 0.5f, rng);
+  }
+  std::uniform_real_distribution<float> wd(0.05f, 1.0f);
+  std::vector<int32_t> perm(size_t(c.e));
+  for (int64_t tok = 0; tok < c.t; ++tok) {
+    for (int64_t x = 0; x < c.e; ++x) perm[x] = int32_t(x);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t j = 0; j < c.topk; ++j) {
+      int32_t id = perm[j];
+      if (c.repeated_ids && j % 2 == 1) id = p.ids.back();  // same expert twice in a row
+      if (c.sparse) id = (j % 2 == 0) ? 0 : int32_t(c.e - 1);
+      p.ids.push_back(id);
+      p.weights.push_back(c.skip_weighted ? 1.0f : wd(rng));
+    }
+  }
+  return p;
+}
+
+double model_act(Activation a, double g, double u) {
+  switch (a) {
+    case Activation::kSilu: return u * g / (1.0 + std::exp(-g));
+    case Activation::kGelu: return u * 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0)));
+    case Activation::kGeluTanh:
+      return u * 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    default: {
+      g = std::min(g, 7.0);
+      u = std::max(std::min(u, 7.0), -7.0);
+      return (u + 1.0) * g / (1.0 + std::exp(-1.702 * g));
+    }
+  }
+}
+
+// The float64 model: per (token, slot) the expert's two linears, the activation rounded to
+// bf16 as the op specifies, the weighted sum in float64.
+std::vector<double> model(const Problem& p) {
+  const Case& c = p.c;
+  std::vector<double> out(size_t(c.t * c.h), 0.0);
+  std::vector<double> a(size_t(c.i));
+  for (int64_t tok = 0; tok < c.t; ++tok)
+    for (int64_t j = 0; j < c.topk; ++j) {
+      const int64_t ex = p.ids[tok * c.topk + j];
+      const double wt = p.weights[tok * c.topk + j];
+      const bf16_t* w13 = p.w13.data() + ex * 2 * c.i * c.h;
+      const bf16_t* xr = p.x.data() + tok * c.h;
+      for (int64_t q = 0; q < c.i; ++q) {
+        const bool il = c.act == Activation::kSwigluOai;
+        const int64_t rg = il ? 2 * q : q, ru = il ? 2 * q + 1 : c.i + q;
+        double g = 0, u = 0;
+        for (int64_t k = 0; k < c.h; ++k) {
+          g += double(bf16_to_f32(w13[rg * c.h + k])) * bf16_to_f32(xr[k]);
+          u += double(bf16_to_f32(w13[ru * c.h + k])) * bf16_to_f32(xr[k]);
+        }
+        if (c.bias) {
+          g += bf16_to_f32(p.b13[ex * 2 * c.i + rg]);
+          u += bf16_to_f32(p.b13[ex * 2 * c.i + ru]);
+        }
+        a[q] = bf16_to_f32(f32_to_bf16(float(model_act(c.act, g, u))));
+      }
+      const bf16_t* w2 = p.w2.data() + ex * c.h * c.i;
+      for (int64_t o = 0; o < c.h; ++o) {
+        double y = 0;
+        for (int64_t q = 0; q < c.i; ++q) y += double(bf16_to_f32(w2[o * c.i + q])) * a[q];
+        if (c.bias) y += bf16_to_f32(p.b2[ex * c.h + o]);
+        out[tok * c.h + o] += wt * y;
+      }
+    }
+  return out;
+}
+
+std::vector<bf16_t> run(const Problem& p, const std::string& isa, int threads) {
+  const Case& c = p.c;
+  auto w13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, isa);
+  auto w2 = prepack(p.w2.data(), c.e, c.h, c.i, isa);
+  EXPECT_EQ(w13->isa, isa);
+  std::vector<bf16_t> out(size_t(c.t * c.h) + 1, 0x7fc1);  // +1 sentinel past the end
+  fused_moe(p.x.data(), c.t, c.h, *w13, *w2, p.weights.data(), p.ids.data(), c.topk, c.act,
+            c.bias ? p.b13.data() : nullptr, c.bias ? p.b2.data() : nullptr, c.skip_weighted,
+            threads, out.data());
+  EXPECT_EQ(out.back(), 0x7fc1) << "wrote past the output";
+  out.pop_back();
+  return out;
+}
+
+struct Param {
+  std::string variant;
+  Case c;
+};
+
+class MoeVariantTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(MoeVariantTest, MatchesFloat64ModelAndIsThreadInvariant) {
+  const Param& prm = GetParam();
+  const std::string why = skip_reason(prm.variant);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const Problem p = make_problem(prm.c, 1234u + uint32_t(prm.c.h * 7 + prm.c.i));
+  const std::vector<bf16_t> got = run(p, prm.variant, 1);
+  const std::vector<double> want = model(p);
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t q = 0; q < got.size(); ++q) {
+    const double g = bf16_to_f32(got[q]), w = want[q];
+    if (!(std::fabs(g - w) <= 1e-3 + 1.6e-2 * std::fabs(w))) {
+      if (++bad <= 5)
+        ADD_FAILURE() << "out[" << q / prm.c.h << "][" << q % prm.c.h << "] = " << g
+                      << ", float64 model " << w;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (int th : {2, 3}) {
+    const std::vector<bf16_t> again = run(p, prm.variant, th);
+    EXPECT_EQ(0, std::memcmp(again.data(), got.data(), got.size() * 2))
+        << "threads=" << th << " differs from threads=1";
+  }
+}
+
+std::vector<Param> params() {
+  std::vector<Param> ps;
+  for (const auto& v : variant_names())
+    for (const auto& c : cases()) ps.push_back({v, c});
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MoeVariantTest, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return info.param.variant + "_" + case_name(info.param.c);
+                         });
+
+// Each variant vs the reference variant (the oracle) on one mid-size case.
+class MoeVsReference : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeVsReference, AgreesWithReference) {
+  const std::string why = skip_reason(GetParam());
+  if (!why.empty()) GTEST_SKIP() << why;
+  for (Activation a : {Activation::kSilu, Activation::kSwigluOai}) {
+    const Problem p = make_problem({8, 4, 176, 176, 7, a, true, false, false, false}, 99u);
+    const auto got = run(p, GetParam(), 2), ref = run(p, "reference", 1);
+    for (size_t q = 0; q < got.size(); ++q) {
+      const double g = bf16_to_f32(got[q]), r = bf16_to_f32(ref[q]);
+      ASSERT_LE(std::fabs(g - r), 1e-3 + 1.6e-2 * std::fabs(r)) << "at " << q;
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeVsReference, ::testing::ValuesIn(variant_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The micro-kernel itself: ragged shapes, a sub-range of panels, accumulate mode.
+class MoeUkernelTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
+  const std::string why = skip_reason(GetParam());
+  if (!why.empty()) GTEST_SKIP() << why;
+  const Ukernel& uk = registry().find(GetParam()).ukernel;
+  std::mt19937 rng(7);
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13}) {
+    const int64_t o = 37, k = 45;
+    auto w = random_bf16(size_t(o * k), 1.0f, rng);
+    auto a = random_bf16(size_t(m * k), 1.0f, rng);
+    std::vector<char> wp(size_t(uk.packed_size(o, k)));
+    uk.pack(w.data(), o, k, wp.data());
+    std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64);
+    uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+    const int64_t p0 = 1, p1 = (o + uk.nr - 1) / uk.nr, ldc = (p1 - p0) * uk.nr + 3;
+    std::vector<float> cbuf(size_t(m * ldc), 0.5f);
+    uk.gemm(ap.data(), m, k, wp.data(), p0, p1, cbuf.data(), ldc, true);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = p0 * uk.nr; col < p1 * uk.nr; ++col) {
+        double s = 0.5;
+        if (col < o)
+          for (int64_t q = 0; q < k; ++q)
+            s += double(bf16_to_f32(a[r * k + q])) * bf16_to_f32(w[col * k + q]);
+        ASSERT_NEAR(cbuf[r * ldc + col - p0 * uk.nr], s, 1e-4 * (1 + std::fabs(s)))
+            << "m=" << m << " r=" << r << " col=" << col;
+      }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeUkernelTest, ::testing::ValuesIn(variant_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(MoeRegistry, NamesAndDefault) {
+  const auto vs = list_variants();
+  ASSERT_FALSE(vs.empty());
+  int selected = 0;
+  bool has_ref = false;
+  for (const auto& v : vs) {
+    selected += v.selected;
+    has_ref |= v.name == "reference";
+    EXPECT_EQ(v.ukernel.rfind("moe_gemm_f32_", 0), 0u) << v.ukernel;
+    EXPECT_NE(v.ukernel.find("__"), std::string::npos) << v.ukernel;
+  }
+  EXPECT_EQ(selected, 1);
+  EXPECT_TRUE(has_ref);
+#if defined(__aarch64__)
+  EXPECT_EQ(vs[0].name, "neon_bf16_bfmmla");
+  if (cpu_has(kNEON | kBF16)) EXPECT_TRUE(vs[0].selected || std::getenv("CPUKERN_ISA"));
+#endif
+}
+
+TEST(MoeRoute, SoftmaxTopkTiesAndRenormalize) {
+  const float logits[2 * 4] = {1.0f, 3.0f, 3.0f, 0.0f, 0.5f, 0.5f, 0.5f, 0.5f};
+  float w[2 * 2];
+  int32_t ids[2 * 2];
+  route(logits, 2, 4, 2, false, w, ids);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  const double z = std::exp(1.0) + 2 * std::exp(3.0) + 1.0;
+  EXPECT_NEAR(w[0], std::exp(3.0) / z, 1e-6);
+  EXPECT_NEAR(w[1], std::exp(3.0) / z, 1e-6);
+  EXPECT_EQ(ids[2], 0);  // all equal: lowest ids
+  EXPECT_EQ(ids[3], 1);
+  EXPECT_NEAR(w[2], 0.25, 1e-6);
+  route(logits, 2, 4, 2, true, w, ids);
+  EXPECT_NEAR(w[0], 0.5, 1e-6);
+  EXPECT_NEAR(w[1], 0.5, 1e-6);
+  EXPECT_NEAR(w[2] + w[3], 1.0, 1e-6);
+  EXPECT_THROW(route(logits, 2, 4, 5, true, w, ids), InvalidArgument);
+  EXPECT_THROW(route(logits, 2, 4, 0, true, w, ids), InvalidArgument);
+  route(nullptr, 0, 4, 2, true, nullptr, nullptr);  // T = 0: nothing
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "<no InvalidArgument>";
+}
+
+TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
+  EXPECT_EQ(parse_activation("swigluoai"), Activation::kSwigluOai);
+  EXPECT_EQ(error_of([] { parse_activation("relu"); }).rfind("activation:", 0), 0u);
+  const int64_t e = 4, h = 8, i = 6, t = 3, k = 2;
+  std::mt19937 rng(3);
+  auto x = random_bf16(size_t(t * h), 1.0f, rng);
+  auto w13r = random_bf16(size_t(e * 2 * i * h), 0.3f, rng);
+  auto w2r = random_bf16(size_t(e * h * i), 0.3f, rng);
+  auto w13 = prepack(w13r.data(), e, 2 * i, h, "reference");
+  auto w2 = prepack(w2r.data(), e, h, i, "reference");
+  auto w2_bad_i = prepack(w2r.data(), e, h, i - 1, "reference");
+  auto w2_bad_e = prepack(w2r.data(), e - 1, h, i, "reference");
+  std::vector<float> wt(size_t(t * k), 0.5f);
+  std::vector<int32_t> ids = {0, 1, 2, 3, 1, 2};
+  std::vector<bf16_t> out(size_t(t * h), 0x1234);
+  auto call = [&](const PackedExperts& a, const PackedExperts& b, const std::vector<int32_t>& id,
+                  int64_t topk, bool skip, int threads, int64_t hh) {
+    return error_of([&] {
+      fused_moe(x.data(), t, hh, a, b, wt.data(), id.data(), topk, Activation::kSilu, nullptr,
+                nullptr, skip, threads, out.data());
+    });
+  };
+  EXPECT_EQ(call(*w13, *w2_bad_i, ids, k, false, 1, h).rfind("w13:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2_bad_e, ids, k, false, 1, h).rfind("w2:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2, ids, k, false, 1, h + 1).rfind("w13:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2, ids, 5, false, 1, h).rfind("topk:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2, ids, k, true, 1, h).rfind("skip_weighted:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2, ids, k, false, -5, h).rfind("threads:", 0), 0u);
+  std::vector<int32_t> bad_ids = {0, 1, 2, 4, 1, 2};
+  EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
+  bad_ids[3] = -1;
+  EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
+  for (bf16_t v : out) ASSERT_EQ(v, 0x1234) << "output written before validation finished";
+  EXPECT_EQ(error_of([&] { prepack(w2r.data(), e, h, i, "no_such_isa"); }).rfind("isa:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepack(w2r.data(), 0, h, i, ""); }).rfind("e:", 0), 0u);
+  // A second family, when this CPU has one, must not mix with the reference packing.
+  for (const auto& v : list_variants()) {
+    if (!v.supported || v.name == "reference") continue;
+    auto other = prepack(w2r.data(), e, h, i, v.name);
+    const std::string msg = call(*w13, *other, ids, k, false, 1, h);
+    EXPECT_EQ(msg.rfind("w2:", 0), 0u) << msg;
+    EXPECT_NE(msg.find("cannot be mixed"), std::string::npos) << msg;
+  }
+  // T = 0 is a no-op.
+  fused_moe(nullptr, 0, h, *w13, *w2, nullptr, nullptr, k, Activation::kSilu, nullptr, nullptr,
+            false, 1, nullptr);
+}
+
+}  // namespace
+}  // namespace cpukern::moe
