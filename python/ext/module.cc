@@ -1,0 +1,105 @@
+// cpukern._ext: the nanobind extension. Each op binds in its own file; arrays travel
+// without copies and every kernel runs with the GIL released.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <new>
+
+#include "kernels/common/cpu_features.h"
+#include "kernels/common/registry.h"
+#include "kernels/common/thread_pool.h"
+#include "python/ext/arrays.h"
+
+namespace cpukern::ext {
+
+std::string describe(const nb::dlpack::dtype& dt) {
+  using C = nb::dlpack::dtype_code;
+  std::string kind;
+  switch (C(dt.code)) {
+    case C::Int: kind = "int"; break;
+    case C::UInt: kind = "uint"; break;
+    case C::Float: kind = "float"; break;
+    case C::Bfloat: kind = "bfloat"; break;
+    case C::Complex: kind = "complex"; break;
+    case C::Bool: return "bool";
+    default: kind = "unknown"; break;
+  }
+  return kind + std::to_string(dt.bits);
+}
+
+std::string shape_str(size_t ndim, const int64_t* shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (ndim == 1 ? ",)" : ")");
+}
+
+void check_no_overlap(const OutArray& out, const char* out_arg,
+                      std::initializer_list<std::pair<const InArray*, const char*>> inputs) {
+  const auto* o0 = static_cast<const char*>(out.data());
+  const auto* o1 = o0 + out.nbytes();
+  for (const auto& [in, name] : inputs) {
+    if (!in || in->size() == 0 || out.size() == 0) continue;
+    const auto* i0 = static_cast<const char*>(in->data());
+    const auto* i1 = i0 + in->nbytes();
+    if (o0 < i1 && i0 < o1)
+      throw_arg(out_arg, std::string("must not overlap the input '") + name + "'");
+  }
+}
+
+namespace {
+
+nb::dict cpu_info_dict() {
+  const CpuInfo& info = cpu_info();
+  nb::dict d;
+  d["arch"] = arch_name(info.arch);
+  d["vendor"] = info.vendor;
+  d["features"] = feature_names(info.features);
+  d["num_cores"] = info.num_cores;
+  d["l2_bytes"] = info.l2_bytes;
+  return d;
+}
+
+}  // namespace
+
+nb::list variants_to_list(const std::vector<VariantInfo>& infos) {
+  nb::list out;
+  for (const auto& v : infos) {
+    nb::dict d;
+    d["name"] = v.name;
+    d["ukernel"] = v.ukernel;
+    d["requires"] = v.required;
+    d["priority"] = v.priority;
+    d["supported"] = v.supported;
+    d["selected"] = v.selected;
+    out.append(d);
+  }
+  return out;
+}
+
+void bind_common(nb::module_& m) {
+  m.def("cpu_info", &cpu_info_dict, "Architecture and detected CPU features.");
+  m.def("set_num_threads", &set_num_threads, nb::arg("n"),
+        "Default thread count for ops called with threads=None (n <= 0: all cores).");
+  m.def("get_num_threads", &get_num_threads);
+}
+
+}  // namespace cpukern::ext
+
+NB_MODULE(_ext, m) {
+  using namespace cpukern;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const TypeMismatch& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError, "cpukern: out of memory");
+    }
+  });
+  ext::bind_common(m);
+  ext::bind_ternary(m);
+  ext::bind_widely_linear(m);
+  ext::bind_moe(m);
+}

@@ -1,0 +1,108 @@
+// Bindings of cpukern::ternary (see kernels/ternary/ternary.h).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include "kernels/ternary/ternary.h"
+#include "python/ext/arrays.h"
+
+namespace cpukern::ext {
+
+using ternary::PreparedWeights;
+
+void bind_ternary(nb::module_& m) {
+  nb::class_<PreparedWeights>(m, "TernaryWeights",
+                              "Ternary weights converted once into one kernel's layout "
+                              "(cpukern.ternary.prepare).")
+      .def_ro("isa", &PreparedWeights::isa, "The variant whose layout this is.")
+      .def_prop_ro("shape", [](const PreparedWeights& w) { return std::make_pair(w.m, w.k); },
+                   "(M, K) of the logical weight matrix.")
+      .def_prop_ro("nbytes", &PreparedWeights::nbytes, "Bytes of the prepared layout.")
+      .def_prop_ro("has_scale", [](const PreparedWeights& w) { return !w.scale.empty(); })
+      .def("__repr__", [](const PreparedWeights& w) {
+        return "TernaryWeights(isa='" + w.isa + "', shape=(" + std::to_string(w.m) + ", " +
+               std::to_string(w.k) + "), nbytes=" + std::to_string(w.nbytes()) + ")";
+      });
+
+  m.def("ternary_variants", [] { return variants_to_list(ternary::list_variants()); });
+
+  m.def("ternary_pack", [](const InArray& w, const OutArray& out) {
+    const auto* wp = in_ptr<int8_t>(w, "w", {2});
+    const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
+    check_shape(out, "out", {rows, ternary::words_for(k)});
+    auto* op = out_ptr<uint32_t>(out, "out", {2});
+    nb::gil_scoped_release release;
+    ternary::pack(wp, rows, k, op);
+  });
+
+  m.def("ternary_unpack", [](const InArray& packed, int64_t k, const OutArray& out) {
+    const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
+    const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
+    check_shape(out, "out", {rows, k});
+    auto* op = out_ptr<int8_t>(out, "out", {2});
+    nb::gil_scoped_release release;
+    ternary::unpack(pp, rows, words, k, op);
+  });
+
+  m.def("ternary_quantize",
+        [](const InArray& w, bool per_tensor, const OutArray& packed, const OutArray& scale) {
+          const auto* wp = in_ptr<float>(w, "w", {2});
+          const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
+          check_shape(packed, "packed", {rows, ternary::words_for(k)});
+          check_shape(scale, "scale", {rows});
+          auto* pp = out_ptr<uint32_t>(packed, "packed", {2});
+          auto* sp = out_ptr<float>(scale, "scale", {1});
+          nb::gil_scoped_release release;
+          ternary::quantize(wp, rows, k, per_tensor, pp, sp);
+        });
+
+  m.def(
+      "ternary_prepare",
+      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa) {
+        const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
+        const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
+        const float* sp = nullptr;
+        if (scale) {
+          sp = in_ptr<float>(*scale, "scale", {1});
+          check_shape(*scale, "scale", {rows});
+        }
+        nb::gil_scoped_release release;
+        return ternary::prepare(pp, rows, words, k, sp, isa);
+      },
+      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"));
+
+  m.def(
+      "ternary_gemv",
+      [](const PreparedWeights& w, const InArray& x, std::optional<InArray> scale,
+         const std::string& act, int threads, const OutArray& out) {
+        const auto* xp = in_ptr<float>(x, "x", {1, 2});
+        const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
+        const int64_t k = int64_t(x.shape(x.ndim() - 1));
+        if (k != w.k)
+          throw_arg("x", "expected K = " + std::to_string(w.k) + " columns to match the weights, got " +
+                             describe_array(x));
+        if (x.ndim() == 1)
+          check_shape(out, "out", {w.m});
+        else
+          check_shape(out, "out", {batch, w.m});
+        auto* yp = out_ptr<float>(out, "out", {1, 2});
+        const float* sp = nullptr;
+        int64_t scale_len = 0;
+        if (scale) {
+          sp = in_ptr<float>(*scale, "scale", {0, 1});
+          scale_len = int64_t(scale->size());
+          if (scale_len != 1 && scale_len != w.m)
+            throw_arg("scale", "expected a float or a float32 array of shape (" + std::to_string(w.m) +
+                                   ",), got " + describe_array(*scale));
+        }
+        check_no_overlap(out, "out", {{&x, "x"}, {scale ? &*scale : nullptr, "scale"}});
+        const ternary::Act a = ternary::parse_act(act);
+        nb::gil_scoped_release release;
+        ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
+      },
+      nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
+      nb::arg("threads"), nb::arg("out"));
+}
+
+}  // namespace cpukern::ext

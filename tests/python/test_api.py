@@ -1,0 +1,103 @@
+"""The library-wide API: CPU info, kernel listing, selection and forcing by name."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cpukern
+
+OPS = ("ternary_gemv", "widely_linear", "fused_moe")
+
+
+def test_cpu_info_reports_architecture_and_features():
+    info = cpukern.cpu_info()
+    assert info["arch"] in ("x86_64", "aarch64")
+    assert isinstance(info["features"], list)
+    assert info["num_cores"] >= 1
+    if info["arch"] == "aarch64":
+        assert "neon" in info["features"]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_kernels_lists_variants_with_exactly_one_selected(op):
+    vs = cpukern.kernels(op)
+    names = [v["name"] for v in vs]
+    assert "reference" in names
+    assert len(set(names)) == len(names)
+    selected = [v for v in vs if v["selected"]]
+    assert len(selected) == 1 and selected[0]["supported"]
+    # The selected one is the highest-priority supported variant.
+    best = max((v for v in vs if v["supported"]), key=lambda v: v["priority"])
+    assert selected[0]["name"] == best["name"]
+    for v in vs:
+        assert v["ukernel"].startswith(("ternary_gemv", "widely_linear", "moe")), v
+
+
+def test_kernels_rejects_unknown_op():
+    with pytest.raises(ValueError, match="op: expected one of"):
+        cpukern.kernels("conv2d")
+
+
+def test_arm_dispatch_follows_bf16():
+    info = cpukern.cpu_info()
+    if info["arch"] != "aarch64":
+        pytest.skip("aarch64 only: checks BFMMLA is selected exactly when FEAT_BF16 is present")
+    selected = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
+    assert selected == ("neon_bf16_bfmmla" if "bf16" in info["features"] else "neon")
+
+
+def test_forcing_an_unknown_isa_names_the_argument():
+    w = cpukern.ternary.pack(np.ones((2, 16), np.int8))
+    with pytest.raises(ValueError, match=r"isa: unknown variant 'avx9000'"):
+        cpukern.ternary.prepare(w, 16, isa="avx9000")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
+    unsupported = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
+    if not unsupported:
+        pytest.skip(f"this CPU runs every {op} variant")
+    name = unsupported[0]
+    with pytest.raises(ValueError, match=f"isa: variant '{name}'.*lacks"):
+        if op == "ternary_gemv":
+            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16, isa=name)
+        elif op == "widely_linear":
+            planes, scales = cpukern.ternary.phase_quantize(np.ones((2, 2), np.float32), 1)
+            cpukern.ternary.prepare_widely_linear(planes, scales, 1, isa=name)
+        else:
+            import ml_dtypes
+            cpukern.moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
+
+
+def test_environment_variable_forces_the_default():
+    if os.environ.get("CPUKERN_QEMU_CPU"):
+        pytest.skip("qemu-user cannot start a guest subprocess without binfmt_misc; covered on the host leg")
+    code = ("import cpukern; print([v['name'] for v in cpukern.kernels('ternary_gemv') if v['selected']][0]);"
+            "print([v['name'] for v in cpukern.kernels('fused_moe') if v['selected']][0])")
+    env = dict(os.environ, CPUKERN_ISA="reference")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["reference", "reference"]
+    env = dict(os.environ, CPUKERN_ISA="fused_moe=reference")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[1] == "reference"
+
+
+def test_set_num_threads():
+    old = cpukern.get_num_threads()
+    try:
+        cpukern.set_num_threads(3)
+        assert cpukern.get_num_threads() == 3
+    finally:
+        cpukern.set_num_threads(0)
+    assert cpukern.get_num_threads() == cpukern.cpu_info()["num_cores"] or old >= 1
+
+
+def test_threads_argument_is_validated():
+    w = cpukern.ternary.pack(np.ones((2, 16), np.int8))
+    x = np.ones(16, np.float32)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="threads: expected None or an integer >= 1"):
+            cpukern.ternary.gemv(w, x, threads=bad)

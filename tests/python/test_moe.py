@@ -1,0 +1,148 @@
+"""Fused MoE: routing, packing and every variant against an independent float64 model."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cpukern import moe
+from variants import UNDER_QEMU, variant_params
+
+BF16 = ml_dtypes.bfloat16
+RNG = np.random.default_rng(7)
+
+
+def bf16(a):
+    return np.asarray(a, np.float32).astype(BF16)
+
+
+def activation(name, h, inter):
+    if name == "swigluoai":
+        gate, up = h[0::2], h[1::2]
+        gate = np.minimum(gate, 7.0)
+        up = np.clip(up, -7.0, 7.0)
+        return (up + 1) * gate / (1 + np.exp(-1.702 * gate))
+    gate, up = h[:inter], h[inter:]
+    if name == "silu":
+        return up * gate / (1 + np.exp(-gate))
+    if name == "gelu":
+        return up * 0.5 * gate * (1 + np.vectorize(math.erf)(gate / math.sqrt(2)))
+    if name == "gelu_tanh":
+        return up * 0.5 * gate * (1 + np.tanh(0.7978845608 * (gate + 0.044715 * gate ** 3)))
+    raise AssertionError(name)
+
+
+def model(x, w13, w2, tw, ids, act, b13=None, b2=None, skip=False):
+    """float64 semantics of vLLM's cpu_fused_moe; the activation output is rounded to bf16."""
+    t_count, h = x.shape
+    inter = w2.shape[2]
+    xf = x.astype(np.float64)
+    out = np.zeros((t_count, h))
+    for t in range(t_count):
+        for j in range(ids.shape[1]):
+            e = ids[t, j]
+            g = w13[e].astype(np.float64) @ xf[t]
+            if b13 is not None:
+                g += b13[e].astype(np.float64)
+            a = activation(act, g, inter).astype(np.float32).astype(BF16).astype(np.float64)
+            o = w2[e].astype(np.float64) @ a
+            if b2 is not None:
+                o += b2[e].astype(np.float64)
+            out[t] += (1.0 if skip else tw[t, j]) * o
+    return out
+
+
+def make_layer(e, h, inter, t, topk, bias, rng=RNG):
+    x = bf16(rng.standard_normal((t, h)))
+    w13 = bf16(rng.standard_normal((e, 2 * inter, h)) / math.sqrt(h))
+    w2 = bf16(rng.standard_normal((e, h, inter)) / math.sqrt(inter))
+    logits = rng.standard_normal((t, e)).astype(np.float32)
+    b13 = bf16(rng.standard_normal((e, 2 * inter)) * 0.1) if bias else None
+    b2 = bf16(rng.standard_normal((e, h)) * 0.1) if bias else None
+    return x, w13, w2, logits, b13, b2
+
+
+def check_close(got, want):
+    got = got.astype(np.float64)
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=1.6e-2)
+
+
+def test_route_softmax_topk_ties_to_lower_id():
+    logits = np.array([[1.0, 3.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    w, ids = moe.route(logits, 2, renormalize=False)
+    np.testing.assert_array_equal(ids, [[1, 2], [0, 1]])
+    p = np.exp(logits[0] - 3) / np.exp(logits[0] - 3).sum()
+    np.testing.assert_allclose(w[0], [p[1], p[2]], rtol=1e-6)
+    w, ids = moe.route(logits, 2)
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-6)
+    assert w.dtype == np.float32 and ids.dtype == np.int32
+    with pytest.raises(ValueError, match="topk"):
+        moe.route(logits, 5)
+
+
+CASES = [  # (E, topk, H, I, T, activation, bias)
+    (1, 1, 1, 1, 1, "silu", False),
+    (8, 2, 31, 176, 7, "gelu", True),
+    (8, 4, 32, 32, 7, "gelu_tanh", False),
+    (8, 4, 128, 31, 16, "swigluoai", True),
+    (4, 4, 40, 24, 5, "silu", True),
+]
+if not UNDER_QEMU:
+    CASES += [(32, 8, 128, 176, 64, "swigluoai", True), (8, 2, 176, 128, 64, "gelu_tanh", False)]
+
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("e,topk,h,inter,t,act,bias", CASES)
+def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
+    x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, bias)
+    tw, ids = moe.route(logits, topk)
+    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    assert p13.isa == isa and p13.shape == (e, 2 * inter, h) and p2.shape == (e, h, inter)
+    out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
+    assert out.dtype == BF16 and out.shape == (t, h)
+    check_close(out, model(x, w13, w2, tw, ids, act, b13, b2))
+    for threads in (1, 3):
+        again = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2,
+                              threads=threads)
+        np.testing.assert_array_equal(again.view(np.uint16), out.view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+def test_repeated_ids_empty_experts_skip_weighted_and_empty_batch(isa):
+    e, h, inter = 6, 33, 20
+    x, w13, w2, _, _, _ = make_layer(e, h, inter, 4, 2, False)
+    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    ids = np.array([[1, 1], [1, 1], [4, 1], [1, 4]], np.int32)  # experts 0, 2, 3, 5 unused
+    tw = np.full((4, 2), 0.5, np.float32)
+    out = moe.fused_moe(x, p13, p2, tw, ids)
+    check_close(out, model(x, w13, w2, tw, ids, "silu"))
+    ids1 = ids[:, :1].copy()
+    tw1 = np.full((4, 1), 0.25, np.float32)
+    out = moe.fused_moe(x, p13, p2, tw1, ids1, skip_weighted=True)
+    check_close(out, model(x, w13, w2, tw1, ids1, "silu", skip=True))
+    empty = moe.fused_moe(x[:0], p13, p2, tw[:0], ids[:0])
+    assert empty.shape == (0, h)
+
+
+def test_fused_moe_bad_input_names_the_argument():
+    e, h, inter = 4, 16, 8
+    x, w13, w2, logits, _, _ = make_layer(e, h, inter, 3, 2, False)
+    tw, ids = moe.route(logits, 2)
+    p13, p2 = moe.prepack(w13), moe.prepack(w2)
+    with pytest.raises(TypeError, match="x: expected a C-contiguous bfloat16"):
+        moe.fused_moe(x.astype(np.float32), p13, p2, tw, ids)
+    with pytest.raises(ValueError, match="activation"):
+        moe.fused_moe(x, p13, p2, tw, ids, activation="relu")
+    bad = ids.copy()
+    bad[1, 1] = e
+    with pytest.raises(ValueError, match="topk_ids"):
+        moe.fused_moe(x, p13, p2, tw, bad)
+    with pytest.raises(ValueError, match="skip_weighted"):
+        moe.fused_moe(x, p13, p2, tw, ids, skip_weighted=True)
+    with pytest.raises(ValueError, match="w2|w13"):
+        moe.fused_moe(x, p13, p13, tw, ids)
+    with pytest.raises(TypeError, match="w13: expected PackedExperts"):
+        moe.fused_moe(x, w13, p2, tw, ids)
+    with pytest.raises(ValueError, match="x"):
+        moe.fused_moe(x[:, :5].copy(), p13, p2, tw, ids)

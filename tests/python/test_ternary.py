@@ -1,0 +1,165 @@
+"""Ternary GEMV: public format, quantiser and every variant against a float64 model."""
+
+import numpy as np
+import pytest
+
+import cpukern
+from cpukern import ternary
+from variants import UNDER_QEMU, variant_params
+
+RNG = np.random.default_rng(1234)
+K_EDGES = [1, 15, 16, 17, 33, 4095] if not UNDER_QEMU else [1, 15, 16, 17, 33, 257]
+
+
+def random_ternary(m, k, rng=RNG):
+    return rng.integers(-1, 2, size=(m, k), dtype=np.int8)
+
+
+def model(w, x, scale):
+    """The float64 oracle: y = scale * (w @ x)."""
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    return y * np.asarray(scale, np.float64), (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) * np.abs(scale)
+
+
+# --- the public packed format --------------------------------------------------------------
+
+def test_pack_layout_matches_the_spec():
+    w = np.zeros((1, 17), np.int8)
+    w[0, 0], w[0, 1], w[0, 15], w[0, 16] = 1, -1, 1, -1
+    p = ternary.pack(w)
+    assert p.dtype == np.uint32 and p.shape == (1, 2)
+    assert p[0, 0] == (2 << 0) | (1 << 2) | (2 << 30)
+    assert p[0, 1] == 1
+
+
+@pytest.mark.parametrize("k", [1, 15, 16, 17, 100])
+def test_pack_unpack_round_trip(k):
+    w = random_ternary(5, k)
+    np.testing.assert_array_equal(ternary.unpack(ternary.pack(w), k), w)
+    np.testing.assert_array_equal(ternary.unpack(ternary.pack(w.astype(np.int64)), k), w)
+
+
+def test_pack_rejects_values_outside_ternary_naming_the_index():
+    w = np.zeros((3, 20), np.int32)
+    w[2, 7] = 2
+    with pytest.raises(ValueError, match=r"w: values must be in \{-1, 0, \+1\}, got 2 at index \[2, 7\]"):
+        ternary.pack(w)
+    with pytest.raises(TypeError, match="w: expected an integer array"):
+        ternary.pack(np.zeros((2, 2), np.float32))
+
+
+def test_unpack_rejects_code_11():
+    p = np.zeros((2, 1), np.uint32)
+    p[1, 0] = 3 << 4
+    with pytest.raises(ValueError, match="packed: invalid code 0b11"):
+        ternary.unpack(p, 16)
+    with pytest.raises(ValueError, match="packed: expected ceil"):
+        ternary.unpack(np.zeros((2, 2), np.uint32), 16)
+
+
+@pytest.mark.parametrize("granularity", ["row", "tensor"])
+def test_quantize_is_absmean(granularity):
+    w = RNG.standard_normal((6, 37)).astype(np.float32)
+    packed, scale = ternary.quantize(w, granularity)
+    s = np.abs(w.astype(np.float64)).mean(axis=1 if granularity == "row" else None)
+    s = np.broadcast_to(s, (6,))
+    np.testing.assert_allclose(scale, s, rtol=1e-6)
+    q = np.clip(np.round(w / s[:, None]), -1, 1)
+    np.testing.assert_array_equal(ternary.unpack(packed, 37), q.astype(np.int8))
+    with pytest.raises(ValueError, match="granularity"):
+        ternary.quantize(w, "column")
+
+
+# --- gemv, every variant ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("k", K_EDGES)
+@pytest.mark.parametrize("m,b", [(1, 1), (9, 3), (33, 16)])
+def test_gemv_fp32_matches_float64_model(isa, k, m, b):
+    w = random_ternary(m, k)
+    w[0] = 0  # a zero row
+    if m > 2:
+        w[1], w[2] = 1, -1  # all +1, all -1
+    x = RNG.standard_normal((b, k)).astype(np.float32)
+    scale = RNG.uniform(0.5, 2.0, m).astype(np.float32)
+    tw = ternary.prepare(ternary.pack(w), k, scale, isa=isa)
+    assert tw.isa == isa and tw.shape == (m, k) and tw.nbytes > 0
+    y = ternary.gemv(tw, x)
+    want, mag = model(w, x, scale)
+    assert y.shape == (b, m) and y.dtype == np.float32
+    assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30), np.max(np.abs(y - want) / (mag + 1e-30))
+    y1 = ternary.gemv(tw, x[0])
+    assert y1.shape == (m,)
+    np.testing.assert_array_equal(y1, y[0])
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+def test_gemv_small_integers_are_bitwise_exact(isa):
+    m, k = 21, 1000
+    w = random_ternary(m, k)
+    x = RNG.integers(-8, 9, size=(4, k)).astype(np.float32)
+    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, isa=isa), x)
+    np.testing.assert_array_equal(y, (x.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+def test_gemv_int8_within_stated_bound(isa):
+    m, k, b = 17, 333, 3
+    w = random_ternary(m, k)
+    x = RNG.standard_normal((b, k)).astype(np.float32)
+    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, isa=isa), x, 1.5, act="int8")
+    want, mag = model(w, x, 1.5)
+    bound = 1.5 * np.abs(x).max(axis=1, keepdims=True) / 254 * np.abs(w).sum(axis=1)[None, :] + 1e-5 * mag
+    assert np.all(np.abs(y - want) <= bound * 1.01 + 1e-6)
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+def test_gemv_is_identical_for_any_thread_count(isa):
+    m, k = 300, 517
+    tw = ternary.prepare(ternary.pack(random_ternary(m, k)), k, isa=isa)
+    x = RNG.standard_normal((2, k)).astype(np.float32)
+    ys = [ternary.gemv(tw, x, threads=t) for t in (1, 2, 3, 7)]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+
+
+def test_gemv_scale_forms_and_packed_input():
+    m, k = 5, 40
+    w = random_ternary(m, k)
+    packed = ternary.pack(w)
+    x = RNG.standard_normal(k).astype(np.float32)
+    base = ternary.gemv(packed, x)
+    np.testing.assert_allclose(ternary.gemv(packed, x, 2.0), 2 * base, rtol=1e-6)
+    s = np.arange(1, m + 1, dtype=np.float32)
+    np.testing.assert_allclose(ternary.gemv(packed, x, s), s * base, rtol=1e-6)
+    tw = ternary.prepare(packed, k, s)
+    np.testing.assert_allclose(ternary.gemv(tw, x), s * base, rtol=1e-6)
+    np.testing.assert_allclose(ternary.gemv(tw, x, 1.0), base, rtol=1e-6)  # explicit scale wins
+    out = np.empty(m, np.float32)
+    assert ternary.gemv(tw, x, out=out) is out
+
+
+def test_gemv_bad_input_names_the_argument():
+    packed = ternary.pack(random_ternary(4, 32))
+    x = np.ones(32, np.float32)
+    with pytest.raises(TypeError, match="x: expected a C-contiguous float32"):
+        ternary.gemv(packed, x.astype(np.float64))
+    with pytest.raises(TypeError, match="x: expected a C-contiguous float32"):
+        ternary.gemv(packed, np.ones((2, 64), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="packed|k"):
+        ternary.gemv(packed, np.ones(50, np.float32))
+    with pytest.raises(ValueError, match="act: expected 'fp32' or 'int8'"):
+        ternary.gemv(packed, x, act="int4")
+    with pytest.raises(ValueError, match="scale"):
+        ternary.gemv(packed, x, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="out"):
+        ternary.gemv(packed, x, out=np.empty(5, np.float32))
+    bad = packed.copy()
+    bad[0, 0] = 3
+    with pytest.raises(ValueError, match="packed"):
+        ternary.prepare(bad, 32)
+    tw = ternary.prepare(packed, 32)
+    with pytest.raises(ValueError, match="x: expected K = 32"):
+        ternary.gemv(tw, np.ones(31, np.float32))
+    with pytest.raises(TypeError, match="x: expected a numpy array"):
+        ternary.gemv(tw, [1.0] * 32)

@@ -1,0 +1,120 @@
+"""Fairy2i widely-linear layer: quantiser on hand-made cases, every variant vs the dense oracle."""
+
+import numpy as np
+import pytest
+
+from cpukern import ternary
+from variants import UNDER_QEMU, variant_params
+
+RNG = np.random.default_rng(99)
+
+
+def test_phase_quantize_2x2_by_hand():
+    # n = m = 1: a = [[A11, A12], [A21, A22]].
+    a = np.array([[3.0, 1.0], [1.0, 1.0]], np.float32)
+    # U = ((3+1)/2, (1-1)/2) = 2 + 0i -> +1, s_Ure = 2; W = ((3-1)/2, (1+1)/2) = 1 + 1i.
+    planes, scales = ternary.phase_quantize(a, stages=1)
+    assert planes.shape == (1, 4, 1, 1) and scales.shape == (1, 4)
+    u_re, u_im, w_re, w_im = (ternary.unpack(planes[0, i], 1)[0, 0] for i in range(4))
+    assert (u_re, u_im) == (1, 0)
+    assert scales[0, 0] == pytest.approx(2.0)
+    assert scales[0, 1] == 0.0
+    # W = 1 + 1i is a tie between the axes; whichever is chosen gets scale 1.
+    assert abs(w_re) + abs(w_im) == 1
+    assert (scales[0, 2] if w_re else scales[0, 3]) == pytest.approx(1.0)
+
+
+def test_phase_quantize_4x4_exact_representable():
+    # A layer built from {+-1, +-i} codes with per-axis scales is reproduced exactly in 1 stage.
+    n = m = 2
+    u = np.array([[1, 1j], [-1j, -1]])
+    w = np.array([[-1, 1j], [1, -1j]])
+    su_re, su_im, sw_re, sw_im = 0.5, 0.25, 2.0, 1.0
+    U = np.where(np.isreal(u), su_re * u.real, 0) + 1j * np.where(np.iscomplex(u), su_im * u.imag, 0)
+    W = np.where(np.isreal(w), sw_re * w.real, 0) + 1j * np.where(np.iscomplex(w), sw_im * w.imag, 0)
+    a11, a22 = U.real + W.real, U.real - W.real
+    a21, a12 = U.imag + W.imag, W.imag - U.imag
+    a = np.block([[a11, a12], [a21, a22]]).astype(np.float32)
+    planes, scales = ternary.phase_quantize(a, stages=1)
+    np.testing.assert_allclose(scales[0], [su_re, su_im, sw_re, sw_im], rtol=1e-6)
+    np.testing.assert_array_equal(ternary.unpack(planes[0, 0], m), u.real.astype(np.int8) * np.isreal(u))
+    np.testing.assert_array_equal(ternary.unpack(planes[0, 1], m), (u.imag * np.iscomplex(u)).astype(np.int8))
+    np.testing.assert_allclose(ternary.widely_linear_dense(planes, scales, m), a, rtol=1e-6)
+    # A second stage has nothing left to quantise.
+    planes2, scales2 = ternary.phase_quantize(a, stages=2)
+    np.testing.assert_allclose(ternary.widely_linear_dense(planes2, scales2, m), a, rtol=1e-6, atol=1e-7)
+
+
+def test_more_stages_reduce_the_error():
+    a = RNG.standard_normal((64, 96)).astype(np.float32)
+    errs = []
+    for s in (1, 2, 3):
+        p, sc = ternary.phase_quantize(a, s)
+        errs.append(np.linalg.norm(ternary.widely_linear_dense(p, sc, 48) - a))
+    assert errs[0] > errs[1] > errs[2]
+
+
+def term_magnitude(planes, scales, x, m):
+    """sum over every term of |s * plane * x|: the scale of fp32 rounding error."""
+    xr, xi = np.abs(x[:, :m]).astype(np.float64), np.abs(x[:, m:]).astype(np.float64)
+    n = planes.shape[2]
+    mag_re = np.zeros((x.shape[0], n))
+    mag_im = np.zeros((x.shape[0], n))
+    for st in range(planes.shape[0]):
+        p = [np.abs(ternary.unpack(planes[st, i], m)).astype(np.float64) for i in range(4)]
+        s = [np.abs(np.broadcast_to(scales[st, i], (n,)))[:, None] for i in range(4)]
+        real_axis = s[0] * p[0] + s[2] * p[2]  # U_re, W_re
+        imag_axis = s[1] * p[1] + s[3] * p[3]  # U_im, W_im
+        mag_re += xr @ real_axis.T + xi @ imag_axis.T
+        mag_im += xr @ imag_axis.T + xi @ real_axis.T
+    return np.concatenate([mag_re, mag_im], axis=1)
+
+
+SHAPES = [(1, 1, 1, 1), (3, 17, 2, 5), (8, 33, 3, 16), (5, 1, 1, 2)]
+if not UNDER_QEMU:
+    SHAPES.append((64, 200, 2, 4))
+
+
+@pytest.mark.parametrize("isa", variant_params("widely_linear"))
+@pytest.mark.parametrize("n,m,stages,b", SHAPES)
+@pytest.mark.parametrize("per_row", [False, True])
+def test_widely_linear_matches_dense(isa, n, m, stages, b, per_row):
+    a = RNG.standard_normal((2 * n, 2 * m)).astype(np.float32)
+    planes, scales = ternary.phase_quantize(a, stages)
+    if per_row:
+        scales = (scales[:, :, None] * RNG.uniform(0.5, 1.5, (stages, 4, n))).astype(np.float32)
+    dense = ternary.widely_linear_dense(planes, scales, m).astype(np.float64)
+    x = RNG.standard_normal((b, 2 * m)).astype(np.float32)
+    want = x.astype(np.float64) @ dense.T
+    mag = term_magnitude(planes, scales, x, m)
+    layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+    assert layer.isa == isa and layer.shape == (2 * n, 2 * m)
+    y = ternary.widely_linear(layer, x)
+    y_unfused = ternary.widely_linear(layer, x, fused=False)
+    assert y.shape == (b, 2 * n)
+    assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+    assert np.all(np.abs(y_unfused - want) <= 1e-5 * mag + 1e-30)
+    np.testing.assert_array_equal(ternary.widely_linear(planes, x[0], scales, isa=isa), y[0])
+    for t in (2, 3):
+        np.testing.assert_array_equal(ternary.widely_linear(layer, x, threads=t), y)
+
+
+def test_single_stage_planes_without_stage_axis():
+    a = RNG.standard_normal((6, 10)).astype(np.float32)
+    planes, scales = ternary.phase_quantize(a, 1)
+    x = RNG.standard_normal(10).astype(np.float32)
+    np.testing.assert_array_equal(ternary.widely_linear(planes[0], x, scales[0]),
+                                  ternary.widely_linear(planes, x, scales))
+
+
+def test_widely_linear_bad_input():
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    planes, scales = ternary.phase_quantize(a, 2)
+    with pytest.raises(ValueError, match="a: expected a \\(2n, 2m\\)"):
+        ternary.phase_quantize(np.ones((3, 4), np.float32))
+    with pytest.raises(ValueError, match="stages"):
+        ternary.phase_quantize(a, 0)
+    with pytest.raises(ValueError, match="scales"):
+        ternary.widely_linear(planes, np.ones(6, np.float32), scales[:1])
+    with pytest.raises(ValueError, match="x"):
+        ternary.widely_linear(ternary.prepare_widely_linear(planes, scales, 3), np.ones(8, np.float32))
