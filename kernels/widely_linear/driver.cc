@@ -1,0 +1,148 @@
+// prepare() and run(): validation at the boundary, then row tiles on the thread pool.
+// Every output row is computed by exactly one task, in a fixed order (stages in order,
+// the 8 dot products from the variant's ukernel, then the scale epilogue), so results do
+// not depend on the thread count, the batch size, or the fused/unfused schedule.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/thread_pool.h"
+#include "kernels/widely_linear/ukernel.h"
+
+namespace cpukern::widely_linear {
+
+size_t public_layout_size(const Dims& d) {
+  return size_t(d.stages) * 4 * size_t(d.n) * size_t(d.words) * sizeof(uint32_t);
+}
+
+void public_layout_pack(const uint32_t* planes, const Dims& d, void* out) {
+  std::memcpy(out, planes, public_layout_size(d));
+}
+
+std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
+                                                  const float* scales, bool scales_per_row,
+                                                  int64_t stages, int64_t n, int64_t words,
+                                                  int64_t m) {
+  validate_planes(planes, stages, n, words, m);
+  validate_scales(scales, scales_per_row, stages, n);
+  auto layer = std::make_shared<PreparedLayer>();
+  layer->variant = &v;
+  layer->isa = v.name;
+  layer->stages = stages;
+  layer->n = n;
+  layer->m = m;
+  layer->scales.resize(size_t(stages * 4 * n));
+  for (int64_t s = 0; s < stages; ++s)
+    for (int p = 0; p < 4; ++p)
+      for (int64_t r = 0; r < n; ++r)
+        layer->scales[(s * 4 + p) * n + r] =
+            scales_per_row ? scales[(s * 4 + p) * n + r] : scales[s * 4 + p];
+  const Dims d{stages, n, m, words};
+  layer->data.resize(v.ukernel.packed_size(d));
+  v.ukernel.pack(planes, d, layer->data.data());
+  return layer;
+}
+
+std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
+                                             bool scales_per_row, int64_t stages, int64_t n,
+                                             int64_t words, int64_t m, const std::string& isa) {
+  const auto& row = registry().select(isa.c_str());
+  return prepare_with(variant_of(row), planes, scales, scales_per_row, stages, n, words, m);
+}
+
+namespace {
+
+// Rows per task: a tile's planes (all stages) around 32 KiB, at least 4 tasks per thread
+// when there are rows enough, a multiple of the ukernel's tile.
+int64_t tile_rows(const Dims& d, int mr, int threads) {
+  const int64_t row_bytes = std::max<int64_t>(1, 16 * d.words * d.stages);
+  int64_t t = std::clamp<int64_t>((32 << 10) / row_bytes, 1, 64);
+  t = std::min<int64_t>(t, (d.n + 4 * threads - 1) / (4 * threads));
+  t = std::max<int64_t>(1, (t + mr - 1) / mr * mr);
+  return t;
+}
+
+}  // namespace
+
+void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, int threads,
+         float* y) {
+  check_arg(layer.variant != nullptr && layer.n >= 1 && layer.m >= 1 && layer.stages >= 1,
+            "layer", "is not a prepared layer");
+  check_arg(batch >= 0, "x", "batch must be >= 0, got " + std::to_string(batch));
+  check_arg(threads >= 0, "threads", "must be >= 0 (0 = the default), got " +
+                                         std::to_string(threads));
+  if (batch == 0) return;
+  check_arg(x != nullptr, "x", "must not be null");
+  check_arg(y != nullptr, "y", "must not be null");
+  const Ukernel& uk = layer.variant->ukernel;
+  const Dims d{layer.stages, layer.n, layer.m, (layer.m + 15) / 16};
+  const int nthreads = threads > 0 ? threads : get_num_threads();
+
+  // O3: x_re, -x_re, x_im, -x_im once per call, zero-padded to whole words; plus the
+  // ukernel's own table if it has one.
+  const int64_t w16 = d.words * 16;
+  const int64_t tab = uk.table_floats ? (uk.table_floats(d) + 15) / 16 * 16 : 0;
+  const int64_t per_b = 4 * w16 + tab;
+  AlignedBuffer act(size_t(checked_mul(batch, per_b, "x")) * sizeof(float));
+  std::vector<Acts> acts(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    float* base = act.data<float>() + b * per_b;
+    const float* xb = x + b * 2 * d.m;
+    for (int64_t c = 0; c < d.m; ++c) {
+      base[c] = xb[c];
+      base[w16 + c] = -xb[c];
+      base[2 * w16 + c] = xb[d.m + c];
+      base[3 * w16 + c] = -xb[d.m + c];
+    }
+    Acts& a = acts[size_t(b)];
+    for (int s = 0; s < 4; ++s) a.src[s] = base + s * w16;
+    if (tab) {
+      uk.build_table(a, d, base + 4 * w16);
+      a.table = base + 4 * w16;
+    }
+  }
+
+  const void* data = layer.data.data();
+  const float* scales = layer.scales.data();
+  const int64_t t = tile_rows(d, uk.rows_per_tile, nthreads);
+  const int64_t tasks = (d.n + t - 1) / t;
+
+  if (fused) {
+    parallel_for(tasks, nthreads, [&](int64_t task) {
+      const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
+      std::vector<float> dots(static_cast<size_t>((r1 - r0) * kNumSub));
+      for (int64_t b = 0; b < batch; ++b) {
+        float* yb = y + b * 2 * d.n;
+        for (int64_t s = 0; s < d.stages; ++s) {
+          uk.fused(data, d, s, r0, r1, acts[size_t(b)], dots.data());
+          scale_epilogue(dots.data(), scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+        }
+      }
+    });
+    return;
+  }
+
+  // The naive schedule: per batch row and stage, 8 separate passes over the whole layer
+  // (one per sub-GEMV, each reading its plane from memory again), then the epilogue.
+  std::vector<float> dots(static_cast<size_t>(d.n * kNumSub));
+  for (int64_t b = 0; b < batch; ++b) {
+    float* yb = y + b * 2 * d.n;
+    for (int64_t s = 0; s < d.stages; ++s) {
+      for (int k = 0; k < kNumSub; ++k)
+        parallel_for(tasks, nthreads, [&](int64_t task) {
+          const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
+          uk.gemv(data, d, s, k, r0, r1, acts[size_t(b)], dots.data() + r0 * kNumSub);
+        });
+      parallel_for(tasks, nthreads, [&](int64_t task) {
+        const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
+        scale_epilogue(dots.data() + r0 * kNumSub, scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb,
+                       yb + d.n);
+      });
+    }
+  }
+}
+
+}  // namespace cpukern::widely_linear

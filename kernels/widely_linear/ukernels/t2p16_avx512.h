@@ -1,0 +1,57 @@
+// Inline pieces shared by the AVX-512 fused and sub-GEMV micro-kernels, so that both sum
+// every dot product in the same order. Compiles natively or against SIMDe (CPUKERN_SIMDE).
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/simd_x86.h"
+
+// GCC 12's _mm512_extractf64x4_pd uses an "undefined" source it then warns about.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace cpukern::widely_linear::t2p16_avx512 {
+
+#define CPUKERN_WL_INLINE inline __attribute__((always_inline))
+
+#if defined(CPUKERN_SIMDE)
+using mask16 = simde__mmask16;
+#else
+using mask16 = __mmask16;
+#endif
+
+// One decoded word: lanes (columns) to subtract, and lanes that are nonzero.
+struct Masks {
+  mask16 neg, nz;
+};
+
+CPUKERN_WL_INLINE Masks decode(uint32_t w) {
+  // pext gathers the "-1" bits (even) and the "nonzero" bits (either) of the 16 codes.
+  return {static_cast<mask16>(_pext_u32(w, 0x55555555u)),
+          static_cast<mask16>(_pext_u32(w | (w >> 1), 0x55555555u))};
+}
+
+// acc += (w * x) lane-wise: x or -x (a precomputed source, O3) where the code is nonzero.
+CPUKERN_WL_INLINE __m512 step(__m512 acc, Masks k, __m512 x, __m512 neg_x) {
+  return _mm512_mask_add_ps(acc, k.nz, acc, _mm512_mask_blend_ps(k.neg, x, neg_x));
+}
+
+// Fixed reduction tree: 16 -> 8 -> 4 -> 2 -> 1.
+CPUKERN_WL_INLINE float hsum(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+}  // namespace cpukern::widely_linear::t2p16_avx512
+
+#if defined(CPUKERN_SIMDE)
+// The SIMDe build of the same source gets its own symbols.
+#define widely_linear_f32_t2p16x4_1x1__avx512_bmi2 widely_linear_f32_t2p16x4_1x1__simde_avx512
+#define widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2 \
+  widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512
+#endif

@@ -1,0 +1,32 @@
+// Declarations of the widely-linear micro-kernels, one per file in this directory.
+// Names: <op>_<out>_<layout>_<MR>x<NR>__<isa>; "t2p16x4" = the public 2-bit layout
+// (16 weights per uint32) of the 4 planes, "gemv" = the single sub-GEMV of the naive schedule.
+#pragma once
+#include "kernels/widely_linear/ukernel.h"
+
+#define CPUKERN_WL_FUSED(fn)                                                          \
+  void fn(const void* data, const Dims& d, int64_t stage, int64_t r0, int64_t r1, \
+          const Acts& x, float* dots)
+#define CPUKERN_WL_GEMV(fn)                                                                  \
+  void fn(const void* data, const Dims& d, int64_t stage, int k, int64_t r0, int64_t r1, \
+          const Acts& x, float* dots)
+
+namespace cpukern::widely_linear {
+
+CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__scalar);
+CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_1x1__scalar);
+
+#if defined(__x86_64__)
+CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__avx2);
+CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx2);
+CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__avx2_bmi2);
+CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx2_bmi2);
+CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__avx512_bmi2);
+CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2);
+#endif
+
+// The AVX-512 sources compiled against SIMDe (library :ukernels_simde, tests only).
+CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__simde_avx512);
+CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512);
+
+}  // namespace cpukern::widely_linear

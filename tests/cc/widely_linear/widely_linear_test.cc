@@ -1,0 +1,329 @@
+// Tests of the widely-linear (Fairy2i) layer: phase quantisation on hand-derived cases,
+// every variant against dense(...) @ x in float64, thread/batch/schedule invariance, and
+// argument validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/cpu_features.h"
+#include "kernels/common/errors.h"
+#include "kernels/widely_linear/ukernel.h"
+#include "kernels/widely_linear/ukernels/ukernels.h"
+#include "kernels/widely_linear/widely_linear.h"
+
+namespace cpukern::widely_linear {
+namespace {
+
+int64_t words_for(int64_t m) { return (m + 15) / 16; }
+
+// ---------------------------------------------------------------- phase_quantize
+
+TEST(PhaseQuantize, Hand2x2TwoStages) {
+  // n = m = 1: a = [[A11, A12], [A21, A22]] = [[3, -1], [1, 1]].
+  // U = ((3+1)/2, (1-(-1))/2) = 2 + 1i -> |re| >= |im| -> +1, s_Ure = 2, s_Uim = 0 (none).
+  // W = ((3-1)/2, (-1+1)/2) = 1 + 0i -> +1, s_Wre = 1, s_Wim = 0.
+  // Stage 2 residuals: U = 0 + 1i -> +i, s_Uim = 1; W = 0 + 0i -> tie, real axis, +1,
+  // s_Wre = mean |0| = 0.
+  const float a[4] = {3, -1, 1, 1};
+  uint32_t planes[8];
+  float scales[8];
+  phase_quantize(a, 1, 1, 2, planes, scales);
+  const uint32_t want_planes[8] = {2, 0, 2, 0, 0, 2, 2, 0};
+  const float want_scales[8] = {2, 0, 1, 0, 0, 1, 0, 0};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(planes[i], want_planes[i]) << i;
+    EXPECT_EQ(scales[i], want_scales[i]) << i;
+  }
+  // The two stages reconstruct a exactly.
+  float back[4];
+  dense(planes, scales, false, 2, 1, 1, 1, back);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(back[i], a[i]) << i;
+}
+
+TEST(PhaseQuantize, Hand4x4OneStage) {
+  // n = m = 2. Chosen U = [[2+.5i, -1+3i], [.5-4i, -3-1i]], W = [[1+1i, -2i], [-2+1i, .5+.25i]];
+  // a from A11 = Ure+Wre, A12 = Wim-Uim, A21 = Wim+Uim, A22 = Ure-Wre.
+  const float a[16] = {
+      3,    -1,   0.5f, -5,     // row 0: A11 | A12
+      -1.5, -2.5, 5,    1.25f,  // row 1
+      1.5,  1,    1,    -1,     // row 2: A21 | A22
+      -3,   -0.75f, 2.5, -3.5,  // row 3
+  };
+  uint32_t planes[8];
+  float scales[4];
+  phase_quantize(a, 2, 2, 1, planes, scales);
+  // U: +1 (re 2 > .5), +i (3 > 1), -i (4 > .5), -1 (3 > 1). s_Ure = (2+3)/2, s_Uim = (3+4)/2.
+  // W: tie |1| = |1| -> +1, -i, -1, +1. s_Wre = (1+2+.5)/3, s_Wim = 2.
+  // Codes: +1 at column c -> 2 << 2c, -1 -> 1 << 2c; one word per row.
+  const uint32_t want[8] = {
+      2, 4,      // U_re: row0 col0 +1; row1 col1 -1
+      8, 1,      // U_im: row0 col1 +1; row1 col0 -1
+      2, 1 | 8,  // W_re: row0 col0 +1; row1 col0 -1, col1 +1
+      4, 0,      // W_im: row0 col1 -1
+  };
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(planes[i], want[i]) << i;
+  EXPECT_EQ(scales[0], 2.5f);
+  EXPECT_EQ(scales[1], 3.5f);
+  EXPECT_EQ(scales[2], float(3.5 / 3));
+  EXPECT_EQ(scales[3], 2.0f);
+}
+
+TEST(PhaseQuantize, ResidualStagesReduceError) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const int64_t n = 6, m = 21;
+  std::vector<float> a(4 * n * m);
+  for (auto& v : a) v = nd(rng);
+  double prev = 1e300;
+  for (int64_t S = 1; S <= 3; ++S) {
+    std::vector<uint32_t> planes(S * 4 * n * words_for(m));
+    std::vector<float> scales(S * 4), back(a.size());
+    phase_quantize(a.data(), n, m, S, planes.data(), scales.data());
+    dense(planes.data(), scales.data(), false, S, n, words_for(m), m, back.data());
+    double err = 0;
+    for (size_t i = 0; i < a.size(); ++i) err += (a[i] - back[i]) * double(a[i] - back[i]);
+    EXPECT_LT(err, prev) << "stages " << S;
+    prev = err;
+    // Every complex weight maps to exactly one of +-1, +-i per stage: disjoint supports.
+    const int64_t pw = n * words_for(m);
+    for (int64_t s = 0; s < S; ++s)
+      for (int t = 0; t < 2; ++t)
+        for (int64_t i = 0; i < pw; ++i) {
+          const uint32_t re = planes[(s * 4 + 2 * t) * pw + i];
+          const uint32_t im = planes[(s * 4 + 2 * t + 1) * pw + i];
+          const uint32_t nz_re = (re | re >> 1) & 0x55555555u, nz_im = (im | im >> 1) & 0x55555555u;
+          EXPECT_EQ(nz_re & nz_im, 0u);
+          const int64_t c0 = (i % words_for(m)) * 16;
+          const int64_t valid = std::min<int64_t>(16, m - c0);
+          EXPECT_EQ(__builtin_popcount(nz_re | nz_im), valid);
+        }
+  }
+}
+
+void expect_arg_error(const std::function<void()>& f, const std::string& arg) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected one naming '" << arg << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(arg + ":", 0), 0u) << e.what();
+  }
+}
+
+TEST(PhaseQuantize, Errors) {
+  std::vector<float> a(16, 1.0f);
+  uint32_t planes[16];
+  float scales[8];
+  a[5] = std::numeric_limits<float>::quiet_NaN();
+  expect_arg_error([&] { phase_quantize(a.data(), 2, 2, 1, planes, scales); }, "a");
+  a[5] = 1;
+  expect_arg_error([&] { phase_quantize(a.data(), 2, 2, 0, planes, scales); }, "stages");
+  expect_arg_error([&] { phase_quantize(a.data(), 2, 0, 1, planes, scales); }, "m");
+}
+
+// ---------------------------------------------------------------- variants
+
+struct Layer {
+  int64_t S, n, m, words;
+  bool per_row;
+  std::vector<uint32_t> planes;
+  std::vector<float> scales;
+};
+
+Layer random_layer(std::mt19937& rng, int64_t S, int64_t n, int64_t m, bool per_row,
+                   bool disjoint) {
+  Layer L{S, n, m, words_for(m), per_row, {}, {}};
+  L.planes.assign(S * 4 * n * L.words, 0);
+  std::uniform_int_distribution<int> code(0, 2), five(0, 4);
+  const int64_t pw = n * L.words;
+  for (int64_t s = 0; s < S; ++s)
+    for (int t = 0; t < 2; ++t)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < m; ++c) {
+          int cre, cim;  // codes 0, 1 (-1), 2 (+1)
+          if (disjoint) {
+            const int v = five(rng);  // 0, +1, -1, +i, -i
+            cre = v == 1 ? 2 : v == 2 ? 1 : 0;
+            cim = v == 3 ? 2 : v == 4 ? 1 : 0;
+          } else {
+            cre = code(rng);
+            cim = code(rng);
+          }
+          const int64_t wi = r * L.words + c / 16;
+          L.planes[(s * 4 + 2 * t) * pw + wi] |= uint32_t(cre) << (2 * (c % 16));
+          L.planes[(s * 4 + 2 * t + 1) * pw + wi] |= uint32_t(cim) << (2 * (c % 16));
+        }
+  std::uniform_real_distribution<float> sc(-2.0f, 2.0f);
+  L.scales.resize(S * 4 * (per_row ? n : 1));
+  for (auto& v : L.scales) v = sc(rng);
+  return L;
+}
+
+// A variant by name: from the registry, or the SIMDe build of the AVX-512 kernel.
+const Variant* simde_variant() {
+  static const Variant v = [] {
+    Variant r;
+    r.name = "simde_avx512";
+    r.required = 0;
+    r.priority = -1;
+    r.ukernel = Ukernel{"widely_linear_f32_t2p16x4_1x1__simde_avx512",
+                        "widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512",
+                        4,
+                        public_layout_size,
+                        public_layout_pack,
+                        nullptr,
+                        nullptr,
+                        widely_linear_f32_t2p16x4_1x1__simde_avx512,
+                        widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512};
+    return r;
+  }();
+  return &v;
+}
+
+class VariantTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Returns null (after GTEST_SKIP) when the variant cannot run here.
+  std::shared_ptr<const PreparedLayer> prep(const Layer& L) {
+    if (GetParam() == "simde_avx512")
+      return prepare_with(*simde_variant(), L.planes.data(), L.scales.data(), L.per_row, L.S, L.n,
+                          L.words, L.m);
+    return prepare(L.planes.data(), L.scales.data(), L.per_row, L.S, L.n, L.words, L.m,
+                   GetParam());
+  }
+  void SetUp() override {
+    if (GetParam() == "simde_avx512") return;
+    for (const auto& v : registry().variants()) {
+      if (GetParam() != v.name) continue;
+      if (!v.supported()) {
+        std::string need;
+        for (const auto& f : feature_names(v.required & ~cpu_info().features)) need += f + " ";
+        GTEST_SKIP() << "variant " << GetParam() << " needs CPU features this CPU lacks: "
+                     << need;
+      }
+      return;
+    }
+    GTEST_SKIP() << "variant " << GetParam() << " is not built for this architecture";
+  }
+};
+
+TEST_P(VariantTest, MatchesDenseAndIsDeterministic) {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd;
+  struct Shape {
+    int64_t n, m;
+  };
+  const Shape shapes[] = {{1, 1}, {1, 17}, {3, 33}, {5, 7}, {2, 16}, {9, 5}, {13, 48}, {6, 100}};
+  int cases = 0;
+  for (const Shape sh : shapes)
+    for (int64_t S = 1; S <= 3; ++S)
+      for (int per_row = 0; per_row < 2; ++per_row) {
+        const Layer L = random_layer(rng, S, sh.n, sh.m, per_row, (cases & 1) == 0);
+        auto layer = prep(L);
+        ASSERT_EQ(layer->isa, GetParam());
+        std::vector<float> a(4 * sh.n * sh.m);
+        dense(L.planes.data(), L.scales.data(), L.per_row, S, sh.n, L.words, sh.m, a.data());
+        for (int64_t B : {int64_t(1), int64_t(3), int64_t(16)}) {
+          std::vector<float> x(B * 2 * sh.m);
+          for (auto& v : x) v = nd(rng);
+          std::vector<float> y_ref;
+          for (int fused = 1; fused >= 0; --fused)
+            for (int threads : {1, 2, 3}) {
+              std::vector<float> y(B * 2 * sh.n, std::numeric_limits<float>::quiet_NaN());
+              run(*layer, x.data(), B, fused, threads, y.data());
+              if (y_ref.empty()) {
+                y_ref = y;
+                for (int64_t b = 0; b < B; ++b)
+                  for (int64_t r = 0; r < 2 * sh.n; ++r) {
+                    double want = 0, mag = 0;
+                    for (int64_t c = 0; c < 2 * sh.m; ++c) {
+                      const double t = double(a[r * 2 * sh.m + c]) * x[b * 2 * sh.m + c];
+                      want += t;
+                      mag += std::fabs(t);
+                    }
+                    ASSERT_NEAR(y[b * 2 * sh.n + r], want, 1e-5 * mag + 1e-30)
+                        << "n=" << sh.n << " m=" << sh.m << " S=" << S << " per_row=" << per_row
+                        << " B=" << B << " b=" << b << " row=" << r;
+                  }
+              } else {
+                for (size_t i = 0; i < y.size(); ++i)
+                  ASSERT_EQ(y[i], y_ref[i]) << "fused=" << fused << " threads=" << threads
+                                            << " n=" << sh.n << " m=" << sh.m << " S=" << S
+                                            << " B=" << B << " i=" << i;
+              }
+            }
+          // A batch row gives the same result alone as inside a batch.
+          if (B > 1) {
+            std::vector<float> y1(2 * sh.n);
+            run(*layer, x.data() + (B - 1) * 2 * sh.m, 1, true, 1, y1.data());
+            for (int64_t r = 0; r < 2 * sh.n; ++r)
+              ASSERT_EQ(y1[r], y_ref[(B - 1) * 2 * sh.n + r]);
+          }
+        }
+        ++cases;
+      }
+}
+
+TEST_P(VariantTest, Errors) {
+  std::mt19937 rng(5);
+  Layer L = random_layer(rng, 2, 3, 20, false, true);
+  auto P = [&](const Layer& l, int64_t words, int64_t m, int64_t S) {
+    return [&, words, m, S] {
+      if (GetParam() == "simde_avx512")
+        prepare_with(*simde_variant(), l.planes.data(), l.scales.data(), l.per_row, S, l.n, words,
+                     m);
+      else
+        prepare(l.planes.data(), l.scales.data(), l.per_row, S, l.n, words, m, GetParam());
+    };
+  };
+  expect_arg_error(P(L, 1, 20, 2), "planes");   // words != ceil(m/16)
+  expect_arg_error(P(L, 2, 0, 2), "m");
+  expect_arg_error(P(L, 2, 20, 0), "stages");
+  Layer bad = L;
+  bad.planes[5] |= 3u << 6;  // code 0b11
+  expect_arg_error(P(bad, 2, 20, 2), "planes");
+  bad = L;
+  bad.planes[1] |= 2u << (2 * 4);  // column 20 of row 0: past m
+  expect_arg_error(P(bad, 2, 20, 2), "planes");
+  bad = L;
+  bad.scales[3] = std::numeric_limits<float>::infinity();
+  expect_arg_error(P(bad, 2, 20, 2), "scales");
+
+  auto layer = prep(L);
+  std::vector<float> x(2 * 20, 1.0f), y(2 * 3, 42.0f);
+  expect_arg_error([&] { run(*layer, x.data(), 1, true, -1, y.data()); }, "threads");
+  expect_arg_error([&] { run(*layer, nullptr, 1, true, 1, y.data()); }, "x");
+  expect_arg_error([&] { run(*layer, x.data(), -1, true, 1, y.data()); }, "x");
+  for (float v : y) EXPECT_EQ(v, 42.0f);  // nothing written
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VariantTest,
+                         ::testing::Values("reference", "avx2", "avx2_bmi2", "avx512_bmi2",
+                                           "simde_avx512"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Registry, TableAndSelection) {
+  const auto vs = list_variants();
+  ASSERT_FALSE(vs.empty());
+  EXPECT_EQ(vs[0].name, "reference");
+  int selected = 0;
+  for (const auto& v : vs) {
+    selected += v.selected;
+    EXPECT_NE(v.ukernel.find("widely_linear_f32_"), std::string::npos);
+  }
+  EXPECT_EQ(selected, 1);
+  expect_arg_error([] { registry().select("no_such_isa"); }, "isa");
+#if defined(__x86_64__)
+  ASSERT_EQ(vs.size(), 4u);
+  // Priorities: avx512_bmi2 > avx2_bmi2 > avx2 > reference.
+  EXPECT_GT(vs[3].priority, vs[2].priority);
+  EXPECT_GT(vs[2].priority, vs[1].priority);
+  EXPECT_GT(vs[1].priority, vs[0].priority);
+#endif
+}
+
+}  // namespace
+}  // namespace cpukern::widely_linear
