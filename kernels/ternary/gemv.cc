@@ -1,0 +1,200 @@
+// The ternary GEMV driver, written once for every variant: validation, weight preparation,
+// activation preparation (fp32 tables or int8 quantisation), row tiling over the thread
+// pool, and the scale epilogue.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/common/errors.h"
+#include "kernels/common/thread_pool.h"
+#include "kernels/ternary/ternary.h"
+#include "kernels/ternary/ukernel.h"
+
+namespace cpukern::ternary {
+namespace {
+
+constexpr int kMaxThreadsArg = 1 << 16;
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// Rows per task: whole tiles (pairs of tiles), about 8 tasks per thread so that the atomic
+// task counter balances the load; a row's result never depends on the split.
+int64_t rows_per_task(int64_t m, int mr, int threads) {
+  const int64_t tiles = (m + mr - 1) / mr;
+  int64_t per = (tiles + int64_t(threads) * 8 - 1) / (int64_t(threads) * 8);
+  per = std::max<int64_t>(2, (per + 1) / 2 * 2);
+  return per * mr;
+}
+
+AlignedBuffer& scratch(int i) {
+  thread_local AlignedBuffer buf[3];
+  return buf[i];
+}
+
+}  // namespace
+
+std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
+                                                       int64_t m, int64_t words, int64_t k,
+                                                       const float* scale) {
+  auto p = std::make_shared<PreparedWeights>();
+  p->variant = &v;
+  p->isa = v.name;
+  p->m = m;
+  p->k = k;
+  if (scale) p->scale.assign(scale, scale + m);
+  const int64_t off = i8_offset(v, m, k);
+  p->data.resize(size_t(off + v.ukernel.i8.packed_size(m, k)));
+  if (m > 0 && k > 0) {
+    v.ukernel.f32.pack(packed, m, k, p->data.data());
+    v.ukernel.i8.pack(packed, m, k, p->data.data<char>() + off);
+  }
+  return p;
+}
+
+std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
+                                               int64_t k, const float* scale,
+                                               const std::string& isa) {
+  check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
+  check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
+  check_arg(words == words_for(k), "packed",
+            "expected ceil(k/16) = " + s(words_for(k)) + " words per row for k = " + s(k) +
+                ", got " + s(words));
+  checked_mul(m, words * 16, "packed");
+  check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
+  const Variant& v = select_variant(isa);  // throws naming "isa"
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t wi = 0; wi < words; ++wi) {
+      const uint32_t word = packed[r * words + wi];
+      const uint32_t bad = word & (word >> 1) & 0x55555555u;  // code 0b11
+      if (bad) {
+        const int c = __builtin_ctz(bad) / 2;
+        throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
+                                "] (word [" + s(r) + ", " + s(wi) + "])");
+      }
+      const int64_t valid = std::min<int64_t>(16, k - wi * 16);
+      if (valid < 16 && (word >> (2 * valid)) != 0) {
+        const int c = int(valid) + __builtin_ctz(word >> (2 * valid)) / 2;
+        throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
+                                " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
+      }
+    }
+  return prepare_variant(v, packed, m, words, k, scale);
+}
+
+void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
+                        int64_t scale_len) {
+  if (scale_len == 0) return;
+  for (int64_t b = 0; b < batch; ++b) {
+    float* yb = y + b * m;
+    if (scale_len == 1) {
+      for (int64_t r = 0; r < m; ++r) yb[r] *= scale[0];
+    } else {
+      for (int64_t r = 0; r < m; ++r) yb[r] *= scale[r];
+    }
+  }
+}
+
+void scale_epilogue_i8(const int32_t* acc, const float* dq, int64_t batch, int64_t m,
+                       const float* scale, int64_t scale_len, float* y) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < m; ++r) {
+      const float s = scale_len == 0 ? 1.0f : scale_len == 1 ? scale[0] : scale[r];
+      y[b * m + r] = float(acc[b * m + r]) * dq[b] * s;
+    }
+}
+
+void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
+          int64_t scale_len, Act act, int threads, float* y) {
+  check_arg(w.variant != nullptr, "w", "weights were not prepared");
+  const Variant& v = *w.variant;
+  const int64_t m = w.m, k = w.k;
+  check_arg(batch >= 0, "batch", "must be >= 0, got " + s(batch));
+  checked_mul(batch, std::max<int64_t>(k, 1), "batch");
+  checked_mul(batch, std::max<int64_t>(m, 1), "batch");
+  check_arg(x != nullptr || batch * k == 0, "x", "must not be null");
+  check_arg(y != nullptr || batch * m == 0, "y", "must not be null");
+  check_arg(scale_len == 0 || scale_len == 1 || scale_len == m, "scale",
+            "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
+  check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
+  check_arg(act == Act::kF32 || act == Act::kInt8, "act", "expected fp32 or int8");
+  check_arg(threads <= kMaxThreadsArg, "threads",
+            "must be <= " + s(kMaxThreadsArg) + ", got " + s(threads));
+  if (scale_len == 0 && !w.scale.empty()) {
+    scale = w.scale.data();
+    scale_len = m;
+  }
+  const int nthreads = threads > 0 ? threads : get_num_threads();
+  if (batch == 0 || m == 0) return;
+
+  if (act == Act::kInt8) {
+    // Validate (x finite) before anything is written.
+    for (int64_t i = 0; i < batch * k; ++i)
+      if (!std::isfinite(x[i]))
+        throw_arg("x", "must be finite in int8 mode, got " + std::to_string(x[i]) +
+                           " at index [" + s(i / k) + ", " + s(i % k) + "]");
+    const I8Ukernel& uk = v.ukernel.i8;
+    const int64_t stride = i8_kpad(k);
+    AlignedBuffer& qb = scratch(0);
+    AlignedBuffer& ab = scratch(1);
+    AlignedBuffer& db = scratch(2);
+    qb.reserve(size_t(batch * stride));
+    ab.reserve(size_t(batch * m * 4));
+    db.reserve(size_t(batch * 8));
+    int8_t* xq = qb.data<int8_t>();
+    int32_t* acc = ab.data<int32_t>();
+    float* dq = db.data<float>();
+    int32_t* xsum = reinterpret_cast<int32_t*>(dq + batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* xb = x + b * k;
+      float amax = 0.0f;
+      for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float qs = amax > 0 ? 127.0f / amax : 0.0f;
+      dq[b] = amax / 127.0f;
+      int8_t* q = xq + b * stride;
+      int32_t sum = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const float t = std::nearbyint(xb[j] * qs);
+        q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
+        sum += q[j];
+      }
+      std::memset(q + k, 0, size_t(stride - k));
+      xsum[b] = sum;
+    }
+    if (k == 0) {
+      std::memset(acc, 0, size_t(batch * m * 4));
+    } else {
+      const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
+      const char* wbase = w.data.data<char>() + i8_offset(v, m, k);
+      const int64_t rb = uk.row_bytes(k);
+      parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
+        const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
+        I8Args a{wbase + r0 * rb, r1 - r0, k, xq, stride, xsum, batch, acc + r0, m};
+        uk.run(&a);
+      });
+    }
+    scale_epilogue_i8(acc, dq, batch, m, scale, scale_len, y);
+    return;
+  }
+
+  const F32Ukernel& uk = v.ukernel.f32;
+  if (k == 0) {
+    std::fill(y, y + batch * m, 0.0f);
+  } else {
+    const F32Geometry geo = uk.geometry(m, k);
+    AlignedBuffer& xb = scratch(0);
+    xb.reserve(size_t(batch * geo.x_bytes));
+    char* xp = xb.data<char>();
+    for (int64_t b = 0; b < batch; ++b) uk.xprep(x + b * k, &geo, xp + b * geo.x_bytes);
+    const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
+    const char* wbase = w.data.data<char>();
+    parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
+      const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
+      F32Args a{wbase + (r0 / uk.mr) * geo.tile_bytes, r1 - r0, xp, batch, y + r0, m, &geo};
+      uk.run(&a);
+    });
+  }
+  scale_epilogue_f32(y, batch, m, scale, scale_len);
+}
+
+}  // namespace cpukern::ternary

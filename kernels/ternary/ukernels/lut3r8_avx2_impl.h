@@ -1,0 +1,198 @@
+// The lut3r8 fp32 micro-kernel for AVX2 (8 rows per tile), shared by the avx2 and
+// avx2_bmi2 rows; included once by each of their files, which set LUT3_NAME (the ukernel
+// name) and LUT3_USE_PEXT (whether the packer may use BMI2 pext).
+//
+// Multiplication-free: per group of 3 columns the activations' 8 subset sums form a table
+// T[s] = sum_{i in s} x_i in one ymm register; each lane (row) holds its 3-bit "add" pattern
+// p and "subtract" pattern n for the group; vpermps looks up T[p] and T[n] for 8 rows at
+// once: acc_add += T[p], acc_sub += T[n]. Patterns for 10 groups share a 32-bit lane and
+// are consumed with shifts by 3 (vpermps reads only the low 3 bits). Per 30 columns a tile
+// stores 64 bytes (8 add lanes, 8 subtract lanes): 2.13 bits per weight.
+// The sum over k is cut into chunks of kChunk blocks (1530 columns); each chunk's
+// acc_add - acc_sub is added to y, so per row the order of additions depends on k only.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/ukernels.h"
+
+#define LUT3_CAT2(a, b) a##b
+#define LUT3_CAT(a, b) LUT3_CAT2(a, b)
+
+namespace cpukern::ternary {
+namespace {
+
+constexpr int64_t kGroups = 10;   // groups of 3 columns per block
+constexpr int64_t kBlockCols = 30;
+constexpr int64_t kChunk = 51;    // blocks per chunk
+
+F32Geometry geometry(int64_t m, int64_t k) {
+  F32Geometry g;
+  g.p0 = (k + kBlockCols - 1) / kBlockCols;  // blocks
+  g.p1 = k;
+  g.tile_bytes = g.p0 * 64;
+  g.x_bytes = g.p0 * kGroups * 32;
+  return g;
+}
+
+int64_t packed_size(int64_t m, int64_t k) { return (m + 7) / 8 * geometry(m, k).tile_bytes; }
+
+// 16-bit add / subtract masks of one public word.
+inline void split_word(uint32_t word, uint32_t* pos, uint32_t* neg) {
+#if LUT3_USE_PEXT
+  *pos = _pext_u32(word, 0xAAAAAAAAu);
+  *neg = _pext_u32(word, 0x55555555u);
+#else
+  uint32_t p = 0, n = 0;
+  for (int s = 0; s < 16; ++s) {
+    p |= ((word >> (2 * s + 1)) & 1u) << s;
+    n |= ((word >> (2 * s)) & 1u) << s;
+  }
+  *pos = p;
+  *neg = n;
+#endif
+}
+
+void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
+  const int64_t words = words_for(k), nblk = geometry(m, k).p0;
+  uint32_t* out = static_cast<uint32_t*>(dst);
+  for (int64_t r = 0; r < m; ++r) {
+    uint32_t* tile = out + (r / 8) * nblk * 16;
+    const int lane = int(r % 8);
+    for (int64_t wi = 0; wi < words; ++wi) {
+      uint32_t pos, neg;
+      split_word(packed[r * words + wi], &pos, &neg);
+      for (int s = 0; s < 16 && (pos | neg); ++s, pos >>= 1, neg >>= 1) {
+        if (!((pos | neg) & 1u)) continue;
+        const int64_t j = wi * 16 + s;
+        const int64_t blk = j / kBlockCols, c = j % kBlockCols;
+        const int bit = int(c);  // group c/3, position c%3 -> bit 3*(c/3) + c%3 == c
+        uint32_t* lanes = tile + blk * 16;
+        if (pos & 1u) lanes[lane] |= 1u << bit;
+        if (neg & 1u) lanes[8 + lane] |= 1u << bit;
+      }
+    }
+  }
+}
+
+void LUT3_CAT(LUT3_NAME, _xprep)(const float* x, const F32Geometry* geo, void* dst) {
+  float* t = static_cast<float*>(dst);
+  const int64_t k = geo->p1;
+  const int64_t ngroups = geo->p0 * kGroups;
+  int64_t j = 0;
+  for (int64_t g = 0; g < ngroups; ++g, j += 3, t += 8) {
+    const float x0 = j < k ? x[j] : 0.0f;
+    const float x1 = j + 1 < k ? x[j + 1] : 0.0f;
+    const float x2 = j + 2 < k ? x[j + 2] : 0.0f;
+    const float x01 = x0 + x1;
+    t[0] = 0.0f;
+    t[1] = x0;
+    t[2] = x1;
+    t[3] = x01;
+    t[4] = x2;
+    t[5] = x0 + x2;
+    t[6] = x1 + x2;
+    t[7] = x01 + x2;
+  }
+}
+
+inline void store_rows(float* y, int64_t ldy, __m256 d, int64_t valid, bool first) {
+  if (valid >= 8) {
+    if (!first) d = _mm256_add_ps(d, _mm256_loadu_ps(y));
+    _mm256_storeu_ps(y, d);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, d);
+  for (int64_t i = 0; i < valid; ++i) y[i] = first ? tmp[i] : y[i] + tmp[i];
+}
+
+// NT tiles (8 rows each) x NB batch rows over blocks [0, nblk) of one chunk.
+template <int NT, int NB>
+__attribute__((always_inline)) inline void chunk_kernel(const uint32_t* w, int64_t tile_words,
+                                                        const float* tab, int64_t tab_floats,
+                                                        int64_t nblk, float* y, int64_t ldy,
+                                                        int64_t valid, bool first) {
+  __m256 ap[NT][NB], an[NT][NB];
+  for (int t = 0; t < NT; ++t)
+    for (int b = 0; b < NB; ++b) ap[t][b] = an[t][b] = _mm256_setzero_ps();
+  const uint32_t* wt[NT];
+  const float* tb[NB];
+  wt[0] = w;
+  for (int t = 1; t < NT; ++t) wt[t] = wt[t - 1] + tile_words;
+  tb[0] = tab;
+  for (int b = 1; b < NB; ++b) tb[b] = tb[b - 1] + tab_floats;
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    __m256i ip[NT], in[NT];
+    for (int t = 0; t < NT; ++t) {
+      ip[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt[t]));
+      in[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt[t] + 8));
+      wt[t] += 16;
+    }
+#pragma GCC unroll 10
+    for (int g = 0; g < kGroups; ++g) {
+      for (int b = 0; b < NB; ++b) {
+        const __m256 T = _mm256_loadu_ps(tb[b] + 8 * g);
+        for (int t = 0; t < NT; ++t) {
+          ap[t][b] = _mm256_add_ps(ap[t][b], _mm256_permutevar8x32_ps(T, ip[t]));
+          an[t][b] = _mm256_add_ps(an[t][b], _mm256_permutevar8x32_ps(T, in[t]));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        ip[t] = _mm256_srli_epi32(ip[t], 3);
+        in[t] = _mm256_srli_epi32(in[t], 3);
+      }
+    }
+    for (int b = 0; b < NB; ++b) tb[b] += 8 * kGroups;
+  }
+  float* yb = y;
+  for (int b = 0; b < NB; ++b, yb += ldy) {
+    float* yt = yb;
+    int64_t v = valid;
+    for (int t = 0; t < NT; ++t, yt += 8, v -= 8)
+      store_rows(yt, ldy, _mm256_sub_ps(ap[t][b], an[t][b]), v, first);
+  }
+}
+
+template <int NT, int NB>
+__attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const uint32_t* w,
+                                                      const float* tab, int64_t nblk,
+                                                      float* y, bool first) {
+  const int64_t tile_words = a->geo->tile_bytes >> 2;
+  const int64_t tab_floats = a->geo->x_bytes >> 2;
+  int64_t left = a->rows;
+  for (; left > 8 * (NT - 1); left -= 8 * NT, w += NT * tile_words, y += 8 * NT)
+    chunk_kernel<NT, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
+  if (NT > 1 && left > 0)
+    chunk_kernel<1, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
+}
+
+void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
+  const int64_t nblk_all = a->geo->p0;
+  const int64_t x_floats = a->geo->x_bytes >> 2;
+  const uint32_t* wc = static_cast<const uint32_t*>(a->w);
+  const float* tc = static_cast<const float*>(a->xp);
+  for (int64_t c0 = 0; c0 < nblk_all; c0 += kChunk, wc += kChunk * 16, tc += kChunk * kGroups * 8) {
+    const int64_t nblk = std::min(kChunk, nblk_all - c0);
+    const bool first = c0 == 0;
+    const float* tb = tc;
+    float* yb = a->y;
+    int64_t b = a->batch;
+    for (; b >= 4; b -= 4) {
+      tiles_loop<1, 4>(a, wc, tb, nblk, yb, first);
+      tb += 4 * x_floats;
+      yb += 4 * a->ldy;
+    }
+    if (b == 3) tiles_loop<1, 3>(a, wc, tb, nblk, yb, first);
+    if (b == 2) tiles_loop<2, 2>(a, wc, tb, nblk, yb, first);
+    if (b == 1) tiles_loop<2, 1>(a, wc, tb, nblk, yb, first);
+  }
+}
+
+}  // namespace
+
+const F32Ukernel LUT3_NAME = {
+    LUT3_CAT(LUT3_NAME, _str), 8, geometry, packed_size, pack,
+    LUT3_CAT(LUT3_NAME, _xprep), LUT3_CAT(LUT3_NAME, _run)};
+
+}  // namespace cpukern::ternary

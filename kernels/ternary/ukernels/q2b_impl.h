@@ -1,0 +1,147 @@
+// The q2b int8 micro-kernel (K in SIMD lanes, rows in registers), for AVX2 (q2b128, ymm)
+// and AVX-512BW (q2b256, zmm). The including file defines Q2B_NAME, Q2B_BITS (256 or 512).
+//
+// Layout: per row, per block of C = Q2B_BITS/2 columns, C/4 bytes; byte i holds (w + 1) in
+// {0, 1, 2} of columns i, i + C/4, i + C/2, i + 3C/4 in bits 0-1, 2-3, 4-5, 6-7. Decode is a
+// shift and an and per quarter; vpmaddubsw(u8 weights+1, s8 activations) gives int16 pair
+// sums (|.| <= 508), four quarters and up to 8 blocks are summed in int16 (|.| <= 16256),
+// then vpmaddwd with ones widens to int32. sum_j w_j q_j = sum_j (w_j + 1) q_j - sum_j q_j.
+// The activations are read from the shared int8 buffer, zero-padded to a multiple of 256.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/ukernels.h"
+
+namespace cpukern::ternary {
+namespace {
+
+#if Q2B_BITS == 512
+using VI = __m512i;
+inline VI v_load(const void* p) { return _mm512_loadu_si512(p); }
+inline VI v_zero() { return _mm512_setzero_si512(); }
+inline VI v_set1_8(int v) { return _mm512_set1_epi8(char(v)); }
+inline VI v_set1_16(int v) { return _mm512_set1_epi16(short(v)); }
+inline VI v_and(VI a, VI b) { return _mm512_and_si512(a, b); }
+inline VI v_srli16(VI a, int n) { return _mm512_srli_epi16(a, n); }
+inline VI v_maddubs(VI a, VI b) { return _mm512_maddubs_epi16(a, b); }
+inline VI v_add16(VI a, VI b) { return _mm512_add_epi16(a, b); }
+inline VI v_add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
+#if defined(CPUKERN_SIMDE)
+// SIMDe 0.7.4 defines the native alias _mm512_madd_epi16 with 4 arguments (a bug).
+inline VI v_madd16(VI a, VI b) { return simde_mm512_madd_epi16(a, b); }
+#else
+inline VI v_madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
+#endif
+inline int32_t v_hsum32(VI a) {
+  alignas(64) int32_t t[16];
+  _mm512_store_si512(t, a);
+  int32_t s = 0;
+  for (int i = 0; i < 16; ++i) s += t[i];
+  return s;
+}
+#else
+using VI = __m256i;
+inline VI v_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline VI v_zero() { return _mm256_setzero_si256(); }
+inline VI v_set1_8(int v) { return _mm256_set1_epi8(char(v)); }
+inline VI v_set1_16(int v) { return _mm256_set1_epi16(short(v)); }
+inline VI v_and(VI a, VI b) { return _mm256_and_si256(a, b); }
+inline VI v_srli16(VI a, int n) { return _mm256_srli_epi16(a, n); }
+inline VI v_maddubs(VI a, VI b) { return _mm256_maddubs_epi16(a, b); }
+inline VI v_add16(VI a, VI b) { return _mm256_add_epi16(a, b); }
+inline VI v_add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
+inline VI v_madd16(VI a, VI b) { return _mm256_madd_epi16(a, b); }
+inline int32_t v_hsum32(VI a) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif
+
+constexpr int64_t kVB = Q2B_BITS / 8;  // bytes per vector = packed bytes per block
+constexpr int64_t kCols = 4 * kVB;     // columns per block
+constexpr int64_t kI16Blocks = 8;      // blocks summed in int16 before widening
+
+int64_t row_bytes(int64_t k) { return (k + kCols - 1) / kCols * kVB; }
+int64_t packed_size(int64_t m, int64_t k) { return m * row_bytes(k); }
+
+void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
+  const int64_t words = words_for(k), rb = row_bytes(k);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t r = 0; r < m; ++r) {
+    uint8_t* row = out + r * rb;
+    // Columns past k get code 1 (w = 0); x is zero there anyway.
+    std::memset(row, 0x55, size_t(rb));
+    for (int64_t j = 0; j < k; ++j) {
+      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
+      const uint32_t v = code == 2u ? 2u : code == 1u ? 0u : 1u;
+      const int64_t blk = j / kCols, c = j % kCols, quarter = c / kVB, i = c % kVB;
+      uint8_t& byte = row[blk * kVB + i];
+      byte = uint8_t((byte & ~(3u << (2 * quarter))) | (v << (2 * quarter)));
+    }
+  }
+}
+
+template <int R, int NB>
+inline void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int8_t* x,
+                        const int32_t* xsum, int32_t* y) {
+  const int64_t nblk = rb / kVB;
+  const VI three = v_set1_8(3), ones = v_set1_16(1);
+  VI acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = v_zero();
+  for (int64_t b0 = 0; b0 < nblk; b0 += kI16Blocks) {
+    const int64_t b1 = std::min(nblk, b0 + kI16Blocks);
+    VI s[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) s[r][b] = v_zero();
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      for (int r = 0; r < R; ++r) {
+        const VI v = v_load(w + r * rb + blk * kVB);
+        const VI q0 = v_and(v, three), q1 = v_and(v_srli16(v, 2), three);
+        const VI q2 = v_and(v_srli16(v, 4), three), q3 = v_and(v_srli16(v, 6), three);
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xb = x + b * a->xq_stride + blk * kCols;
+          const VI p01 = v_add16(v_maddubs(q0, v_load(xb)), v_maddubs(q1, v_load(xb + kVB)));
+          const VI p23 =
+              v_add16(v_maddubs(q2, v_load(xb + 2 * kVB)), v_maddubs(q3, v_load(xb + 3 * kVB)));
+          s[r][b] = v_add16(s[r][b], v_add16(p01, p23));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) acc[r][b] = v_add32(acc[r][b], v_madd16(s[r][b], ones));
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) y[b * a->ldy + r] = v_hsum32(acc[r][b]) - xsum[b];
+}
+
+template <int R, int NB>
+inline void rows_loop(const I8Args* a, int64_t b0) {
+  const int64_t rb = row_bytes(a->k);
+  const uint8_t* w = static_cast<const uint8_t*>(a->w);
+  const int8_t* x = a->xq + b0 * a->xq_stride;
+  int32_t* y = a->y + b0 * a->ldy;
+  int64_t r = 0;
+  for (; r + R <= a->rows; r += R) rows_kernel<R, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
+  for (; r < a->rows; ++r) rows_kernel<1, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
+}
+
+void run(const I8Args* a) {
+  int64_t b = 0;
+  for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
+  switch (a->batch - b) {
+    case 3: rows_loop<2, 3>(a, b); break;
+    case 2: rows_loop<2, 2>(a, b); break;
+    case 1: rows_loop<4, 1>(a, b); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+const I8Ukernel Q2B_NAME = {Q2B_NAME_STR, 4, packed_size, row_bytes, pack, run};
+
+}  // namespace cpukern::ternary

@@ -1,0 +1,317 @@
+// Table-driven tests of every ternary GEMV variant against a float64 reference.
+// Built twice: natively over the registry (ternary_test), and with CPUKERN_TEST_SIMDE over
+// the SIMDe build of the AVX-512 micro-kernels (ternary_simde_test, any host).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/cpu_features.h"
+#include "kernels/common/errors.h"
+#include "kernels/ternary/ternary.h"
+#include "kernels/ternary/ukernel.h"
+
+namespace cpukern::ternary {
+namespace {
+
+enum class Fill { kZeroRows, kAllPlus, kAllMinus, kRandom };
+const char* fill_name(Fill f) {
+  switch (f) {
+    case Fill::kZeroRows: return "zero_rows";
+    case Fill::kAllPlus: return "all_plus";
+    case Fill::kAllMinus: return "all_minus";
+    default: return "random";
+  }
+}
+
+std::vector<int8_t> make_weights(int64_t m, int64_t k, Fill f, std::mt19937& rng) {
+  std::vector<int8_t> w(static_cast<size_t>(m * k));
+  std::uniform_int_distribution<int> d(-1, 1);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      int8_t v = 0;
+      switch (f) {
+        case Fill::kZeroRows: v = (r % 3 == 1) ? 0 : int8_t(d(rng)); break;
+        case Fill::kAllPlus: v = 1; break;
+        case Fill::kAllMinus: v = -1; break;
+        case Fill::kRandom: v = int8_t(d(rng)); break;
+      }
+      w[size_t(r * k + j)] = v;
+    }
+  return w;
+}
+
+std::vector<uint32_t> pack_weights(const std::vector<int8_t>& w, int64_t m, int64_t k) {
+  std::vector<uint32_t> p(size_t(m * words_for(k)) + 1);
+  pack(w.data(), m, k, p.data());
+  return p;
+}
+
+struct Ref {
+  std::vector<double> y, abs_sum;  // s * sum w x, |s| * sum |w x|
+  std::vector<double> nnz_amax;    // |s| * nnz(row) * max|x_b|
+};
+
+Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vector<float>& x,
+              int64_t batch, const std::vector<float>& s) {
+  Ref ref;
+  ref.y.resize(size_t(batch * m));
+  ref.abs_sum.resize(size_t(batch * m));
+  ref.nnz_amax.resize(size_t(batch * m));
+  for (int64_t b = 0; b < batch; ++b) {
+    double amax = 0;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(double(x[size_t(b * k + j)])));
+    for (int64_t r = 0; r < m; ++r) {
+      double acc = 0, abs = 0, nnz = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double t = double(w[size_t(r * k + j)]) * double(x[size_t(b * k + j)]);
+        acc += t;
+        abs += std::fabs(t);
+        nnz += w[size_t(r * k + j)] != 0;
+      }
+      const double sr = s.empty() ? 1.0 : double(s[size_t(r)]);
+      ref.y[size_t(b * m + r)] = sr * acc;
+      ref.abs_sum[size_t(b * m + r)] = std::fabs(sr) * abs;
+      ref.nnz_amax[size_t(b * m + r)] = std::fabs(sr) * nnz * amax;
+    }
+  }
+  return ref;
+}
+
+// The variants under test: the registry (native build) or the SIMDe rows.
+std::vector<std::string> variant_names() {
+  std::vector<std::string> names;
+#if defined(CPUKERN_TEST_SIMDE)
+  int n = 0;
+  const Variant* v = simde_variants(&n);
+  for (int i = 0; i < n; ++i) names.push_back(v[i].name);
+#else
+  for (const auto& v : registry().variants()) names.push_back(v.name);
+#endif
+  return names;
+}
+
+class VariantTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+#if defined(CPUKERN_TEST_SIMDE)
+    int n = 0;
+    const Variant* vs = simde_variants(&n);
+    for (int i = 0; i < n; ++i)
+      if (GetParam() == vs[i].name) variant_ = &vs[i];
+#else
+    for (const auto& v : registry().variants())
+      if (GetParam() == v.name) {
+        if (!v.supported()) {
+          std::string need;
+          for (const auto& f : feature_names(v.required & ~cpu_info().features)) need += f + " ";
+          GTEST_SKIP() << "variant " << v.name << " needs CPU features this CPU lacks: " << need;
+        }
+        variant_ = &select_variant(v.name);
+      }
+#endif
+    ASSERT_NE(variant_, nullptr);
+  }
+
+  std::shared_ptr<const PreparedWeights> prep(const std::vector<uint32_t>& p, int64_t m,
+                                              int64_t k, const float* scale) {
+#if defined(CPUKERN_TEST_SIMDE)
+    return prepare_variant(*variant_, p.data(), m, words_for(k), k, scale);
+#else
+    return prepare(p.data(), m, words_for(k), k, scale, variant_->name);
+#endif
+  }
+
+  const Variant* variant_ = nullptr;
+};
+
+std::vector<float> random_x(int64_t n, std::mt19937& rng, bool small_int) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> di(-8, 8);
+  for (auto& v : x) v = small_int ? float(di(rng)) : d(rng);
+  return x;
+}
+
+TEST_P(VariantTest, Fp32AndInt8MatchFloat64Reference) {
+  const int64_t ks[] = {1, 15, 16, 17, 31, 33, 4095, 4096 + 7};
+  const int64_t ms[] = {1, 7, 8, 9, 33};
+  const int64_t bs[] = {1, 3, 16};
+  const Fill fills[] = {Fill::kZeroRows, Fill::kAllPlus, Fill::kAllMinus, Fill::kRandom};
+  std::mt19937 rng(1234);
+  int checked = 0;
+  for (int64_t k : ks)
+    for (int64_t m : ms)
+      for (Fill f : fills) {
+        const auto w = make_weights(m, k, f, rng);
+        const auto p = pack_weights(w, m, k);
+        std::vector<float> s(static_cast<size_t>(m));
+        for (auto& v : s) v = std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng);
+        const auto pw = prep(p, m, k, s.data());
+        ASSERT_EQ(pw->isa, variant_->name);
+        for (int64_t batch : bs) {
+          if (k > 1000 && batch == 16 && f != Fill::kRandom) continue;  // keep it short
+          const auto x = random_x(batch * k, rng, false);
+          const Ref ref = reference(w, m, k, x, batch, s);
+          std::vector<float> y1;
+          for (int threads : {1, 2, 3}) {
+            std::vector<float> y(size_t(batch * m), NAN);
+            gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, threads, y.data());
+            for (int64_t i = 0; i < batch * m; ++i) {
+              const double bound = 1e-5 * ref.abs_sum[size_t(i)] + 1e-30;
+              ASSERT_LE(std::fabs(double(y[size_t(i)]) - ref.y[size_t(i)]), bound)
+                  << "fp32 k=" << k << " m=" << m << " batch=" << batch << " fill=" << fill_name(f)
+                  << " threads=" << threads << " b=" << i / m << " r=" << i % m;
+            }
+            if (threads == 1) {
+              y1 = y;
+            } else {
+              ASSERT_EQ(0, std::memcmp(y1.data(), y.data(), y.size() * 4))
+                  << "thread count changed the fp32 result, k=" << k << " m=" << m;
+            }
+          }
+          // int8 mode: |error| <= |s| * nnz * max|x| / 254 (rounding of q) + fp32 rounding.
+          for (int threads : {1, 3}) {
+            std::vector<float> y(size_t(batch * m), NAN);
+            gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, threads, y.data());
+            for (int64_t i = 0; i < batch * m; ++i) {
+              const double bound =
+                  ref.nnz_amax[size_t(i)] / 254.0 * 1.0001 + 1e-5 * ref.abs_sum[size_t(i)] + 1e-30;
+              ASSERT_LE(std::fabs(double(y[size_t(i)]) - ref.y[size_t(i)]), bound)
+                  << "int8 k=" << k << " m=" << m << " batch=" << batch << " fill=" << fill_name(f)
+                  << " threads=" << threads;
+            }
+          }
+          ++checked;
+        }
+      }
+  std::printf("[ %s ] checked %d (k, m, fill, batch) cases\n", variant_->name, checked);
+}
+
+// With small integer activations every partial sum is exact: every variant must give the
+// reference variant's result bit for bit (fp32 and int8), for every scale mode.
+TEST_P(VariantTest, BitwiseEqualToReferenceOnExactInputs) {
+  std::mt19937 rng(99);
+  for (int64_t k : {1, 17, 33, 4096 + 7})
+    for (int64_t m : {1, 9, 33}) {
+      const auto w = make_weights(m, k, Fill::kRandom, rng);
+      const auto p = pack_weights(w, m, k);
+      const auto pw = prep(p, m, k, nullptr);
+      const auto pr = prepare(p.data(), m, words_for(k), k, nullptr, "reference");
+      const int64_t batch = 5;
+      const auto x = random_x(batch * k, rng, true);
+      std::vector<float> s(static_cast<size_t>(m));
+      for (auto& v : s) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+      for (Act act : {Act::kF32, Act::kInt8})
+        for (int64_t slen : {int64_t(0), int64_t(1), m}) {
+          std::vector<float> a(static_cast<size_t>(batch * m)), b(size_t(batch * m));
+          gemv(*pw, x.data(), batch, s.data(), slen, act, 2, a.data());
+          gemv(*pr, x.data(), batch, s.data(), slen, act, 1, b.data());
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
+              << "k=" << k << " m=" << m << " act=" << int(act) << " scale_len=" << slen;
+        }
+      // int8 sums are exact for any input: bitwise equal across variants too.
+      const auto xr = random_x(batch * k, rng, false);
+      std::vector<float> a(static_cast<size_t>(batch * m)), b(size_t(batch * m));
+      gemv(*pw, xr.data(), batch, nullptr, 0, Act::kInt8, 3, a.data());
+      gemv(*pr, xr.data(), batch, nullptr, 0, Act::kInt8, 1, b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "int8 k=" << k;
+    }
+}
+
+TEST_P(VariantTest, EmptyShapes) {
+  std::mt19937 rng(5);
+  // k = 0: y = 0.
+  {
+    const auto pw = prep({0u}, 3, 0, nullptr);
+    std::vector<float> y(6, NAN);
+    gemv(*pw, nullptr, 2, nullptr, 0, Act::kF32, 1, y.data());
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+    std::fill(y.begin(), y.end(), NAN);
+    gemv(*pw, nullptr, 2, nullptr, 0, Act::kInt8, 1, y.data());
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+  }
+  // m = 0 and batch = 0: nothing written.
+  {
+    const auto pw = prep({0u}, 0, 5, nullptr);
+    const auto x = random_x(10, rng, false);
+    gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, 1, nullptr);
+    const auto w = make_weights(4, 5, Fill::kRandom, rng);
+    const auto p2 = prep(pack_weights(w, 4, 5), 4, 5, nullptr);
+    gemv(*p2, nullptr, 0, nullptr, 0, Act::kF32, 1, nullptr);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantTest, ::testing::ValuesIn(variant_names()),
+                         [](const auto& info) { return info.param; });
+
+#if !defined(CPUKERN_TEST_SIMDE)
+template <class F>
+void expect_arg_error(F f, const std::string& arg) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error naming '" << arg << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(arg + ":", 0), 0u) << e.what();
+  }
+}
+
+TEST(TernaryApi, PrepareValidates) {
+  std::vector<uint32_t> ok = {0x2u, 0x4u};
+  EXPECT_NO_THROW(prepare(ok.data(), 2, 1, 2, nullptr, ""));
+  std::vector<uint32_t> bad = {0x3u};
+  expect_arg_error([&] { prepare(bad.data(), 1, 1, 16, nullptr, ""); }, "packed");
+  std::vector<uint32_t> past = {0x2u | (1u << 10)};  // code at column 5, k = 4
+  expect_arg_error([&] { prepare(past.data(), 1, 1, 4, nullptr, ""); }, "packed");
+  expect_arg_error([&] { prepare(ok.data(), 1, 2, 2, nullptr, ""); }, "packed");
+  expect_arg_error([&] { prepare(ok.data(), 1, 1, -1, nullptr, ""); }, "k");
+  expect_arg_error([&] { prepare(ok.data(), -1, 1, 2, nullptr, ""); }, "packed");
+  expect_arg_error([&] { prepare(nullptr, 1, 1, 2, nullptr, ""); }, "packed");
+  expect_arg_error([&] { prepare(ok.data(), 1, 1, 2, nullptr, "no_such_isa"); }, "isa");
+}
+
+TEST(TernaryApi, GemvValidatesBeforeWriting) {
+  std::vector<uint32_t> p = {0x2u, 0x4u, 0x6u};
+  const auto pw = prepare(p.data(), 3, 1, 2, nullptr, "");
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f}, s = {1, 2};
+  std::vector<float> y(6, 7.0f);
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, s.data(), 2, Act::kF32, 1, y.data()); }, "scale");
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 1, Act::kF32, 1, y.data()); }, "scale");
+  expect_arg_error([&] { gemv(*pw, x.data(), -1, nullptr, 0, Act::kF32, 1, y.data()); }, "batch");
+  expect_arg_error([&] { gemv(*pw, nullptr, 2, nullptr, 0, Act::kF32, 1, y.data()); }, "x");
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, 1, nullptr); }, "y");
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act(7), 1, y.data()); }, "act");
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, 1 << 20, y.data()); },
+                   "threads");
+  x[3] = NAN;
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kInt8, 1, y.data()); }, "x");
+  for (float v : y) EXPECT_EQ(v, 7.0f);
+  // fp32 mode propagates NaN instead.
+  gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, 1, y.data());
+  EXPECT_EQ(y[0], 1.0f);          // row 0: +x0
+  EXPECT_EQ(y[1], -2.0f);         // row 1: -x1
+  EXPECT_EQ(y[2], -1.0f);         // row 2: x0 - x1
+  EXPECT_EQ(y[3], 3.0f);          // batch 1, row 0
+  EXPECT_TRUE(std::isnan(y[4]));  // batch 1, row 1: -x1 = -NaN
+}
+
+TEST(TernaryApi, ListVariants) {
+  const auto vs = list_variants();
+  int selected = 0;
+  bool has_ref = false;
+  for (const auto& v : vs) {
+    selected += v.selected;
+    has_ref |= v.name == "reference";
+    std::printf("variant %-12s ukernel %-42s supported=%d selected=%d\n", v.name.c_str(),
+                v.ukernel.c_str(), int(v.supported), int(v.selected));
+  }
+  EXPECT_EQ(selected, 1);
+  EXPECT_TRUE(has_ref);
+}
+#endif
+
+}  // namespace
+}  // namespace cpukern::ternary
