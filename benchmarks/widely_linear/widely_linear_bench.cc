@@ -1,0 +1,114 @@
+// Google benchmark of the widely-linear layer, registered from the registry: every variant
+// this CPU supports x layer shapes x stages x batch x threads x fused/unfused.
+// Counter GB/s = bytes of the prepared planes per call / time (the unfused schedule reads
+// them twice, so at equal GB/s it is doing twice the memory traffic).
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/thread_pool.h"
+#include "kernels/common/cpu_features.h"
+#include "kernels/widely_linear/widely_linear.h"
+
+namespace {
+
+using cpukern::widely_linear::PreparedLayer;
+
+struct Planes {
+  std::vector<uint32_t> planes;
+  std::vector<float> scales;
+};
+
+// Random Fairy2i-like planes: every complex weight is one of +-1, +-i (disjoint supports).
+const Planes& planes_for(int64_t n, int64_t m, int64_t S) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, Planes> cache;
+  auto& p = cache[{n, m, S}];
+  if (p.planes.empty()) {
+    const int64_t words = (m + 15) / 16, pw = n * words;
+    p.planes.assign(S * 4 * pw, 0);
+    std::mt19937 rng(42);
+    for (int64_t s = 0; s < S; ++s)
+      for (int t = 0; t < 2; ++t)
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < m; ++c) {
+            const uint32_t v = rng() & 3;  // +1, -1, +i, -i
+            const int plane = (s * 4 + 2 * t + (v >> 1)) ;
+            p.planes[plane * pw + r * words + c / 16] |= (v & 1 ? 1u : 2u) << (2 * (c % 16));
+          }
+    p.scales.assign(S * 4, 0.02f);
+  }
+  return p;
+}
+
+std::shared_ptr<const PreparedLayer> layer_for(const std::string& isa, int64_t n, int64_t m,
+                                               int64_t S) {
+  static std::map<std::tuple<std::string, int64_t, int64_t, int64_t>,
+                  std::shared_ptr<const PreparedLayer>>
+      cache;
+  auto& l = cache[{isa, n, m, S}];
+  if (!l) {
+    const Planes& p = planes_for(n, m, S);
+    l = cpukern::widely_linear::prepare(p.planes.data(), p.scales.data(), false, S, n,
+                                        (m + 15) / 16, m, isa);
+  }
+  return l;
+}
+
+void bench(benchmark::State& state, std::string isa, int64_t rows, int64_t cols, int64_t S,
+           int64_t B, int threads, bool fused) {
+  const int64_t n = rows / 2, m = cols / 2;
+  auto layer = layer_for(isa, n, m, S);
+  std::vector<float> x(B * 2 * m), y(B * 2 * n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  for (auto _ : state) {
+    cpukern::widely_linear::run(*layer, x.data(), B, fused, threads, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(layer->nbytes()) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["Gw/s"] = benchmark::Counter(double(S * 4 * n * m) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  const int all = cpukern::get_num_threads();
+  const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
+  for (const auto& v : cpukern::widely_linear::list_variants()) {
+    if (!v.supported) continue;
+    for (const auto& sh : shapes)
+      for (int64_t S : {1, 2})
+        for (int64_t B : {1, 4})
+          for (int threads : {1, all})
+            for (bool fused : {true, false}) {
+              if (threads == all && all == 1 && threads != 1) continue;
+              const std::string name = "widely_linear/" + v.name + "/" + std::to_string(sh[0]) +
+                                       "x" + std::to_string(sh[1]) + "/S" + std::to_string(S) +
+                                       "/B" + std::to_string(B) + "/t" + std::to_string(threads) +
+                                       (fused ? "/fused" : "/unfused");
+              benchmark::RegisterBenchmark(name.c_str(), bench, v.name, sh[0], sh[1], S, B,
+                                           threads, fused)
+                  ->Unit(benchmark::kMicrosecond)
+                  ->UseRealTime();
+              if (all == 1) break;  // threads 1 == all: register once
+            }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
