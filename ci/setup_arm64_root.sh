@@ -51,6 +51,7 @@ PYTHON=${PYTHON:-python3}
 # Debian packages (arm64). The closure is resolved by apt.
 DEB_PACKAGES=(
   python3.11 libpython3.11 libpython3.11-dev
+  libbenchmark-dev  # google benchmark for the cross-built benchmark binaries
   libc6 libstdc++6 libgcc-s1 zlib1g libffi8 libexpat1 libssl3 ca-certificates
 )
 # Guest Python packages: defaults, overridden by pins in requirements.txt.
