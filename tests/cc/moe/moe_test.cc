@@ -100,8 +100,8 @@ std::vector<Case> cases() {
   cs.push_back({32, 2, 128, 31, 7, Activation::kGelu, false, false, false, true});
   cs.push_back({32, 4, 32, 32, 64, Activation::kSwigluOai, true, false, false, true, 8.0f});
   cs.push_back({8, 2, 31, 31, 7, Activation::kSwigluOai, true, false, false, false, 8.0f});
-  // One real-width case (gpt-oss-like).
-  cs.push_back({2, 2, 2880, 2880, 2, Activation::kSwigluOai, true, false, false, false});
+  // One real-width case (gpt-oss hidden size, a tensor-parallel shard of I).
+  cs.push_back({2, 2, 2880, 176, 2, Activation::kSwigluOai, true, false, false, false});
   return cs;
 }
 
@@ -312,7 +312,9 @@ TEST(MoeRegistry, NamesAndDefault) {
   EXPECT_TRUE(has_ref);
 #if defined(__aarch64__)
   EXPECT_EQ(vs[0].name, "neon_bf16_bfmmla");
-  if (cpu_has(kNEON | kBF16)) EXPECT_TRUE(vs[0].selected || std::getenv("CPUKERN_ISA"));
+  if (cpu_has(kNEON | kBF16)) {
+    EXPECT_TRUE(vs[0].selected || std::getenv("CPUKERN_ISA"));
+  }
 #endif
 }
 
