@@ -160,11 +160,15 @@ __attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const ui
                                                       float* y, bool first) {
   const int64_t tile_words = a->geo->tile_bytes >> 2;
   const int64_t tab_floats = a->geo->x_bytes >> 2;
-  int64_t left = a->rows;
-  for (; left > 8 * (NT - 1); left -= 8 * NT, w += NT * tile_words, y += 8 * NT)
+  // Written so that no pointer is used after a loop: GCC would otherwise compute its final
+  // value with an imul (the fp32 micro-kernels must contain no multiply at all).
+  for (int64_t left = a->rows; left > 0; left -= 8 * NT, w += NT * tile_words, y += 8 * NT) {
+    if (NT > 1 && left <= 8) {
+      chunk_kernel<1, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
+      break;
+    }
     chunk_kernel<NT, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
-  if (NT > 1 && left > 0)
-    chunk_kernel<1, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
+  }
 }
 
 void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
@@ -177,15 +181,17 @@ void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
     const bool first = c0 == 0;
     const float* tb = tc;
     float* yb = a->y;
-    int64_t b = a->batch;
-    for (; b >= 4; b -= 4) {
-      tiles_loop<1, 4>(a, wc, tb, nblk, yb, first);
-      tb += 4 * x_floats;
-      yb += 4 * a->ldy;
+    for (int64_t b = a->batch; b > 0; b -= 4, tb += 4 * x_floats, yb += 4 * a->ldy) {
+      if (b >= 4) {
+        tiles_loop<1, 4>(a, wc, tb, nblk, yb, first);
+      } else if (b == 3) {
+        tiles_loop<1, 3>(a, wc, tb, nblk, yb, first);
+      } else if (b == 2) {
+        tiles_loop<2, 2>(a, wc, tb, nblk, yb, first);
+      } else {
+        tiles_loop<2, 1>(a, wc, tb, nblk, yb, first);
+      }
     }
-    if (b == 3) tiles_loop<1, 3>(a, wc, tb, nblk, yb, first);
-    if (b == 2) tiles_loop<2, 2>(a, wc, tb, nblk, yb, first);
-    if (b == 1) tiles_loop<2, 1>(a, wc, tb, nblk, yb, first);
   }
 }
 

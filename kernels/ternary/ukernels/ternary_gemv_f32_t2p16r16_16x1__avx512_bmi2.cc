@@ -109,11 +109,18 @@ void T16_RUN(const F32Args* a) {
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const float* x = static_cast<const float*>(a->xp);
   float* y = a->y;
-  int64_t b = a->batch;
-  for (; b >= 4; b -= 4, x += 4 * x_floats, y += 4 * a->ldy) tiles_loop<4, 4>(a, x, y);
-  if (b == 3) tiles_loop<4, 3>(a, x, y);
-  if (b == 2) tiles_loop<8, 2>(a, x, y);
-  if (b == 1) tiles_loop<16, 1>(a, x, y);
+  // No pointer is used after a loop (GCC would compute its final value with an imul).
+  for (int64_t b = a->batch; b > 0; b -= 4, x += 4 * x_floats, y += 4 * a->ldy) {
+    if (b >= 4) {
+      tiles_loop<4, 4>(a, x, y);
+    } else if (b == 3) {
+      tiles_loop<4, 3>(a, x, y);
+    } else if (b == 2) {
+      tiles_loop<8, 2>(a, x, y);
+    } else {
+      tiles_loop<16, 1>(a, x, y);
+    }
+  }
 }
 
 }  // namespace

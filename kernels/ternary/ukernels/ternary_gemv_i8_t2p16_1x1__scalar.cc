@@ -6,6 +6,14 @@
 namespace cpukern::ternary {
 namespace {
 
+inline uint32_t odd_bits(uint32_t v) {  // portable pext(v, 0xAAAAAAAA)
+  v = (v >> 1) & 0x55555555u;
+  v = (v | (v >> 1)) & 0x33333333u;
+  v = (v | (v >> 2)) & 0x0f0f0f0fu;
+  v = (v | (v >> 4)) & 0x00ff00ffu;
+  return (v | (v >> 8)) & 0x0000ffffu;
+}
+
 int64_t row_bytes(int64_t k) { return words_for(k) * 4; }
 int64_t packed_size(int64_t m, int64_t k) { return m * row_bytes(k); }
 
@@ -20,10 +28,10 @@ void run(const I8Args* a) {
     for (int64_t b = 0; b < a->batch; ++b) {
       const int8_t* x = a->xq + b * a->xq_stride;
       int32_t acc = 0;
-      for (int64_t j = 0; j < a->k; ++j) {
-        const uint32_t code = (w[j >> 4] >> ((j & 15) << 1)) & 3u;
-        if (code == 2u) acc += x[j];
-        if (code == 1u) acc -= x[j];
+      for (int64_t i = 0; i < words; ++i) {
+        const int8_t* xw = x + 16 * i;  // xq is zero-padded to a multiple of 256
+        for (uint32_t m = odd_bits(w[i]); m; m &= m - 1) acc += xw[__builtin_ctz(m)];
+        for (uint32_t m = odd_bits(w[i] << 1); m; m &= m - 1) acc -= xw[__builtin_ctz(m)];
       }
       a->y[b * a->ldy + r] = acc;
     }

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Fails if a fp32-mode ternary GEMV micro-kernel contains a multiply instruction.
+
+Usage: check_no_multiply.py [--pattern SUBSTR]... [--exclude SUBSTR]... FILE...
+
+Disassembles each object file or archive with `objdump -d -C` (demangled), selects the
+functions whose name contains one of the patterns (default: the fp32 micro-kernels'
+`ternary_gemv_f32_..._run` and `..._xprep` functions and their local helpers), and fails if any of
+them contains a multiply: vmulps/vmulss/vmulpd/mulsd..., vfmadd*/vfmsub*/vfnmadd*/vfnmsub*,
+vpmull*/vpmul*/vpmadd*/pmadd*/vpdp*, imul/mul/mulx. The packers (run once at prepare
+time) and the scale epilogue (its own file) are not micro-kernel inner loops and are not
+selected. Prints every function it checked; fails too when nothing was checked.
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+MULTIPLY = re.compile(
+    r"^(v?mul[sp][sd]|v?mulx|imul[a-z]?|mul[bwlq]?|v?pmul\w*|v?pmadd\w*|vpdp\w*|"
+    r"vfn?m(add|sub)\w*|vfmaddsub\w*|vfmsubadd\w*|v4fmadd\w*|vdpbf16ps|vgf2p8mul\w*|"
+    r"v?dpp[sd]|vpclmul\w*|v?pclmul\w*)$")
+FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{2} )+\s*(\S+)")
+
+
+def functions(path):
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", path],
+                         check=True, capture_output=True, text=True).stdout
+    name, insns = None, []
+    for line in out.splitlines():
+        m = FUNC.match(line)
+        if m:
+            if name is not None:
+                yield name, insns
+            name, insns = m.group(1), []
+            continue
+        if name is None:
+            continue
+        parts = line.split("\t")
+        if len(parts) >= 2 and re.match(r"^\s*[0-9a-f]+:$", parts[0]):
+            mnemonic = parts[1].split()[0] if parts[1].split() else ""
+            if mnemonic:
+                insns.append((mnemonic, line.strip()))
+    if name is not None:
+        yield name, insns
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pattern", action="append",
+                    default=None, help="substring selecting functions (repeatable)")
+    ap.add_argument("--exclude", action="append", default=["_pack", "geometry", "packed_size"])
+    ap.add_argument("files", nargs="+")
+    args = ap.parse_args()
+    patterns = args.pattern or [r"ternary_gemv_f32_"]
+    # Local helpers (anonymous namespace, templates) of fp32 ukernel files are selected too:
+    # a function is checked if its name matches a pattern, or if it is defined in an object
+    # whose exported ukernel matches and is not excluded.
+    checked, bad = [], []
+    for path in args.files:
+        current_obj_is_f32 = False
+        for name, insns in functions(path):
+            sel = any(p in name for p in patterns) and not any(e in name for e in args.exclude)
+            if not sel:
+                continue
+            muls = [l for (mn, l) in insns if MULTIPLY.match(mn)]
+            checked.append((path, name, len(insns)))
+            if muls:
+                bad.append((path, name, muls))
+    for path, name, n in checked:
+        print(f"checked {n:6d} instructions  {name}  ({path})")
+    if not checked:
+        print("FAIL: no fp32 micro-kernel function found in", args.files)
+        return 1
+    for path, name, muls in bad:
+        print(f"FAIL: multiply in {name} ({path}):")
+        for l in muls[:20]:
+            print("    ", l)
+    if bad:
+        return 1
+    print(f"OK: {len(checked)} fp32 micro-kernel functions, no multiply instruction")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
