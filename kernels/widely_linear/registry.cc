@@ -41,8 +41,11 @@ const std::vector<Variant>& table() {
                   widely_linear_f32_g3r8x4_8x1__avx2_bmi2,
                   widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2}),
       row("avx512_bmi2", kAVX512F | kBMI2 | kFastPext, 30,
-          CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__avx512_bmi2,
-                            widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2, 4)),
+          Ukernel{"widely_linear_f32_g4r16x4_16x1__avx512_bmi2",
+                  "widely_linear_f32_g4r16x4_gemv_16x1__avx512_bmi2", 16, g4r16::packed_size,
+                  g4r16::pack, g4r16::table_floats, g4r16::build_table,
+                  widely_linear_f32_g4r16x4_16x1__avx512_bmi2,
+                  widely_linear_f32_g4r16x4_gemv_16x1__avx512_bmi2}),
 #endif
   };
   return rows;

@@ -1,4 +1,4 @@
-// Inline pieces shared by the AVX2 lookup micro-kernels (layout g3r8x4, see g3r8_layout.cc),
+// Inline pieces shared by the AVX2 lookup micro-kernels (layout g3r8x4, see lookup_layout.cc),
 // so that the fused kernel and the single sub-GEMV sum in the same order.
 #pragma once
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-// Fused widely-linear micro-kernel, AVX2, layout g3r8x4 (see g3r8_layout.cc): 8 rows per
+// Fused widely-linear micro-kernel, AVX2, layout g3r8x4 (see lookup_layout.cc): 8 rows per
 // tile in the lanes, 3 columns per lookup. Per group of 3 columns:
 //   O2: the subset-sum tables of x_re, x_im and -x_im (built once per call) are loaded
 //       once and shared by all 8 sub-GEMVs;

@@ -163,40 +163,63 @@ Layer random_layer(std::mt19937& rng, int64_t S, int64_t n, int64_t m, bool per_
   return L;
 }
 
-// A variant by name: from the registry, or the SIMDe build of the AVX-512 kernel.
-const Variant* simde_variant() {
-  static const Variant v = [] {
-    Variant r;
-    r.name = "simde_avx512";
-    r.required = 0;
-    r.priority = -1;
-    r.ukernel = Ukernel{"widely_linear_f32_t2p16x4_1x1__simde_avx512",
-                        "widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512",
-                        4,
-                        public_layout_size,
-                        public_layout_pack,
-                        nullptr,
-                        nullptr,
-                        widely_linear_f32_t2p16x4_1x1__simde_avx512,
-                        widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512};
-    return r;
-  }();
-  return &v;
+// Variants outside the registry table, run through the same test body:
+//   simde_avx512       the registered AVX-512 lookup kernel (g4r16x4) built against SIMDe;
+//   simde_avx512_pext  the pext-decode AVX-512 kernel (t2p16x4) built against SIMDe;
+//   avx512_pext        that pext-decode kernel natively (kept for the ablation).
+Variant make_variant(const char* name, uint64_t required, Ukernel uk) {
+  Variant r;
+  r.name = name;
+  r.required = required;
+  r.priority = -1;
+  r.ukernel = uk;
+  return r;
+}
+
+const Variant* extra_variant(const std::string& name) {
+  static const std::vector<Variant> rows = {
+      make_variant("simde_avx512", 0,
+                   Ukernel{"widely_linear_f32_g4r16x4_16x1__simde_avx512",
+                           "widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512", 16,
+                           g4r16::packed_size, g4r16::pack, g4r16::table_floats,
+                           g4r16::build_table, widely_linear_f32_g4r16x4_16x1__simde_avx512,
+                           widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512}),
+      make_variant("simde_avx512_pext", 0,
+                   Ukernel{"widely_linear_f32_t2p16x4_1x1__simde_avx512",
+                           "widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512", 4,
+                           public_layout_size, public_layout_pack, nullptr, nullptr,
+                           widely_linear_f32_t2p16x4_1x1__simde_avx512,
+                           widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512}),
+#if defined(__x86_64__)
+      make_variant("avx512_pext", kAVX512F | kBMI2 | kFastPext,
+                   Ukernel{"widely_linear_f32_t2p16x4_1x1__avx512_bmi2",
+                           "widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2", 4,
+                           public_layout_size, public_layout_pack, nullptr, nullptr,
+                           widely_linear_f32_t2p16x4_1x1__avx512_bmi2,
+                           widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2}),
+#endif
+  };
+  for (const auto& v : rows)
+    if (name == v.name) return &v;
+  return nullptr;
 }
 
 class VariantTest : public ::testing::TestWithParam<std::string> {
  protected:
   // Returns null (after GTEST_SKIP) when the variant cannot run here.
   std::shared_ptr<const PreparedLayer> prep(const Layer& L) {
-    if (GetParam() == "simde_avx512")
-      return prepare_with(*simde_variant(), L.planes.data(), L.scales.data(), L.per_row, L.S, L.n,
-                          L.words, L.m);
+    if (const Variant* v = extra_variant(GetParam()))
+      return prepare_with(*v, L.planes.data(), L.scales.data(), L.per_row, L.S, L.n, L.words,
+                          L.m);
     return prepare(L.planes.data(), L.scales.data(), L.per_row, L.S, L.n, L.words, L.m,
                    GetParam());
   }
   void SetUp() override {
-    if (GetParam() == "simde_avx512") return;
-    for (const auto& v : registry().variants()) {
+    std::vector<const cpukern::Variant<Ukernel>*> rows;
+    for (const auto& v : registry().variants()) rows.push_back(&v);
+    if (const Variant* v = extra_variant(GetParam())) rows.push_back(v);
+    for (const auto* vp : rows) {
+      const auto& v = *vp;
       if (GetParam() != v.name) continue;
       if (!v.supported()) {
         std::string need;
@@ -272,9 +295,8 @@ TEST_P(VariantTest, Errors) {
   Layer L = random_layer(rng, 2, 3, 20, false, true);
   auto P = [&](const Layer& l, int64_t words, int64_t m, int64_t S) {
     return [&, words, m, S] {
-      if (GetParam() == "simde_avx512")
-        prepare_with(*simde_variant(), l.planes.data(), l.scales.data(), l.per_row, S, l.n, words,
-                     m);
+      if (const Variant* v = extra_variant(GetParam()))
+        prepare_with(*v, l.planes.data(), l.scales.data(), l.per_row, S, l.n, words, m);
       else
         prepare(l.planes.data(), l.scales.data(), l.per_row, S, l.n, words, m, GetParam());
     };
@@ -302,7 +324,7 @@ TEST_P(VariantTest, Errors) {
 
 INSTANTIATE_TEST_SUITE_P(All, VariantTest,
                          ::testing::Values("reference", "avx2", "avx2_bmi2", "avx512_bmi2",
-                                           "simde_avx512"),
+                                           "simde_avx512", "avx512_pext", "simde_avx512_pext"),
                          [](const auto& info) { return info.param; });
 
 TEST(Registry, TableAndSelection) {
