@@ -23,31 +23,6 @@ CPUKERN_WL_INLINE Sel decode_shift(uint32_t w, int half) {
   return {_mm256_castsi256_ps(p), _mm256_castsi256_ps(_mm256_slli_epi32(p, 1))};
 }
 
-#if defined(__BMI2__)
-// 256 rows of 8 lane masks: row b has lane j all-ones iff bit j of b is set.
-struct LaneMaskTable {
-  alignas(32) uint32_t m[256][8];
-  LaneMaskTable() {
-    for (int b = 0; b < 256; ++b)
-      for (int j = 0; j < 8; ++j) m[b][j] = (b >> j) & 1 ? 0xFFFFFFFFu : 0u;
-  }
-};
-inline const LaneMaskTable kLaneMasks;
-
-// BMI2: pext gathers the 16 "+1" bits and the 16 "-1" bits; a table expands each byte.
-struct Bits {
-  uint32_t pos, neg;
-};
-CPUKERN_WL_INLINE Bits decode_pext(uint32_t w) {
-  return {_pext_u32(w, 0xAAAAAAAAu), _pext_u32(w, 0x55555555u)};
-}
-CPUKERN_WL_INLINE Sel expand(Bits b, int half) {
-  const int sh = 8 * half;
-  return {_mm256_load_ps(reinterpret_cast<const float*>(kLaneMasks.m[(b.pos >> sh) & 255u])),
-          _mm256_load_ps(reinterpret_cast<const float*>(kLaneMasks.m[(b.neg >> sh) & 255u]))};
-}
-#endif
-
 // acc += w * x for one half: x where "+1", the precomputed -x (O3) where "-1", 0 elsewhere.
 CPUKERN_WL_INLINE __m256 step(__m256 acc, Sel s, __m256 x, __m256 neg_x) {
   __m256 v = _mm256_blendv_ps(_mm256_setzero_ps(), x, s.pos);
