@@ -1,0 +1,1 @@
+../../static/check_bfmmla.py
