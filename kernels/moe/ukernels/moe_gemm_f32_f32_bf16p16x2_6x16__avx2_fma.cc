@@ -97,10 +97,13 @@ void gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
   for (int64_t p = p0; p < p1; ++p) {
     const uint32_t* panel = wp + p * kNR * kp / 2;
     float* cp = c + (p - p0) * kNR;
-    for (int64_t r = 0; r < m; r += kMR) {
+    for (int64_t r = 0, mb; r < m; r += mb) {
+      // 7..11 remaining rows split evenly (8 = 4 + 4, not 6 + 2: a 2-row tile runs at half rate).
+      const int64_t rem = m - r;
+      mb = rem > kMR && rem < 2 * kMR ? (rem + 1) / 2 : std::min<int64_t>(kMR, rem);
       const float* ar = a + r * kp;
       float* cr = cp + r * ldc;
-      switch (std::min<int64_t>(kMR, m - r)) {
+      switch (mb) {
         case 1: tile<1>(ar, kp, panel, cr, ldc, accumulate); break;
         case 2: tile<2>(ar, kp, panel, cr, ldc, accumulate); break;
         case 3: tile<3>(ar, kp, panel, cr, ldc, accumulate); break;
