@@ -12,6 +12,10 @@ def _python_include(ctx, python):
         fail("cannot query %s for its include directory: %s" % (python, r.stderr))
     return r.stdout.strip()
 
+def _host_is_x86(ctx):
+    # repository_os.arch does not exist in Bazel 4.2.3; ask uname.
+    return ctx.execute(["uname", "-m"]).stdout.strip() in ("x86_64", "amd64")
+
 def _link_or_empty(ctx, src, dst):
     if src and ctx.path(src).exists:
         ctx.symlink(src, dst)
@@ -20,14 +24,13 @@ def _link_or_empty(ctx, src, dst):
 
 def _python_repo_impl(ctx):
     python = ctx.os.environ.get("CPUKERN_PYTHON", "") or str(ctx.which("python3"))
-    native_arch = ctx.os.arch  # "amd64" or "aarch64"
     host_include = _python_include(ctx, python)
     arm64 = ctx.os.environ.get("CPUKERN_ARM64_ROOT", "")
     amd64 = ctx.os.environ.get("CPUKERN_AMD64_ROOT", "")
 
     # Headers per target architecture: the host interpreter's for its own architecture,
     # Debian's libpython3.11-dev from the cross root for the other one.
-    if native_arch in ("amd64", "x86_64"):
+    if _host_is_x86(ctx):
         _link_or_empty(ctx, host_include, "x86_64/include")
         ctx.file("x86_64/include_arch/EMPTY", "")
         _link_or_empty(ctx, arm64 + "/usr/include/python3.11", "aarch64/include")
@@ -53,10 +56,9 @@ cpukern_python_repository = repository_rule(
 )
 
 def _benchmark_repo_impl(ctx):
-    native_arch = ctx.os.arch
     arm64 = ctx.os.environ.get("CPUKERN_ARM64_ROOT", "")
     amd64 = ctx.os.environ.get("CPUKERN_AMD64_ROOT", "")
-    is_x86 = native_arch in ("amd64", "x86_64")
+    is_x86 = _host_is_x86(ctx)
     libdirs = {
         "x86_64": "/usr/lib/x86_64-linux-gnu" if is_x86 else amd64 + "/usr/lib/x86_64-linux-gnu",
         "aarch64": arm64 + "/usr/lib/aarch64-linux-gnu" if is_x86 else "/usr/lib/aarch64-linux-gnu",
