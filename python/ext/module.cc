@@ -87,6 +87,7 @@ void bind_common(nb::module_& m) {
 
 NB_MODULE(_ext, m) {
   using namespace cpukern;
+  namespace nb = nanobind;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
