@@ -32,14 +32,11 @@ def _python_repo_impl(ctx):
     # Debian's libpython3.11-dev from the cross root for the other one.
     if _host_is_x86(ctx):
         _link_or_empty(ctx, host_include, "x86_64/include")
-        ctx.file("x86_64/include_arch/EMPTY", "")
-        _link_or_empty(ctx, arm64 + "/usr/include/python3.11", "aarch64/include")
-        _link_or_empty(ctx, arm64 + "/usr/include/aarch64-linux-gnu/python3.11", "aarch64/include_arch")
+        # The whole usr/include: Debian's pyconfig.h includes its arch part by relative path.
+        _link_or_empty(ctx, arm64 + "/usr/include", "aarch64/usr_include")
     else:
         _link_or_empty(ctx, host_include, "aarch64/include")
-        ctx.file("aarch64/include_arch/EMPTY", "")
-        _link_or_empty(ctx, amd64 + "/usr/include/python3.11", "x86_64/include")
-        _link_or_empty(ctx, amd64 + "/usr/include/x86_64-linux-gnu/python3.11", "x86_64/include_arch")
+        _link_or_empty(ctx, amd64 + "/usr/include", "x86_64/usr_include")
 
     r = ctx.execute([python, "-c", "import nanobind; print(nanobind.source_dir().rsplit('/', 1)[0])"])
     if r.return_code != 0:
