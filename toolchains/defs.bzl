@@ -31,11 +31,28 @@ ISA_COPTS = {
     "neon_i8mm": ["-march=armv8.2-a+i8mm+dotprod"],
 }
 
-def cpukern_cc_library(name, isa = "portable", copts = [], **kwargs):
-    """A cc_library compiled with the project flags plus those of one ISA."""
+_X86_ISAS = ["avx2", "avx2_bmi2", "avx512_bmi2", "avx512_bf16", "avx512_vnni"]
+_ARM_ISAS = ["neon", "neon_dotprod", "neon_bf16", "neon_i8mm"]
+
+def isa_compatible_with(isa):
+    """The target constraint of an ISA: its libraries are skipped on other architectures."""
+    if isa in _X86_ISAS:
+        return ["@platforms//cpu:x86_64"]
+    if isa in _ARM_ISAS:
+        return ["@platforms//cpu:aarch64"]
+    return []
+
+def cpukern_cc_library(name, isa = "portable", copts = [], target_compatible_with = [], **kwargs):
+    """A cc_library compiled with the project flags plus those of one ISA, and only for
+    the architecture that ISA belongs to."""
     native.cc_library(
         name = name,
         copts = COPTS + ISA_COPTS[isa] + copts,
+        target_compatible_with = target_compatible_with + [
+            c
+            for c in isa_compatible_with(isa)
+            if c not in target_compatible_with
+        ],
         **kwargs
     )
 
