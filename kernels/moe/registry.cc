@@ -34,7 +34,7 @@ const std::vector<Variant>& table() {
 }  // namespace
 
 const Registry<Ukernel>& registry() {
-  static const Registry<Ukernel> r("moe", std::vector<cpukern::Variant<Ukernel>>(
+  static const Registry<Ukernel> r("fused_moe", std::vector<cpukern::Variant<Ukernel>>(
                                               table().begin(), table().end()));
   return r;
 }
