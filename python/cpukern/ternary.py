@@ -1,6 +1,8 @@
 """Multiplication-free ternary layers (FairyFuse): a GEMV over {-1, 0, +1} weights and the
 fused widely-linear complex layer (Fairy2i).
 
+Results are torch tensors when the (first) array argument is one, numpy arrays otherwise.
+
 Packed format (public, stable): 16 weights per uint32; weight k of a row goes to word k//16,
 bit 2*(k%16)+1 set for +1, bit 2*(k%16) set for -1, both clear for 0; words past K are zero.
 """
@@ -12,7 +14,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (float32_scale, isa_arg, out_or_new, require_array, shape_of,
+from cpukern._arrays import (empty, float32_scale, isa_arg, out_or_new, require_array, shape_of,
                              threads_arg)
 
 TernaryWeights = _ext.TernaryWeights
@@ -34,7 +36,8 @@ def pack(w: Any) -> np.ndarray:
 
     Raises ValueError naming the index of the first value outside {-1, 0, +1}.
     """
-    w = np.asarray(require_array(w, "w"))
+    like = require_array(w, "w")
+    w = np.asarray(like)
     if w.dtype.kind not in "iu":
         raise TypeError(f"w: expected an integer array of {{-1, 0, +1}}, got {w.dtype} array of shape {w.shape}")
     if w.ndim != 2:
@@ -45,7 +48,7 @@ def pack(w: Any) -> np.ndarray:
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"w: values must be in {{-1, 0, +1}}, got {int(w[idx])} at index {list(idx)}")
         w = w.astype(np.int8)
-    out = np.empty((w.shape[0], _words(w.shape[1])), dtype=np.uint32)
+    out = empty(like, (w.shape[0], _words(w.shape[1])), "uint32")
     _ext.ternary_pack(w, out)
     return out
 
@@ -55,7 +58,7 @@ def unpack(packed: Any, k: int) -> np.ndarray:
     packed = require_array(packed, "packed")
     if int(k) < 0:
         raise ValueError(f"k: expected k >= 0, got {k}")
-    out = np.empty((shape_of(packed)[0] if packed.ndim == 2 else 0, int(k)), dtype=np.int8)
+    out = empty(packed, (shape_of(packed)[0] if packed.ndim == 2 else 0, int(k)), "int8")
     _ext.ternary_unpack(packed, int(k), out)
     return out
 
@@ -73,8 +76,8 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
     if w.ndim != 2:
         raise ValueError(f"w: expected 2 dimensions (M, K), got shape {shape_of(w)}")
     m, k = shape_of(w)
-    packed = np.empty((m, _words(k)), dtype=np.uint32)
-    scale = np.empty((m,), dtype=np.float32)
+    packed = empty(w, (m, _words(k)), "uint32")
+    scale = empty(w, (m,), "float32")
     _ext.ternary_quantize(w, granularity == "tensor", packed, scale)
     return packed, scale
 
@@ -147,8 +150,8 @@ def phase_quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"a: expected 2 dimensions (2n, 2m), got shape {shape_of(a)}")
     rows, cols = shape_of(a)
     n, m = rows // 2, cols // 2
-    planes = np.empty((int(stages), 4, n, _words(m)), dtype=np.uint32)
-    scales = np.empty((int(stages), 4), dtype=np.float32)
+    planes = empty(a, (int(stages), 4, n, _words(m)), "uint32")
+    scales = empty(a, (int(stages), 4), "float32")
     _ext.widely_linear_phase_quantize(a, int(stages), planes, scales)
     return planes, scales
 
@@ -168,7 +171,7 @@ def widely_linear_dense(planes: Any, scales: Any, m: int) -> np.ndarray:
     """The real float32 (2n, 2m) matrix a quantised widely-linear layer stands for."""
     planes, scales = _staged(planes, scales)
     n = shape_of(planes)[2] if planes.ndim == 4 else 0
-    out = np.empty((2 * n, 2 * int(m)), dtype=np.float32)
+    out = empty(planes, (2 * n, 2 * int(m)), "float32")
     _ext.widely_linear_dense(planes, scales, int(m), out)
     return out
 
