@@ -85,13 +85,13 @@ def demo_ternary(args, rng, results):
             row[f"{act}_ms"] = f"{t * 1e3:.3f}"
             row[f"{act}_gw_s"] = f"{m * k * b / t / 1e9:.1f}"
             row[f"{act}_vs_numpy"] = f"{t_np / t:.1f}x"
-        row.update({"numpy_ms": f"{t_np * 1e3:.3f}", "packed_GB_s": f"{fast.nbytes / float(row['fp32_ms']) / 1e6:.1f}",
+        row.update({"numpy_ms": f"{t_np * 1e3:.3f}", "packed_GB_s": f"{packed.nbytes / float(row['fp32_ms']) / 1e6:.1f}",
                     "check": "ok" if ok else "MISMATCH"})
         rows.append(row)
-    print_table(rows, [("B", "B"), ("fp32_ms", "fp32 ms"), ("fp32_gw_s", "Gweights/s"), ("packed_GB_s", "GB/s"),
+    print_table(rows, [("B", "B"), ("fp32_ms", "fp32 ms"), ("fp32_gw_s", "Gweights/s"), ("packed_GB_s", "GB/s (2-bit)"),
                        ("fp32_vs_numpy", "vs numpy"), ("int8_ms", "int8 ms"), ("int8_gw_s", "Gweights/s"),
                        ("int8_vs_numpy", "vs numpy"), ("numpy_ms", "numpy fp32 W@x ms"),
-                       ("check", "vs reference")])
+                       ("check", "check")])
     results["ternary_gemv"] = rows
     return all(r["check"] == "ok" for r in rows)
 
@@ -121,16 +121,18 @@ def demo_widely_linear(args, rng, results):
                      "check": "ok" if ok else "MISMATCH"})
     print_table(rows, [("B", "B"), ("fused_ms", "fused ms"), ("unfused_ms", "unfused ms"), ("fusion", "fusion gain"),
                        ("GB_s", "plane GB/s"), ("numpy_ms", "numpy a@x ms"), ("vs_numpy", "vs numpy"),
-                       ("check", "vs reference")])
+                       ("check", "check")])
     results["widely_linear"] = rows
     return all(r["check"] == "ok" for r in rows)
 
 
 def random_bf16(rng, shape, std):
+    """Gaussian bf16 weights, fast: a 4M-value random pool laid out with a random shift per expert."""
+    pool = (rng.standard_normal(1 << 22, dtype=np.float32) * std).astype(ml_dtypes.bfloat16)
     out = np.empty(shape, dtype=ml_dtypes.bfloat16)
     flat = out.reshape(shape[0], -1)
-    for i in range(shape[0]):  # per expert, to bound the float32 temporary
-        flat[i] = (rng.standard_normal(flat.shape[1], dtype=np.float32) * std).astype(ml_dtypes.bfloat16)
+    for i in range(shape[0]):
+        flat[i] = np.resize(np.roll(pool, int(rng.integers(pool.size))), flat.shape[1])
     return out
 
 
@@ -153,8 +155,9 @@ def demo_moe(args, rng, results, bandwidth):
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=args.threads)
         y = moe.fused_moe(x, p13, p2, tw, ids, **kw)
         t_fast = timeit(lambda: moe.fused_moe(x, p13, p2, tw, ids, **kw))
-        t_ref = timeit(lambda: moe.fused_moe(x, r13, r2, tw, ids, **kw), min_time=0.0, max_reps=1)
+        t0 = time.perf_counter()  # the scalar reference is slow: one call checks and times it
         y_ref = moe.fused_moe(x, r13, r2, tw, ids, **kw)
+        t_ref = time.perf_counter() - t0
         ok = np.allclose(y.astype(np.float32), y_ref.astype(np.float32), atol=1e-2, rtol=3.2e-2)
         touched = len(np.unique(ids)) * expert_bytes
         flops = 2 * t * topk * 3 * h * inter
@@ -164,8 +167,8 @@ def demo_moe(args, rng, results, bandwidth):
                      "ref_ms": f"{t_ref * 1e3:.1f}", "vs_ref": f"{t_ref / t_fast:.1f}x",
                      "check": "ok" if ok else "MISMATCH"})
     print_table(rows, [("T", "T"), ("ms", "ms"), ("TFLOP_s", "TFLOP/s"), ("GB_s", "weights GB/s"),
-                       ("roofline", "of read BW"), ("ref_ms", "reference ms"), ("vs_ref", "vs reference"),
-                       ("check", "vs reference")])
+                       ("roofline", "of read BW"), ("ref_ms", "reference ms"), ("vs_ref", "speedup"),
+                       ("check", "check")])
     results["fused_moe"] = rows
     return all(r["check"] == "ok" for r in rows)
 
