@@ -116,7 +116,7 @@ def demo_widely_linear(args, rng, results):
         t_u = timeit(lambda: ternary.widely_linear(layer, x, fused=False, threads=args.threads))
         t_np = timeit(lambda: x @ dense.T)
         rows.append({"B": b, "fused_ms": f"{t_f * 1e3:.3f}", "unfused_ms": f"{t_u * 1e3:.3f}",
-                     "fusion": f"{t_u / t_f:.2f}x", "GB_s": f"{layer.nbytes / t_f / 1e9:.1f}",
+                     "fusion": f"{t_u / t_f:.2f}x", "GB_s": f"{planes.nbytes / t_f / 1e9:.1f}",
                      "numpy_ms": f"{t_np * 1e3:.3f}", "vs_numpy": f"{t_np / t_f:.1f}x",
                      "check": "ok" if ok else "MISMATCH"})
     print_table(rows, [("B", "B"), ("fused_ms", "fused ms"), ("unfused_ms", "unfused ms"), ("fusion", "fusion gain"),
