@@ -1,0 +1,277 @@
+"""PyTorch: zero-copy tensors through every op, the cpukern:: custom ops (eager, opcheck,
+torch.compile, torch.export), the modules against their float counterparts, vLLM-order ops."""
+
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed here (e.g. the aarch64 QEMU legs): PyTorch tests skipped")
+
+import cpukern.torch as ct  # noqa: E402
+from cpukern import moe, ternary  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def ternary_weights(m=40, k=70):
+    w = torch.randint(-1, 2, (m, k), dtype=torch.int8)
+    return w, ternary.pack(w)
+
+
+# --- zero copies, torch in -> torch out ------------------------------------------------------
+
+def test_ternary_functions_return_torch_for_torch_input():
+    w, packed = ternary_weights()
+    assert isinstance(packed, torch.Tensor) and packed.dtype == torch.uint32
+    assert torch.equal(ternary.unpack(packed, 70), w)
+    p, s = ternary.quantize(torch.randn(8, 33))
+    assert isinstance(p, torch.Tensor) and isinstance(s, torch.Tensor) and s.dtype == torch.float32
+    planes, scales = ternary.phase_quantize(torch.randn(8, 36), stages=2)
+    assert isinstance(planes, torch.Tensor) and planes.shape == (2, 4, 4, 2)
+    dense = ternary.widely_linear_dense(planes, scales, 18)
+    assert isinstance(dense, torch.Tensor) and dense.shape == (8, 36)
+    tw, ids = moe.route(torch.randn(3, 5), 2)
+    assert isinstance(tw, torch.Tensor) and ids.dtype == torch.int32
+
+
+def test_gemv_out_is_written_in_place():
+    w, packed = ternary_weights()
+    prepared = ternary.prepare(packed, 70)
+    x = torch.randn(3, 70)
+    y = torch.full((3, 40), float("nan"))
+    ptr = y.data_ptr()
+    got = ternary.gemv(prepared, x, out=y)
+    assert got is y and y.data_ptr() == ptr
+    torch.testing.assert_close(y, x @ w.float().T, rtol=1e-5, atol=1e-4)
+    fresh = ternary.gemv(prepared, x)
+    assert isinstance(fresh, torch.Tensor) and torch.equal(fresh, y)
+
+
+def test_widely_linear_out_is_written_in_place():
+    a = torch.randn(16, 40)
+    planes, scales = ternary.phase_quantize(a, stages=2)
+    layer = ternary.prepare_widely_linear(planes, scales, 20)
+    x = torch.randn(2, 40)
+    y = torch.empty(2, 16)
+    ptr = y.data_ptr()
+    assert ternary.widely_linear(layer, x, out=y) is y and y.data_ptr() == ptr
+    dense = ternary.widely_linear_dense(planes, scales, 20)
+    torch.testing.assert_close(y, x @ dense.T, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_moe_bf16_tensors_in_and_out_in_place():
+    e, h, i, t = 4, 32, 24, 3
+    w13, w2 = (torch.randn(e, 2 * i, h) / 6).to(BF16), (torch.randn(e, h, i) / 5).to(BF16)
+    x = torch.randn(t, h).to(BF16)
+    tw, ids = moe.route(torch.randn(t, e), 2)
+    p13, p2 = moe.prepack(w13), moe.prepack(w2)
+    out = torch.empty(t, h, dtype=BF16)
+    ptr = out.data_ptr()
+    assert moe.fused_moe(x, p13, p2, tw, ids, out=out) is out and out.data_ptr() == ptr
+    fresh = moe.fused_moe(x, p13, p2, tw, ids)
+    assert fresh.dtype == BF16 and torch.equal(fresh, out)
+
+
+def test_non_contiguous_tensors_are_refused_not_copied():
+    _, packed = ternary_weights()
+    prepared = ternary.prepare(packed, 70)
+    with pytest.raises(TypeError, match="non-contiguous"):
+        ternary.gemv(prepared, torch.randn(70, 3).T)
+    with pytest.raises(TypeError, match="bfloat16"):
+        moe.prepack(torch.randn(2, 4, 4))
+
+
+# --- custom ops ----------------------------------------------------------------------------
+
+def test_ternary_gemv_op_int32_and_uint32_packed():
+    w, packed = ternary_weights()
+    scale = torch.rand(40) + 0.5
+    x = torch.randn(5, 70)
+    want = x @ (w.float() * scale[:, None]).T
+    for p in (packed, packed.view(torch.int32)):
+        got = torch.ops.cpukern.ternary_gemv(p, x, scale)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    got1 = torch.ops.cpukern.ternary_gemv(packed, x[0], scale)
+    assert got1.shape == (40,)
+    int8 = torch.ops.cpukern.ternary_gemv(packed, x, scale, "int8")
+    bound = scale * x.abs().max(dim=1, keepdim=True).values / 254 * w.abs().sum(1) + 1e-4
+    assert torch.all((int8 - want).abs() <= bound)
+
+
+def test_op_cache_reuses_and_invalidates_on_version_bump():
+    w, packed = ternary_weights()
+    packed = packed.view(torch.int32).clone()
+    x = torch.randn(70)
+    ct.clear_cache()
+    y0 = torch.ops.cpukern.ternary_gemv(packed, x)
+    torch.ops.cpukern.ternary_gemv(packed, x)
+    info = ct.cache_info()
+    assert info["hits"] == 1 and info["misses"] == 1
+    packed.copy_(ternary.pack(-w).view(torch.int32))  # in place: version bump
+    y1 = torch.ops.cpukern.ternary_gemv(packed, x)
+    torch.testing.assert_close(y1, -y0)
+    assert ct.cache_info()["misses"] == 2
+
+
+def test_opcheck_ternary_and_widely_linear():
+    _, packed = ternary_weights(16, 40)
+    torch.library.opcheck(torch.ops.cpukern.ternary_gemv.default,
+                          (packed.view(torch.int32), torch.randn(3, 40), torch.rand(16)))
+    planes, scales = ternary.phase_quantize(torch.randn(8, 40), stages=1)
+    torch.library.opcheck(torch.ops.cpukern.widely_linear.default,
+                          (planes.view(torch.int32), scales, torch.randn(2, 40)))
+
+
+def moe_layer(e=4, h=32, i=24, bias=False, act="silu", topk=2):
+    w13 = (torch.randn(e, 2 * i, h) / h ** 0.5).to(BF16)
+    w2 = (torch.randn(e, h, i) / i ** 0.5).to(BF16)
+    b13 = (torch.randn(e, 2 * i) * 0.1).to(BF16) if bias else None
+    b2 = (torch.randn(e, h) * 0.1).to(BF16) if bias else None
+    return ct.FusedMoE.from_experts(w13, w2, b13, b2, topk=topk, activation=act)
+
+
+def test_opcheck_fused_moe():
+    m = moe_layer()
+    x = torch.randn(3, 32).to(BF16)
+    tw, ids = m.route(torch.randn(3, 4))
+    torch.library.opcheck(torch.ops.cpukern.fused_moe.default, (x, m.w13, m.w2, tw, ids))
+
+
+def test_vllm_order_ops_match_fused_moe():
+    m = moe_layer(bias=True, act="swigluoai")
+    x = torch.randn(5, 32).to(BF16)
+    tw, ids = m.route(torch.randn(5, 4))
+    want = m.experts(x, tw, ids)
+    p13, p2 = torch.empty_like(m.w13), torch.empty_like(m.w2)
+    torch.ops.cpukern.prepack_moe_weight(m.w13, p13, "vec")
+    torch.ops.cpukern.prepack_moe_weight(m.w2, p2, "vec")
+    out = torch.empty_like(x)
+    torch.ops.cpukern.cpu_fused_moe(out, x, p13, p2, m.w13_bias, m.w2_bias, tw, ids, False,
+                                    "swigluoai", "vec")
+    assert torch.equal(out, want)
+    # topk == 1 with skip_weighted: weight 1.0
+    tw1, ids1 = tw[:, :1].contiguous(), ids[:, :1].contiguous()
+    torch.ops.cpukern.cpu_fused_moe(out, x, p13, p2, None, None, tw1, ids1, True, "swigluoai", "")
+    ones = torch.ops.cpukern.fused_moe(x, m.w13, m.w2, torch.ones_like(tw1), ids1, "swigluoai")
+    assert torch.equal(out, ones)
+    with pytest.raises(ValueError, match="packed_weight"):
+        torch.ops.cpukern.prepack_moe_weight(m.w13, torch.empty(1, 2, 3, dtype=BF16), "vec")
+
+
+# --- modules against their float counterparts ----------------------------------------------
+
+def gaussian_linear(i=256, o=128, bias=False):
+    lin = torch.nn.Linear(i, o, bias=bias)
+    with torch.no_grad():
+        lin.weight.normal_()
+        if bias:
+            lin.bias.normal_()
+    return lin
+
+
+@pytest.mark.parametrize("act", ["fp32", "int8"])
+def test_ternary_linear_bounds(act):
+    lin = gaussian_linear(bias=True)
+    mod = ct.TernaryLinear.from_linear(lin, act=act)
+    x = torch.randn(2, 3, 256)
+    with torch.no_grad():
+        y = mod(x)
+        ref_mod = mod.dequantized()
+        ref = ref_mod(x)
+        wq = ref_mod.weight.abs()
+        bound = 1e-5 * (x.abs() @ wq.T) + 1e-6
+        if act == "int8":
+            bound = bound + x.abs().amax(-1, keepdim=True) / 254 * wq.sum(1)
+        assert y.shape == (2, 3, 128)
+        assert torch.all((y - ref).abs() <= bound)
+        yf = lin(x) - lin.bias
+        cos = torch.nn.functional.cosine_similarity((y - mod.bias).flatten(), yf.flatten(), 0)
+        assert cos >= 0.8
+
+
+@pytest.mark.parametrize("stages,bound", [(1, 0.7), (2, 0.45)])
+def test_widely_linear_bounds(stages, bound):
+    lin = gaussian_linear()
+    mod = ct.WidelyLinear.from_linear(lin, stages=stages)
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        y = mod(x)
+        ref_mod = mod.dequantized()
+        err = (y - ref_mod(x)).abs()
+        assert torch.all(err <= 1e-4 * (x.abs() @ ref_mod.weight.abs().T) + 1e-5)
+        yf = lin(x)
+        assert (y - yf).norm() / yf.norm() <= bound
+
+
+@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("swigluoai", True)])
+def test_fused_moe_module_bound(act, bias):
+    m = moe_layer(bias=bias, act=act)
+    x = torch.randn(2, 3, 32).to(BF16)
+    logits = torch.randn(2, 3, 4)
+    y = m(x, logits)
+    assert y.shape == (2, 3, 32) and y.dtype == BF16
+    tw, ids = m.route(logits.reshape(-1, 4))
+    ref = m.reference(x, tw, ids)
+    assert torch.all((y.float() - ref).abs() <= 2e-3 + 2e-2 * ref.abs())
+
+
+def test_state_dict_round_trip():
+    mod = ct.TernaryLinear.from_linear(gaussian_linear(64, 32, bias=True))
+    other = ct.TernaryLinear(64, 32)
+    x = torch.randn(3, 64)
+    before = other(x)
+    other.load_state_dict(mod.state_dict())  # copy_ into the buffers: the cache must notice
+    assert not torch.equal(other(x), before)
+    assert torch.equal(other(x), mod(x))
+
+
+# --- graph capture ---------------------------------------------------------------------------
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t = ct.TernaryLinear.from_linear(gaussian_linear(64, 32, bias=True))
+        self.w = ct.WidelyLinear.from_linear(gaussian_linear(32, 32), stages=2)
+
+    def forward(self, x):
+        return self.w(torch.relu(self.t(x)))
+
+
+def test_torch_compile_fullgraph():
+    # aot_eager traces through the fake implementations exactly like inductor does, without
+    # the C++ compile (minutes on a small machine).
+    block = Block()
+    x = torch.randn(3, 64)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), block(x), rtol=0, atol=0)
+    m = moe_layer()
+    xm, logits = torch.randn(3, 32).to(BF16), torch.randn(3, 4)
+    cm = torch.compile(m, fullgraph=True, backend="aot_eager")
+    assert torch.equal(cm(xm, logits), m(xm, logits))
+
+
+def test_torch_export():
+    block = Block()
+    x = torch.randn(3, 64)
+    ep = torch.export.export(block, (x,))
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert "cpukern.ternary_gemv.default" in targets and "cpukern.widely_linear.default" in targets
+    torch.testing.assert_close(ep.module()(x), block(x), rtol=0, atol=0)
+    m = moe_layer()
+    xm, logits = torch.randn(3, 32).to(BF16), torch.randn(3, 4)
+    epm = torch.export.export(m, (xm, logits))
+    assert any(str(n.target) == "cpukern.fused_moe.default" for n in epm.graph.nodes)
+    assert torch.equal(epm.module()(xm, logits), m(xm, logits))
+
+
+def test_import_cpukern_does_not_import_torch_module():
+    import subprocess
+    import sys
+
+    code = "import sys, cpukern; assert 'cpukern.torch' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
