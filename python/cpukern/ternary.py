@@ -23,7 +23,7 @@ WidelyLinearWeights = _ext.WidelyLinearWeights
 __all__ = [
     "pack", "unpack", "quantize", "prepare", "gemv", "TernaryWeights",
     "phase_quantize", "widely_linear_dense", "prepare_widely_linear", "widely_linear",
-    "WidelyLinearWeights",
+    "WidelyLinearWeights", "save", "load",
 ]
 
 
@@ -212,3 +212,7 @@ def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any =
     y = out_or_new(out, x, out_shape, "float32")
     _ext.widely_linear_run(layer, x, bool(fused), threads_arg(threads), y)
     return y
+
+
+# Weights on disk (safetensors, mapped on load): see cpukern.io.
+from cpukern.io import load, save  # noqa: E402
