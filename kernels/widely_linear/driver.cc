@@ -22,6 +22,16 @@ void public_layout_pack(const uint32_t* planes, const Dims& d, void* out) {
   std::memcpy(out, planes, public_layout_size(d));
 }
 
+Loc public_layout_locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {
+  const int64_t row_bytes = d.words * int64_t(sizeof(uint32_t));
+  Loc l;
+  l.w = static_cast<const char*>(data) + ((stage * 4 + plane) * d.n + r0) * row_bytes;
+  l.tile_stride = row_bytes;
+  l.plane_stride = d.n * row_bytes;
+  l.inner = d.words;
+  return l;
+}
+
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
                                                   const float* scales, bool scales_per_row,
                                                   int64_t stages, int64_t n, int64_t words,
@@ -110,36 +120,61 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   const int64_t t = tile_rows(d, uk.rows_per_tile, nthreads);
   const int64_t tasks = (d.n + t - 1) / t;
 
+  // One call: rows [r0, r1) of stage s for batch rows [b0, b0 + nb), plane `plane`.
+  auto make_call = [&](int64_t s, int plane, int64_t r0, int64_t r1, int64_t b0, int nb) {
+    Call c;
+    c.loc = uk.locate(data, d, s, plane, r0);
+    c.rows = r1 - r0;
+    c.nb = nb;
+    for (int b = 0; b < nb; ++b) c.x[b] = acts[size_t(b0 + b)];
+    return c;
+  };
+
   if (fused) {
+    // Per row tile: batch rows in groups of kMaxBatch; per group every stage's bytes are
+    // read and decoded once for the whole group.
     parallel_for(tasks, nthreads, [&](int64_t task) {
       const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
-      std::vector<float> dots(static_cast<size_t>((r1 - r0) * kNumSub));
-      for (int64_t b = 0; b < batch; ++b) {
-        float* yb = y + b * 2 * d.n;
+      const int64_t per = (r1 - r0) * kNumSub;
+      std::vector<float> dots(static_cast<size_t>(kMaxBatch * per));
+      for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
+        const int nb = int(std::min<int64_t>(kMaxBatch, batch - b0));
         for (int64_t s = 0; s < d.stages; ++s) {
-          uk.fused(data, d, s, r0, r1, acts[size_t(b)], dots.data());
-          scale_epilogue(dots.data(), scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+          Call c = make_call(s, 0, r0, r1, b0, nb);
+          for (int b = 0; b < nb; ++b) c.dots[b] = dots.data() + b * per;
+          uk.fused(c);
+          for (int b = 0; b < nb; ++b) {
+            float* yb = y + (b0 + b) * 2 * d.n;
+            scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+          }
         }
       }
     });
     return;
   }
 
-  // The naive schedule: per batch row and stage, 8 separate passes over the whole layer
-  // (one per sub-GEMV, each reading its plane from memory again), then the epilogue.
-  std::vector<float> dots(static_cast<size_t>(d.n * kNumSub));
-  for (int64_t b = 0; b < batch; ++b) {
-    float* yb = y + b * 2 * d.n;
+  // The naive schedule: per group of batch rows and stage, 8 separate passes over the whole
+  // layer (one per sub-GEMV, each reading its plane from memory again), then the epilogue.
+  const int64_t per = d.n * kNumSub;
+  std::vector<float> dots(static_cast<size_t>(kMaxBatch * per));
+  for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
+    const int nb = int(std::min<int64_t>(kMaxBatch, batch - b0));
     for (int64_t s = 0; s < d.stages; ++s) {
       for (int k = 0; k < kNumSub; ++k)
         parallel_for(tasks, nthreads, [&](int64_t task) {
           const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
-          uk.gemv(data, d, s, k, r0, r1, acts[size_t(b)], dots.data() + r0 * kNumSub);
+          Call c = make_call(s, kSubPlane[k], r0, r1, b0, nb);
+          c.k = k;
+          for (int b = 0; b < nb; ++b) c.dots[b] = dots.data() + b * per + r0 * kNumSub;
+          uk.gemv(c);
         });
       parallel_for(tasks, nthreads, [&](int64_t task) {
         const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
-        scale_epilogue(dots.data() + r0 * kNumSub, scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb,
-                       yb + d.n);
+        for (int b = 0; b < nb; ++b) {
+          float* yb = y + (b0 + b) * 2 * d.n;
+          scale_epilogue(dots.data() + b * per + r0 * kNumSub, scales + s * 4 * d.n, d.n, r0,
+                         r1, s == 0, yb, yb + d.n);
+        }
       });
     }
   }

@@ -20,11 +20,26 @@ Variant row(const char* name, uint64_t required, int priority, const Ukernel& uk
 Ukernel public_layout(const char* name, const char* gemv_name, int mr,
                       decltype(Ukernel::fused) fused, decltype(Ukernel::gemv) gemv) {
   return Ukernel{name,    gemv_name, mr,    public_layout_size, public_layout_pack,
-                 nullptr, nullptr,   fused, gemv};
+                 public_layout_locate, nullptr, nullptr, fused, gemv};
 }
 
 #define CPUKERN_WL_PUBLIC(fused, gemv, mr) public_layout(#fused, #gemv, mr, fused, gemv)
+#define CPUKERN_WL_LOOKUP(layout, packer, fused, gemv, mr)                               \
+  Ukernel{#fused, #gemv, mr, layout::packed_size, packer, layout::locate,               \
+          layout::table_floats, layout::build_table, fused, gemv}
 
+// Priorities follow the speed measured on AMD Zen 4 (2 cores, 4096x4096 .. 11008x4096,
+// fused, B = 1 and 4; see benchmarks/widely_linear):
+//   avx512      16-row lookup kernel (vpermps, 4-column groups), AVX-512F only: fastest;
+//   avx512_bmi2 the paper's kernel (pext -> add/sub masks, masked add/sub): slower than
+//               the lookup kernels (one masked op per 16 weights x 2 vs one lookup per
+//               4 columns x 16 rows), kept above avx2_bmi2/avx2 as it is still faster
+//               than the 8-row AVX2 lookups;                   [ordering: see report]
+//   avx2_bmi2   8-row lookup kernel (3-column groups) with the pext packer: same inner
+//               loop as avx2, faster prepare;
+//   avx2        the same lookup kernel with the portable packer (no pext anywhere):
+//               the fast path on AMD Zen 1/2, where pext is microcoded;
+//   reference   scalar.
 const std::vector<Variant>& table() {
   static const std::vector<Variant> rows = {
       row("reference", 0, 0,
@@ -32,20 +47,17 @@ const std::vector<Variant>& table() {
                             widely_linear_f32_t2p16x4_gemv_1x1__scalar, 1)),
 #if defined(__x86_64__)
       row("avx2", kAVX2 | kFMA, 10,
-          CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__avx2,
-                            widely_linear_f32_t2p16x4_gemv_4x1__avx2, 4)),
+          CPUKERN_WL_LOOKUP(g3r8, g3r8::pack, widely_linear_f32_g3r8x4_8x1__avx2,
+                            widely_linear_f32_g3r8x4_gemv_8x1__avx2, 8)),
       row("avx2_bmi2", kAVX2 | kFMA | kBMI2 | kFastPext, 20,
-          Ukernel{"widely_linear_f32_g3r8x4_8x1__avx2_bmi2",
-                  "widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2", 8, g3r8::packed_size,
-                  g3r8::pack, g3r8::table_floats, g3r8::build_table,
-                  widely_linear_f32_g3r8x4_8x1__avx2_bmi2,
-                  widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2}),
+          CPUKERN_WL_LOOKUP(g3r8, g3r8::pack_bmi2, widely_linear_f32_g3r8x4_8x1__avx2_bmi2,
+                            widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2, 8)),
       row("avx512_bmi2", kAVX512F | kBMI2 | kFastPext, 30,
-          Ukernel{"widely_linear_f32_g4r16x4_16x1__avx512_bmi2",
-                  "widely_linear_f32_g4r16x4_gemv_16x1__avx512_bmi2", 16, g4r16::packed_size,
-                  g4r16::pack, g4r16::table_floats, g4r16::build_table,
-                  widely_linear_f32_g4r16x4_16x1__avx512_bmi2,
-                  widely_linear_f32_g4r16x4_gemv_16x1__avx512_bmi2}),
+          CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__avx512_bmi2,
+                            widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2, 4)),
+      row("avx512", kAVX512F, 40,
+          CPUKERN_WL_LOOKUP(g4r16, g4r16::pack, widely_linear_f32_g4r16x4_16x1__avx512,
+                            widely_linear_f32_g4r16x4_gemv_16x1__avx512, 16)),
 #endif
   };
   return rows;

@@ -12,8 +12,9 @@
 //
 // A ukernel provides a fused run (all 8 sub-GEMVs of a row range in one pass over the
 // bytes) and a single sub-GEMV run over the same bytes (the naive schedule, for the
-// ablation). For a given variant both sum every dot product in the same order, so fused
-// and unfused results are identical.
+// ablation), each for up to kMaxBatch batch rows per pass. For a given variant both sum
+// every dot product in the same order, whatever the batch grouping, so fused and unfused
+// results are identical and a batch row's result does not depend on its neighbours.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,9 @@ enum Src : int { kXr = 0, kNXr = 1, kXi = 2, kNXi = 3 };
 inline constexpr int kNumSub = 8;
 inline constexpr int kSubPlane[kNumSub] = {kUre, kUim, kWre, kWim, kUim, kUre, kWim, kWre};
 inline constexpr int kSubSrc[kNumSub] = {kXr, kNXi, kXr, kXi, kXr, kXi, kXr, kNXi};
+// Plane p feeds sub-GEMVs kPlaneSubA[p] (real output) and kPlaneSubB[p] (imaginary output).
+inline constexpr int kPlaneSubA[4] = {0, 1, 2, 3};
+inline constexpr int kPlaneSubB[4] = {5, 4, 7, 6};
 
 struct Dims {
   int64_t stages = 0, n = 0, m = 0, words = 0;  // words == ceil(m / 16)
@@ -45,24 +49,49 @@ struct Acts {
   const float* table = nullptr;
 };
 
+// Batch rows one micro-kernel call processes together: each decoded mask / pattern is used
+// for all of them (separate accumulators), so weight bytes and decode work are amortised.
+inline constexpr int kMaxBatch = 4;
+
+// Where rows start in a kernel layout and how to step through them. Filled by the layout's
+// portable locate() (driver.cc, lookup_layout.cc), so that the micro-kernels do all their
+// addressing with adds and shifts: no multiply instruction in them, not even for offsets.
+struct Loc {
+  const void* w = nullptr;   // plane `plane` of the first tile (row) of the call
+  int64_t tile_stride = 0;   // bytes from one tile (row) to the next
+  int64_t plane_stride = 0;  // bytes from one plane to the next of the same tile (row)
+  int64_t inner = 0;         // chunks (lookup layouts) or words (public layout) per tile
+};
+
+// One micro-kernel call: rows [r0, r0 + rows) of one stage (r0 a multiple of
+// rows_per_tile) for nb batch rows. dots[b][i * 8 + k] = sub-GEMV k of row r0 + i, batch b.
+struct Call {
+  Loc loc;
+  int64_t rows = 0;
+  int nb = 1;
+  int k = 0;  // the sub-GEMV (gemv only; loc then points at plane kSubPlane[k])
+  Acts x[kMaxBatch];
+  float* dots[kMaxBatch] = {};
+};
+
 struct Ukernel {
-  const char* name;       // fused micro-kernel, e.g. "widely_linear_f32_t2p16x4_1x1__avx2"
+  const char* name;       // fused micro-kernel, e.g. "widely_linear_f32_g3r8x4_8x1__avx2"
   const char* gemv_name;  // its single sub-GEMV micro-kernel (unfused schedule)
-  int rows_per_tile;      // row ranges given to fused/gemv are best multiples of this
+  int rows_per_tile;      // row ranges given to fused/gemv are multiples of this
   // Bytes of the kernel layout for these dims.
   size_t (*packed_size)(const Dims& d);
   // Public planes (stages, 4, n, words) -> kernel layout (out has packed_size bytes, zeroed).
   void (*pack)(const uint32_t* planes, const Dims& d, void* out);
+  // Loc of plane `plane` of the tile holding row r0 of `stage` (portable, may multiply).
+  Loc (*locate)(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
   // Optional (both null when unused): a per-call activation table, table_floats(d) floats
   // (64-byte aligned), built once per batch row from x.src and passed on as Acts::table.
   int64_t (*table_floats)(const Dims& d);
   void (*build_table)(const Acts& x, const Dims& d, float* table);
-  // dots[(r - r0) * 8 + k] = sub-GEMV k of `stage` for rows r in [r0, r1).
-  void (*fused)(const void* data, const Dims& d, int64_t stage, int64_t r0, int64_t r1,
-                const Acts& x, float* dots);
-  // dots[(r - r0) * 8 + k] for the one sub-GEMV k (other entries untouched).
-  void (*gemv)(const void* data, const Dims& d, int64_t stage, int k, int64_t r0, int64_t r1,
-               const Acts& x, float* dots);
+  // All 8 sub-GEMVs of the call's rows in one pass over their bytes (loc: plane 0).
+  void (*fused)(const Call& c);
+  // The one sub-GEMV c.k (other dots entries untouched), summed in the fused order.
+  void (*gemv)(const Call& c);
 };
 
 // Portable scale epilogue (O4: scales applied once per row, after the reductions).
@@ -90,11 +119,10 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
 void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words, int64_t m);
 void validate_scales(const float* scales, bool per_row, int64_t stages, int64_t n);
 
-// Shared by every ukernel whose layout is the public one (t2p16x4): a copy.
+// Shared by every ukernel whose layout is the public one (t2p16x4): a copy; rows of
+// `words` uint32, planes n rows apart.
 size_t public_layout_size(const Dims& d);
 void public_layout_pack(const uint32_t* planes, const Dims& d, void* out);
-inline const uint32_t* public_plane(const void* data, const Dims& d, int64_t stage, int plane) {
-  return static_cast<const uint32_t*>(data) + (stage * 4 + plane) * d.n * d.words;
-}
+Loc public_layout_locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
 
 }  // namespace cpukern::widely_linear

@@ -1,46 +1,27 @@
-// The lookup kernel layouts (portable pack and per-call table): lanes = R rows; columns in
-// groups of G; per group a 2^G-entry table of the subset sums of its G activations, looked
-// up by each row's G-bit "+1" pattern and G-bit "-1" pattern (vpermps), so one lookup
-// replaces G masked adds.
-//   g3r8x4  (AVX2):    R = 8,  G = 3, K = 5 groups per chunk, "-1" patterns at bit 15.
-//   g4r16x4 (AVX-512): R = 16, G = 4, K = 4 groups per chunk, "-1" patterns at bit 16.
-// Layout: uint32 lanes [stage][tile of R rows][chunk of K groups][plane][R rows]; lane bits
-// G*g .. G*g+G-1 = "+1" pattern of group g of the chunk, the same bits above the "-1" shift
-// = its "-1" pattern. Rows past n and columns past m are zero.
-// Table, per batch row: [group][T_re, T_im, T_nim][2^G] floats, T[s] = sum of x over the
-// columns in subset s, added in column order; T_nim = -T_im (O3: the sign of d1 and d7 is
-// which table they read).
+// The lookup kernel layouts g3r8x4 and g4r16x4 (see lookup_layout.h): sizes, the portable
+// packer (no BMI2), locate() and the per-call activation table.
+#include "kernels/widely_linear/ukernels/lookup_layout.h"
+
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
+namespace lookup {
 namespace {
-
-struct Geometry {
-  int R, G, K, neg_shift;
-  int64_t tiles(const Dims& d) const { return (d.n + R - 1) / R; }
-  int64_t chunks(const Dims& d) const { return ((d.m + G - 1) / G + K - 1) / K; }
-};
-constexpr Geometry kG3R8{8, 3, 5, 15}, kG4R16{16, 4, 4, 16};
 
 size_t packed_size(const Geometry& q, const Dims& d) {
   return size_t(d.stages * q.tiles(d) * q.chunks(d)) * 4 * size_t(q.R) * sizeof(uint32_t);
 }
 
-void pack(const Geometry& q, const uint32_t* planes, const Dims& d, void* out) {
-  uint32_t* o = static_cast<uint32_t*>(out);
-  const int64_t T = q.tiles(d), C = q.chunks(d);
-  for (int64_t s = 0; s < d.stages; ++s)
-    for (int p = 0; p < 4; ++p) {
-      const uint32_t* src = planes + (s * 4 + p) * d.n * d.words;
-      for (int64_t r = 0; r < d.n; ++r)
-        for (int64_t c = 0; c < d.m; ++c) {
-          const uint32_t code = (src[r * d.words + c / 16] >> (2 * (c % 16))) & 3u;
-          if (!code) continue;
-          const int64_t g = c / q.G, b = c % q.G;
-          const int shift = int(q.G * (g % q.K) + b) + (code == 1u ? q.neg_shift : 0);
-          o[(((s * T + r / q.R) * C + g / q.K) * 4 + p) * q.R + r % q.R] |= 1u << shift;
-        }
-    }
+Loc locate(const Geometry& q, const void* data, const Dims& d, int64_t stage, int plane,
+           int64_t r0) {
+  const int64_t C = q.chunks(d), lane_bytes = q.R * int64_t(sizeof(uint32_t));
+  Loc l;
+  l.w = static_cast<const char*>(data) +
+        ((stage * q.tiles(d) + r0 / q.R) * C * 4 + plane) * lane_bytes;
+  l.tile_stride = C * 4 * lane_bytes;
+  l.plane_stride = lane_bytes;
+  l.inner = C;
+  return l;
 }
 
 int64_t table_floats(const Geometry& q, const Dims& d) {
@@ -70,27 +51,24 @@ void build_table(const Geometry& q, const Acts& x, const Dims& d, float* table) 
 }
 
 }  // namespace
+}  // namespace lookup
 
-namespace g3r8 {
-size_t packed_size(const Dims& d) { return widely_linear::packed_size(kG3R8, d); }
-void pack(const uint32_t* planes, const Dims& d, void* out) {
-  widely_linear::pack(kG3R8, planes, d, out);
-}
-int64_t table_floats(const Dims& d) { return widely_linear::table_floats(kG3R8, d); }
-void build_table(const Acts& x, const Dims& d, float* table) {
-  widely_linear::build_table(kG3R8, x, d, table);
-}
-}  // namespace g3r8
+#define CPUKERN_WL_LOOKUP_LAYOUT(ns, Q)                                                      \
+  namespace ns {                                                                            \
+  size_t packed_size(const Dims& d) { return lookup::packed_size(lookup::Q, d); }           \
+  void pack(const uint32_t* planes, const Dims& d, void* out) {                             \
+    lookup::pack_lanes<lookup::SplitPortable>(lookup::Q, planes, d, out);                   \
+  }                                                                                         \
+  Loc locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {       \
+    return lookup::locate(lookup::Q, data, d, stage, plane, r0);                            \
+  }                                                                                         \
+  int64_t table_floats(const Dims& d) { return lookup::table_floats(lookup::Q, d); }        \
+  void build_table(const Acts& x, const Dims& d, float* table) {                            \
+    lookup::build_table(lookup::Q, x, d, table);                                            \
+  }                                                                                         \
+  }
 
-namespace g4r16 {
-size_t packed_size(const Dims& d) { return widely_linear::packed_size(kG4R16, d); }
-void pack(const uint32_t* planes, const Dims& d, void* out) {
-  widely_linear::pack(kG4R16, planes, d, out);
-}
-int64_t table_floats(const Dims& d) { return widely_linear::table_floats(kG4R16, d); }
-void build_table(const Acts& x, const Dims& d, float* table) {
-  widely_linear::build_table(kG4R16, x, d, table);
-}
-}  // namespace g4r16
+CPUKERN_WL_LOOKUP_LAYOUT(g3r8, kG3R8)
+CPUKERN_WL_LOOKUP_LAYOUT(g4r16, kG4R16)
 
 }  // namespace cpukern::widely_linear

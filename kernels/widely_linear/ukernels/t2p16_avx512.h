@@ -1,16 +1,21 @@
-// Inline pieces shared by the AVX-512 fused and sub-GEMV micro-kernels, so that both sum
-// every dot product in the same order. Compiles natively or against SIMDe (CPUKERN_SIMDE).
+// The paper's AVX-512F + BMI2 micro-kernels (FairyFuse), public 2-bit layout, shared by the
+// fused and the single sub-GEMV kernel so that both sum every dot product in the same
+// order: lanes = the 16 columns of a word; per word, k_pos = pext(word, 0xAAAAAAAA) and
+// k_neg = pext(word, 0x55555555), then acc = mask_add(acc, k_pos, acc, x) and
+// acc = mask_sub(acc, k_neg, acc, x). Compiles natively or against SIMDe (CPUKERN_SIMDE).
 #pragma once
 #include <cstdint>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/widely_linear/ukernels/ukernels.h"
 
 // GCC 12's _mm512_extractf64x4_pd uses an "undefined" source it then warns about.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace cpukern::widely_linear::t2p16_avx512 {
+namespace cpukern::widely_linear {
+namespace {
 
 #define CPUKERN_WL_INLINE inline __attribute__((always_inline))
 
@@ -20,20 +25,20 @@ using mask16 = simde__mmask16;
 using mask16 = __mmask16;
 #endif
 
-// One decoded word: lanes (columns) to subtract, and lanes that are nonzero.
+// One decoded word: the "add" and "subtract" lane masks.
 struct Masks {
-  mask16 neg, nz;
+  mask16 pos, neg;
 };
 
 CPUKERN_WL_INLINE Masks decode(uint32_t w) {
-  // pext gathers the "-1" bits (even) and the "nonzero" bits (either) of the 16 codes.
-  return {static_cast<mask16>(_pext_u32(w, 0x55555555u)),
-          static_cast<mask16>(_pext_u32(w | (w >> 1), 0x55555555u))};
+  return {static_cast<mask16>(_pext_u32(w, 0xAAAAAAAAu)),
+          static_cast<mask16>(_pext_u32(w, 0x55555555u))};
 }
 
-// acc += (w * x) lane-wise: x or -x (a precomputed source, O3) where the code is nonzero.
-CPUKERN_WL_INLINE __m512 step(__m512 acc, Masks k, __m512 x, __m512 neg_x) {
-  return _mm512_mask_add_ps(acc, k.nz, acc, _mm512_mask_blend_ps(k.neg, x, neg_x));
+// acc += w * x lane-wise, as a masked add and a masked subtract.
+CPUKERN_WL_INLINE __m512 step(__m512 acc, Masks k, __m512 x) {
+  acc = _mm512_mask_add_ps(acc, k.pos, acc, x);
+  return _mm512_mask_sub_ps(acc, k.neg, acc, x);
 }
 
 // Fixed reduction tree: 16 -> 8 -> 4 -> 2 -> 1.
@@ -47,7 +52,8 @@ CPUKERN_WL_INLINE float hsum(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 
-}  // namespace cpukern::widely_linear::t2p16_avx512
+}  // namespace
+}  // namespace cpukern::widely_linear
 
 #if defined(CPUKERN_SIMDE)
 // The SIMDe build of the same source gets its own symbols.

@@ -1,59 +1,78 @@
-// Fused widely-linear micro-kernel, AVX-512F + BMI2, public layout, one row x one batch row.
-// Lanes = the 16 columns of a word. Per word:
-//   O2: x_re, -x_re, x_im, -x_im loaded once and shared by all 8 sub-GEMVs;
-//   O1: each plane word is decoded once (2 pext) and its masks drive both its real-output
-//       and its imaginary-output accumulation;
-//   O3: a "-1" lane takes the precomputed negated source, so every update is an add;
-//   O4: the 8 accumulators stay in zmm registers over the whole row, one reduction each.
-// The inner loop has no multiply; the scales are applied by scale_epilogue().
+// Fused widely-linear micro-kernel in the paper's style (FairyFuse), AVX-512F + BMI2, public
+// layout, one row at a time, up to 4 batch rows. Per 16-column word:
+//   O1: each plane word is decoded once (2 pext -> k_pos, k_neg) and the masks drive both
+//       its real-output and its imaginary-output masked add/sub, for every batch row;
+//   O2: x_re, x_im, -x_im of the word are loaded once per batch row for all 8 sub-GEMVs;
+//   O3: d1 = U_im.(-x_im) and d7 = W_re.(-x_im) read the precomputed -x_im: a pointer choice;
+//   O4: the 8 accumulators per batch row stay in zmm registers over the whole row, one
+//       horizontal reduction each; the scales are applied by scale_epilogue().
+// With 3-4 batch rows the planes are visited in two passes (U, then W) so the 2*NP*NB
+// accumulators fit in registers; each accumulator's order of additions is unchanged.
+// No multiply in the inner loop (addressing by pointer/index increments).
 #include "kernels/widely_linear/ukernels/t2p16_avx512.h"
-#include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
+namespace {
 
-using namespace t2p16_avx512;
+// Sources of the two sub-GEMVs of plane p: kSubSrc[kPlaneSubA[p]], kSubSrc[kPlaneSubB[p]].
+constexpr int kSrcA[4] = {kXr, kNXi, kXr, kXi};
+constexpr int kSrcB[4] = {kXi, kXr, kNXi, kXr};
+
+template <int P0, int NP, int NB>
+CPUKERN_WL_INLINE void row_pass(const char* row0, const Call& c, float* const (&dots)[NB]) {
+  const uint32_t* pl[NP];
+  const char* p = row0;
+  for (int i = 0; i < P0; ++i) p += c.loc.plane_stride;
+  for (int i = 0; i < NP; ++i, p += c.loc.plane_stride) pl[i] = reinterpret_cast<const uint32_t*>(p);
+  __m512 a[NB][2 * NP];
+  for (auto& ab : a)
+    for (auto& v : ab) v = _mm512_setzero_ps();
+  const float* src[NB][4];
+  for (int b = 0; b < NB; ++b)
+    for (int s = 0; s < 4; ++s) src[b][s] = c.x[b].src[s];
+  const int64_t words = c.loc.inner;
+  for (int64_t j = 0, col = 0; j < words; ++j, col += 16) {
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) {
+      const Masks k = decode(pl[q][j]);
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        a[b][2 * q] = step(a[b][2 * q], k, _mm512_load_ps(src[b][kSrcA[P0 + q]] + col));
+        a[b][2 * q + 1] = step(a[b][2 * q + 1], k, _mm512_load_ps(src[b][kSrcB[P0 + q]] + col));
+      }
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < NP; ++q) {
+      dots[b][kPlaneSubA[P0 + q]] = hsum(a[b][2 * q]);
+      dots[b][kPlaneSubB[P0 + q]] = hsum(a[b][2 * q + 1]);
+    }
+}
+
+template <int NB>
+void rows(const Call& c) {
+  const char* row = static_cast<const char*>(c.loc.w);
+  float* dots[NB];
+  for (int b = 0; b < NB; ++b) dots[b] = c.dots[b];
+  for (int64_t left = c.rows; left > 0; --left, row += c.loc.tile_stride) {
+    if constexpr (NB <= 2) {
+      row_pass<0, 4, NB>(row, c, dots);
+    } else {
+      row_pass<0, 2, NB>(row, c, dots);
+      row_pass<2, 2, NB>(row, c, dots);
+    }
+    for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
+  }
+}
+
+}  // namespace
 
 CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__avx512_bmi2) {
-  const int64_t words = d.words;
-  const uint32_t* ure = public_plane(data, d, stage, kUre);
-  const uint32_t* uim = public_plane(data, d, stage, kUim);
-  const uint32_t* wre = public_plane(data, d, stage, kWre);
-  const uint32_t* wim = public_plane(data, d, stage, kWim);
-  const float* xr_p = x.src[kXr];
-  const float* nxr_p = x.src[kNXr];
-  const float* xi_p = x.src[kXi];
-  const float* nxi_p = x.src[kNXi];
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t o = r * words;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0;
-    for (int64_t j = 0; j < words; ++j) {
-      const __m512 xr = _mm512_load_ps(xr_p + 16 * j);
-      const __m512 nxr = _mm512_load_ps(nxr_p + 16 * j);
-      const __m512 xi = _mm512_load_ps(xi_p + 16 * j);
-      const __m512 nxi = _mm512_load_ps(nxi_p + 16 * j);
-      const Masks ku = decode(ure[o + j]);
-      a0 = step(a0, ku, xr, nxr);   // d0 = U_re . x_re
-      a5 = step(a5, ku, xi, nxi);   // d5 = U_re . x_im
-      const Masks kv = decode(uim[o + j]);
-      a1 = step(a1, kv, nxi, xi);   // d1 = U_im . (-x_im)
-      a4 = step(a4, kv, xr, nxr);   // d4 = U_im . x_re
-      const Masks kw = decode(wre[o + j]);
-      a2 = step(a2, kw, xr, nxr);   // d2 = W_re . x_re
-      a7 = step(a7, kw, nxi, xi);   // d7 = W_re . (-x_im)
-      const Masks kz = decode(wim[o + j]);
-      a3 = step(a3, kz, xi, nxi);   // d3 = W_im . x_im
-      a6 = step(a6, kz, xr, nxr);   // d6 = W_im . x_re
-    }
-    float* out = dots + (r - r0) * kNumSub;
-    out[0] = hsum(a0);
-    out[1] = hsum(a1);
-    out[2] = hsum(a2);
-    out[3] = hsum(a3);
-    out[4] = hsum(a4);
-    out[5] = hsum(a5);
-    out[6] = hsum(a6);
-    out[7] = hsum(a7);
+  switch (c.nb) {
+    case 1: return rows<1>(c);
+    case 2: return rows<2>(c);
+    case 3: return rows<3>(c);
+    default: return rows<4>(c);
   }
 }
 

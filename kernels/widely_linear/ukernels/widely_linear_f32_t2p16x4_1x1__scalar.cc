@@ -1,39 +1,39 @@
 // Reference fused widely-linear micro-kernel: one row at a time, scalar, public layout.
-// Each decoded code drives both sub-GEMVs of its plane (O1); the activations of a column
-// are shared by all 8 (O2); -x is a source choice (O3); the 8 sums stay in locals until
-// written once per row (O4). Every dot product is summed in column order.
+// Each decoded code drives both sub-GEMVs of its plane (O1) for every batch row of the
+// call; the activations of a column are shared by all 8 (O2); -x is a source choice (O3);
+// the 8 sums per batch row stay in locals until written once per row (O4). Every dot
+// product is summed in column order.
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
 
 CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__scalar) {
-  // Plane p feeds sub-GEMVs kA[p] and kB[p].
-  static constexpr int kA[4] = {0, 1, 2, 3}, kB[4] = {5, 4, 7, 6};
-  const uint32_t* planes[4];
-  for (int p = 0; p < 4; ++p) planes[p] = public_plane(data, d, stage, p);
-  for (int64_t r = r0; r < r1; ++r) {
-    float acc[kNumSub] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t j = 0; j < d.words; ++j) {
-      const float* xs[4];
-      for (int s = 0; s < 4; ++s) xs[s] = x.src[s] + (j << 4);
-      for (int p = 0; p < 4; ++p) {
-        const uint32_t w = planes[p][r * d.words + j];
+  const char* row = static_cast<const char*>(c.loc.w);
+  for (int64_t i = 0; i < c.rows; ++i, row += c.loc.tile_stride) {
+    const uint32_t* planes[4];
+    const char* p = row;
+    for (int q = 0; q < 4; ++q, p += c.loc.plane_stride)
+      planes[q] = reinterpret_cast<const uint32_t*>(p);
+    float acc[kMaxBatch][kNumSub] = {};
+    for (int64_t j = 0, col = 0; j < c.loc.inner; ++j, col += 16) {
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t w = planes[q][j];
         if (!w) continue;
-        const int ka = kA[p], kb = kB[p];
+        const int ka = kPlaneSubA[q], kb = kPlaneSubB[q];
         const int sa = kSubSrc[ka], sb = kSubSrc[kb];
         for (int l = 0; l < 16; ++l) {
           const uint32_t code = (w >> (2 * l)) & 3u;
-          if (code == 2u) {
-            acc[ka] += xs[sa][l];
-            acc[kb] += xs[sb][l];
-          } else if (code == 1u) {
-            acc[ka] += xs[sa ^ 1][l];
-            acc[kb] += xs[sb ^ 1][l];
+          if (!code) continue;
+          const int flip = code == 1u;  // "-1": the negated source
+          for (int b = 0; b < c.nb; ++b) {
+            acc[b][ka] += c.x[b].src[sa ^ flip][col + l];
+            acc[b][kb] += c.x[b].src[sb ^ flip][col + l];
           }
         }
       }
     }
-    for (int k = 0; k < kNumSub; ++k) dots[(r - r0) * kNumSub + k] = acc[k];
+    for (int b = 0; b < c.nb; ++b)
+      for (int k = 0; k < kNumSub; ++k) c.dots[b][(i << 3) + k] = acc[b][k];
   }
 }
 

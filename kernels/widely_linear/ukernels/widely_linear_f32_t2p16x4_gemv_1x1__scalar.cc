@@ -5,21 +5,22 @@
 namespace cpukern::widely_linear {
 
 CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_1x1__scalar) {
-  const uint32_t* plane = public_plane(data, d, stage, kSubPlane[k]);
-  const float* pos = x.src[kSubSrc[k]];
-  const float* neg = x.src[kSubSrc[k] ^ 1];
-  for (int64_t r = r0; r < r1; ++r) {
-    float acc = 0;
-    for (int64_t j = 0; j < d.words; ++j) {
-      const uint32_t w = plane[r * d.words + j];
+  const int s = kSubSrc[c.k];
+  const char* row = static_cast<const char*>(c.loc.w);
+  for (int64_t i = 0; i < c.rows; ++i, row += c.loc.tile_stride) {
+    const uint32_t* plane = reinterpret_cast<const uint32_t*>(row);
+    float acc[kMaxBatch] = {};
+    for (int64_t j = 0, col = 0; j < c.loc.inner; ++j, col += 16) {
+      const uint32_t w = plane[j];
       if (!w) continue;
       for (int l = 0; l < 16; ++l) {
         const uint32_t code = (w >> (2 * l)) & 3u;
-        if (code == 2u) acc += pos[(j << 4) + l];
-        else if (code == 1u) acc += neg[(j << 4) + l];
+        if (!code) continue;
+        const int flip = code == 1u;
+        for (int b = 0; b < c.nb; ++b) acc[b] += c.x[b].src[s ^ flip][col + l];
       }
     }
-    dots[(r - r0) * kNumSub + k] = acc;
+    for (int b = 0; b < c.nb; ++b) c.dots[b][(i << 3) + c.k] = acc[b];
   }
 }
 

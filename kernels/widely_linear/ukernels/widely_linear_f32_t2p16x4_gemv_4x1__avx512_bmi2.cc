@@ -1,44 +1,62 @@
-// One sub-GEMV (plane . source) of the naive unfused schedule, AVX-512F + BMI2, over the
-// same bytes as the fused kernel. Four rows at a time (independent accumulators); each
-// row is summed in the fused kernel's order, so fused and unfused results are identical.
+// One sub-GEMV (plane . source) of the naive unfused schedule in the paper's style
+// (pext masks, masked add/sub), AVX-512F + BMI2, over the same bytes as the fused kernel.
+// NR rows x NB batch rows of independent accumulators (4x1, 2x2, 1x3, 1x4); each row and
+// batch row summed in the fused kernel's order, so fused and unfused results are identical.
 #include "kernels/widely_linear/ukernels/t2p16_avx512.h"
-#include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
+namespace {
 
-using namespace t2p16_avx512;
+template <int NR, int NB>
+CPUKERN_WL_INLINE void pass(const char* row0, const Call& c, float* const (&dots)[NB]) {
+  const uint32_t* w[NR];
+  const char* p = row0;
+  for (int r = 0; r < NR; ++r, p += c.loc.tile_stride) w[r] = reinterpret_cast<const uint32_t*>(p);
+  const float* src[NB];
+  for (int b = 0; b < NB; ++b) src[b] = c.x[b].src[kSubSrc[c.k]];
+  __m512 a[NR][NB];
+  for (auto& ar : a)
+    for (auto& v : ar) v = _mm512_setzero_ps();
+  const int64_t words = c.loc.inner;
+  for (int64_t j = 0, col = 0; j < words; ++j, col += 16) {
+    __m512 x[NB];
+    for (int b = 0; b < NB; ++b) x[b] = _mm512_load_ps(src[b] + col);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const Masks k = decode(w[r][j]);
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) a[r][b] = step(a[r][b], k, x[b]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) dots[b][(r << 3) + c.k] = hsum(a[r][b]);
+}
+
+template <int NR, int NB>
+void rows(const Call& c) {
+  const char* row = static_cast<const char*>(c.loc.w);
+  float* dots[NB];
+  for (int b = 0; b < NB; ++b) dots[b] = c.dots[b];
+  int64_t left = c.rows;
+  for (; left >= NR; left -= NR) {
+    pass<NR, NB>(row, c, dots);
+    for (int r = 0; r < NR; ++r) row += c.loc.tile_stride;
+    for (int b = 0; b < NB; ++b) dots[b] += NR * kNumSub;
+  }
+  for (; left > 0; --left, row += c.loc.tile_stride) {
+    pass<1, NB>(row, c, dots);
+    for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
+  }
+}
+
+}  // namespace
 
 CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2) {
-  const int64_t words = d.words;
-  const uint32_t* plane = public_plane(data, d, stage, kSubPlane[k]);
-  const float* pos = x.src[kSubSrc[k]];
-  const float* neg = x.src[kSubSrc[k] ^ 1];
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const uint32_t* w0 = plane + r * words;
-    const uint32_t* w1 = w0 + words;
-    const uint32_t* w2 = w1 + words;
-    const uint32_t* w3 = w2 + words;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t j = 0; j < words; ++j) {
-      const __m512 xp = _mm512_load_ps(pos + 16 * j);
-      const __m512 xn = _mm512_load_ps(neg + 16 * j);
-      a0 = step(a0, decode(w0[j]), xp, xn);
-      a1 = step(a1, decode(w1[j]), xp, xn);
-      a2 = step(a2, decode(w2[j]), xp, xn);
-      a3 = step(a3, decode(w3[j]), xp, xn);
-    }
-    dots[(r - r0) * kNumSub + k] = hsum(a0);
-    dots[(r + 1 - r0) * kNumSub + k] = hsum(a1);
-    dots[(r + 2 - r0) * kNumSub + k] = hsum(a2);
-    dots[(r + 3 - r0) * kNumSub + k] = hsum(a3);
-  }
-  for (; r < r1; ++r) {
-    const uint32_t* w0 = plane + r * words;
-    __m512 a0 = _mm512_setzero_ps();
-    for (int64_t j = 0; j < words; ++j)
-      a0 = step(a0, decode(w0[j]), _mm512_load_ps(pos + 16 * j), _mm512_load_ps(neg + 16 * j));
-    dots[(r - r0) * kNumSub + k] = hsum(a0);
+  switch (c.nb) {
+    case 1: return rows<4, 1>(c);
+    case 2: return rows<2, 2>(c);
+    case 3: return rows<1, 3>(c);
+    default: return rows<1, 4>(c);
   }
 }
 

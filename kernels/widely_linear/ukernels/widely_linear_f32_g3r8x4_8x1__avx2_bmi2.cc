@@ -1,0 +1,10 @@
+// Fused widely-linear micro-kernel, layout g3r8x4 (lookup_layout.h): 8 rows per tile in the
+// lanes, 3 columns per vpermps lookup, all 8 sub-GEMVs (O1-O4, see lookup_impl.h) for up to
+// 4 batch rows per pass. AVX2 + BMI2: the same inner loop compiled with -mbmi2, packed by g3r8::pack_bmi2 (pext).
+#include "kernels/widely_linear/ukernels/g3r8_avx2.h"
+
+namespace cpukern::widely_linear {
+
+CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_8x1__avx2_bmi2) { lookup_impl::fused<G3R8Avx2>(c); }
+
+}  // namespace cpukern::widely_linear

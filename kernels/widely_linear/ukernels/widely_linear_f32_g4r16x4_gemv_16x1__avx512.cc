@@ -1,0 +1,9 @@
+// One sub-GEMV (plane . source table) of the naive unfused schedule over the g4r16x4 bytes,
+// AVX-512F, summed in the fused kernel's order (identical results), up to 4 batch rows.
+#include "kernels/widely_linear/ukernels/g4r16_avx512.h"
+
+namespace cpukern::widely_linear {
+
+CPUKERN_WL_GEMV(widely_linear_f32_g4r16x4_gemv_16x1__avx512) { lookup_impl::gemv<G4R16Avx512>(c); }
+
+}  // namespace cpukern::widely_linear
