@@ -57,6 +57,7 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
                                                const std::string& isa) {
   check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
+  check_arg(k <= (int64_t(1) << 46), "k", "expected k <= 2**46, got " + s(k));  // no overflow below
   check_arg(words == words_for(k), "packed",
             "expected ceil(k/16) = " + s(words_for(k)) + " words per row for k = " + s(k) +
                 ", got " + s(words));

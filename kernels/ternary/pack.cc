@@ -15,6 +15,7 @@ std::string index_str(int64_t r, int64_t c) {
 void check_shape(int64_t m, int64_t k) {
   check_arg(m >= 0, "w", "rows must be >= 0, got " + std::to_string(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + std::to_string(k));
+  check_arg(k <= (int64_t(1) << 46), "k", "expected k <= 2**46, got " + std::to_string(k));
   checked_mul(m, words_for(k) * 16, "w");
 }
 
