@@ -1,10 +1,11 @@
 """cpukern demo: what this CPU is, which kernels it gets, are they right, and how fast.
 
-    ./bazelw run //:demo [-- --threads N --json out.json --quick ...]
+    ./bazelw run //:demo [-- --threads N --json out.json --plot roofline.png --quick ...]
 
 For each op it checks the selected variant against the reference on a real model shape and
 times it against the obvious baseline measured in the same run (numpy fp32 `W @ x` for the
-ternary ops, the reference variant for MoE).
+ternary ops, the reference variant for MoE). --plot FILE.png draws every measured kernel
+on a roofline (benchmarks/roofline.py: measured read bandwidth and BLAS fp32 peak).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import json
 import platform
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import ml_dtypes
 import numpy as np
 
 import cpukern
 from cpukern import moe, ternary
+
+import roofline  # benchmarks/roofline.py, next to this file
 
 MOE_LAYERS = {  # name: (E, topk, H, I, activation, bias)
     "gpt-oss-20b": (32, 4, 2880, 2880, "swigluoai", True),
@@ -29,8 +32,26 @@ MOE_LAYERS = {  # name: (E, topk, H, I, activation, bias)
 }
 
 
-def timeit(fn: Callable[[], Any], min_time: float = 0.3, max_reps: int = 200) -> float:
+MIN_TIME = 0.3  # seconds of repetitions per measurement (--quick: less)
+POINTS: list[dict[str, Any]] = []  # roofline points of every kernel measured (--plot)
+T0 = time.time()
+
+
+def progress(msg: str) -> None:
+    """One line per measurement on stderr, so that long runs show where they are."""
+    print(f"  [{time.time() - T0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def measured(label: str, group: str, ops: float, nbytes: float, seconds: float) -> dict[str, str]:
+    """Records a roofline point; returns the row fields (intensity, Gops/s)."""
+    p = roofline.point(label, ops, nbytes, seconds, group)
+    POINTS.append(p)
+    return {"intensity": f"{p['intensity']:.2f}", "gops_s": f"{p['ops_per_s'] / 1e9:.1f}"}
+
+
+def timeit(fn: Callable[[], Any], min_time: Optional[float] = None, max_reps: int = 200) -> float:
     """Median seconds per call after one warm-up call."""
+    min_time = MIN_TIME if min_time is None else min_time
     fn()
     times = []
     start = time.perf_counter()
@@ -41,10 +62,10 @@ def timeit(fn: Callable[[], Any], min_time: float = 0.3, max_reps: int = 200) ->
     return float(np.median(times))
 
 
-def read_bandwidth() -> float:
+def read_bandwidth(nbytes: int = 512 << 20) -> float:
     """Bytes/s of a streaming read (numpy sum over 512 MiB), the decode roofline here."""
-    a = np.ones(64 << 20, dtype=np.float64)
-    t = timeit(lambda: a.sum(), min_time=0.5, max_reps=10)
+    a = np.ones(nbytes // 8, dtype=np.float64)
+    t = timeit(lambda: a.sum(), min_time=min(0.5, 2 * MIN_TIME), max_reps=10)
     return a.nbytes / t
 
 
@@ -78,13 +99,20 @@ def demo_ternary(args, rng, results):
         y_ref = ternary.gemv(ref, x, threads=args.threads)
         mag = np.abs(x) @ (np.abs(dense.T))
         ok = bool(np.all(np.abs(y - y_ref) <= 2e-5 * mag + 1e-30))
+        progress(f"ternary_gemv B={b}: numpy baseline")
         t_np = timeit(lambda: x @ dense.T if b > 1 else dense @ x[0])
+        ops = 2.0 * m * k * b  # adds/subtracts, counted like the FLOPs of a dense GEMV
+        io_bytes = 4 * b * (k + m)
+        measured(f"B={b}", "numpy fp32 W@x", ops, dense.nbytes + io_bytes, t_np)
         row = {"op": "ternary_gemv", "shape": f"{m}x{k}", "B": b}
         for act in ("fp32", "int8"):
+            progress(f"ternary_gemv B={b}: act={act}")
             t = timeit(lambda: ternary.gemv(fast, x, act=act, threads=args.threads))
             row[f"{act}_ms"] = f"{t * 1e3:.3f}"
             row[f"{act}_gw_s"] = f"{m * k * b / t / 1e9:.1f}"
             row[f"{act}_vs_numpy"] = f"{t_np / t:.1f}x"
+            for key, v in measured(f"B={b}", f"ternary_gemv {act}", ops, fast.nbytes + io_bytes, t).items():
+                row[f"{act}_{key}"] = v
         row.update({"numpy_ms": f"{t_np * 1e3:.3f}", "packed_GB_s": f"{packed.nbytes / float(row['fp32_ms']) / 1e6:.1f}",
                     "check": "ok" if ok else "MISMATCH"})
         rows.append(row)
@@ -112,10 +140,16 @@ def demo_widely_linear(args, rng, results):
         y_ref = ternary.widely_linear(ref, x, threads=args.threads)
         mag = np.abs(x) @ np.abs(dense.T) * 4
         ok = bool(np.all(np.abs(y - y_ref) <= 2e-5 * mag + 1e-30))
+        progress(f"widely_linear B={b}: fused, unfused, numpy")
         t_f = timeit(lambda: ternary.widely_linear(layer, x, threads=args.threads))
         t_u = timeit(lambda: ternary.widely_linear(layer, x, fused=False, threads=args.threads))
         t_np = timeit(lambda: x @ dense.T)
-        rows.append({"B": b, "fused_ms": f"{t_f * 1e3:.3f}", "unfused_ms": f"{t_u * 1e3:.3f}",
+        ops = 2.0 * n2 * m2 * b  # dense-equivalent operations of the (2n, 2m) layer
+        io_bytes = 4 * b * (n2 + m2)
+        point = measured(f"B={b}", "widely_linear fused", ops, layer.nbytes + io_bytes, t_f)
+        measured(f"B={b}", "widely_linear unfused", ops, layer.nbytes + io_bytes, t_u)
+        measured(f"B={b}", "numpy fp32 a@x", ops, dense.nbytes + io_bytes, t_np)
+        rows.append({**point, "B": b, "fused_ms": f"{t_f * 1e3:.3f}", "unfused_ms": f"{t_u * 1e3:.3f}",
                      "fusion": f"{t_u / t_f:.2f}x", "GB_s": f"{planes.nbytes / t_f / 1e9:.1f}",
                      "numpy_ms": f"{t_np * 1e3:.3f}", "vs_numpy": f"{t_np / t_f:.1f}x",
                      "check": "ok" if ok else "MISMATCH"})
@@ -153,6 +187,7 @@ def demo_moe(args, rng, results, bandwidth):
         x = (rng.standard_normal((t, h))).astype(ml_dtypes.bfloat16)
         tw, ids = moe.route(rng.standard_normal((t, e)).astype(np.float32), topk)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=args.threads)
+        progress(f"fused_moe T={t}: selected and reference variants")
         y = moe.fused_moe(x, p13, p2, tw, ids, **kw)
         t_fast = timeit(lambda: moe.fused_moe(x, p13, p2, tw, ids, **kw))
         t0 = time.perf_counter()  # the scalar reference is slow: one call checks and times it
@@ -161,7 +196,8 @@ def demo_moe(args, rng, results, bandwidth):
         ok = np.allclose(y.astype(np.float32), y_ref.astype(np.float32), atol=1e-2, rtol=3.2e-2)
         touched = len(np.unique(ids)) * expert_bytes
         flops = 2 * t * topk * 3 * h * inter
-        rows.append({"T": t, "ms": f"{t_fast * 1e3:.2f}", "TFLOP_s": f"{flops / t_fast / 1e12:.3f}",
+        point = measured(f"T={t}", "fused_moe", flops, touched + 4 * t * h, t_fast)
+        rows.append({**point, "T": t, "ms": f"{t_fast * 1e3:.2f}", "TFLOP_s": f"{flops / t_fast / 1e12:.3f}",
                      "GB_s": f"{touched / t_fast / 1e9:.1f}",
                      "roofline": f"{touched / bandwidth / t_fast:.2f}",
                      "ref_ms": f"{t_ref * 1e3:.1f}", "vs_ref": f"{t_ref / t_fast:.1f}x",
@@ -188,8 +224,13 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 16], help="MoE token counts")
     p.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="draw a roofline of every kernel measured (needs matplotlib)")
     args = p.parse_args(argv)
+    global MIN_TIME
+    if args.plot:
+        import matplotlib  # noqa: F401  (fail before the measurements, not after)
     if args.quick:
+        MIN_TIME = 0.05
         args.ternary_shape, args.wl_shape, args.batches, args.tokens = (512, 1000), (256, 200), [1, 3], [1, 5]
         MOE_LAYERS["gpt-oss-20b"] = (4, 2, 96, 80, "swigluoai", True)
 
@@ -204,8 +245,8 @@ def main(argv=None) -> int:
             mark = "selected" if v["selected"] else ("available" if v["supported"] else
                                                      "needs " + ", ".join(v["requires"]))
             print(f"  {v['name']:<18} {v['ukernel']:<58} {mark}")
-    bw = read_bandwidth()
-    print(f"measured read bandwidth: {bw / 1e9:.1f} GB/s (numpy sum over 512 MiB)")
+    bw = read_bandwidth(64 << 20 if args.quick else 512 << 20)
+    print(f"measured read bandwidth: {bw / 1e9:.1f} GB/s (numpy sum over {64 if args.quick else 512} MiB)")
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {"cpu": info, "read_bandwidth_GB_s": bw / 1e9}
     ok = demo_ternary(args, rng, results)
@@ -213,6 +254,15 @@ def main(argv=None) -> int:
     ok &= demo_moe(args, rng, results, bw)
     print(f"\n{'all selected variants agree with the reference' if ok else 'MISMATCH against the reference'}"
           f" ({time.time() - t0:.1f} s)")
+    if args.plot:
+        progress("peak fp32 throughput (numpy BLAS matmul)")
+        peak = roofline.measure_peak_flops(256 if args.quick else 512, min_time=2 * MIN_TIME)
+        results["peak_GFLOP_s"] = peak / 1e9
+        roofline.draw(POINTS, bw, peak, args.plot,
+                      title=f"cpukern on {info['arch']} ({info['num_cores']} cores): {len(POINTS)} measurements")
+        print(f"roofline: {args.plot} ({len(POINTS)} points, read {bw / 1e9:.1f} GB/s, "
+              f"peak {peak / 1e9:.0f} GFLOP/s: numpy BLAS fp32 matmul)")
+    results["roofline_points"] = POINTS
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
