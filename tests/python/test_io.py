@@ -9,6 +9,8 @@ import pytest
 
 from cpukern import io, ternary
 
+pytest.importorskip("safetensors", reason="the safetensors package is not installed here: cpukern.io tests skipped")
+
 RNG = np.random.default_rng(11)
 
 
