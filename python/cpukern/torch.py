@@ -154,10 +154,14 @@ def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act:
     _check_2d_or_1d(x, "x")
     k = int(x.shape[-1])
     p = _u32(packed, "packed")
-    if scale is not None and scale.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
-        scale = scale.reshape(1).expand(p.shape[0]).contiguous()
-    prepared = _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)),
-                          lambda: _ternary.prepare(p, k, scale, isa=_isa(isa)))
+
+    def build() -> Any:
+        s = scale
+        if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
+            s = s.reshape(1).expand(p.shape[0]).contiguous()
+        return _ternary.prepare(p, k, s, isa=_isa(isa))
+
+    prepared = _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)), build)
     return _ternary.gemv(prepared, x, act=act)
 
 

@@ -111,10 +111,14 @@ def test_op_cache_reuses_and_invalidates_on_version_bump():
     torch.ops.cpukern.ternary_gemv(packed, x)
     info = ct.cache_info()
     assert info["hits"] == 1 and info["misses"] == 1
+    one = torch.tensor([2.0])
+    torch.ops.cpukern.ternary_gemv(packed, x, one)
+    torch.ops.cpukern.ternary_gemv(packed, x, one)  # a (1,) scale is broadcast once, cached
+    assert ct.cache_info()["misses"] == 2
     packed.copy_(ternary.pack(-w).view(torch.int32))  # in place: version bump
     y1 = torch.ops.cpukern.ternary_gemv(packed, x)
     torch.testing.assert_close(y1, -y0)
-    assert ct.cache_info()["misses"] == 2
+    assert ct.cache_info()["misses"] == 3
 
 
 def test_opcheck_ternary_and_widely_linear():
