@@ -12,7 +12,8 @@ from typing import Any
 
 from cpukern import _ext
 from cpukern import moe, ternary
-from cpukern._ext import get_num_threads, set_num_threads
+from cpukern._arrays import MAX_THREADS
+from cpukern._ext import get_num_threads
 
 __version__ = "0.1.0"
 
@@ -34,9 +35,22 @@ def kernels(op: str) -> list[dict[str, Any]]:
 
     op: "ternary_gemv", "widely_linear" or "fused_moe".
     """
-    if op not in _OPS:
-        raise ValueError(f"op: expected one of {sorted(_OPS)}, got {op!r}")
+    if not isinstance(op, str) or op not in _OPS:
+        raise (ValueError if isinstance(op, str) else TypeError)(
+            f"op: expected one of {sorted(_OPS)}, got {op!r}")
     return _OPS[op]()
+
+
+def set_num_threads(n: int) -> None:
+    """Default thread count for ops called with threads=None: 1 <= n <= 4096, or 0 to restore
+    the default (all cores). The pool itself runs at most 256 threads."""
+    import numpy as np
+
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n: expected an integer thread count, got {type(n).__name__} {n!r}")
+    if not 0 <= n <= MAX_THREADS:
+        raise ValueError(f"n: expected 1 <= n <= {MAX_THREADS} threads, or 0 for the default, got {n}")
+    _ext.set_num_threads(int(n))
 
 
 __all__ = ["cpu_info", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__"]

@@ -1,13 +1,35 @@
-"""Argument checks shared by every op: one wording everywhere, no silent copies."""
+"""Argument checks shared by every op: one wording everywhere, no silent copies.
+
+Every public function validates its arguments here (and the extension checks again) before any
+kernel runs or any output is written. Messages are one line: "<arg>: expected ..., got ...".
+Arrays are taken as they are: a wrong dtype, a non-contiguous layout or a byte-swapped array is
+a TypeError (never a silent copy); a wrong shape is a ValueError.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Iterable, Optional
 
 import ml_dtypes
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# The largest element count (of any buffer, or any single dimension) the library accepts:
+# 2**46, as kernels/common/errors.h (checked_mul). All index arithmetic is 64-bit below it.
+MAX_ELEMS = 1 << 46
+# The largest explicit thread count (the pool itself runs at most 256 threads).
+MAX_THREADS = 4096
+
+_NUMPY_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "int8": np.dtype(np.int8),
+    "int32": np.dtype(np.int32),
+    "uint32": np.dtype(np.uint32),
+    "bfloat16": BF16,
+}
+_COPY_HINT = " (no silent copies: convert it first, e.g. numpy.ascontiguousarray)"
 
 
 def is_torch(a: Any) -> bool:
@@ -18,9 +40,12 @@ def require_array(a: Any, name: str) -> Any:
     """Returns `a` if it is a numpy array or a CPU torch tensor, else raises TypeError."""
     if isinstance(a, np.ndarray):
         return a
-    if is_torch(a):
+    if is_torch(a) and hasattr(a, "device") and hasattr(a, "dtype"):
         if a.device.type != "cpu":
             raise TypeError(f"{name}: expected a CPU tensor, got one on {a.device}")
+        if a.requires_grad:
+            raise TypeError(f"{name}: expected a tensor that does not require grad (call .detach()), "
+                            f"got {describe(a)}")
         return a
     raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(a).__name__}")
 
@@ -29,44 +54,137 @@ def shape_of(a: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in a.shape)
 
 
-def bf16_bits(a: Any, name: str) -> Any:
-    """A zero-copy view of a bfloat16 array that the extension reads as 16-bit patterns."""
-    a = require_array(a, name)
+def _shape_str(shape: Iterable[int]) -> str:
+    shape = tuple(shape)
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _dtype_name(a: Any) -> str:
+    if is_torch(a):
+        return "torch " + str(a.dtype).replace("torch.", "")
+    return str(a.dtype)
+
+
+def describe(a: Any) -> str:
+    """'float32 array of shape (2, 3)' (the extension's wording)."""
+    kind = "tensor" if is_torch(a) else "array"
+    return f"{_dtype_name(a)} {kind} of shape {_shape_str(shape_of(a))}"
+
+
+def _dtype_ok(a: Any, dtype: str) -> bool:
     if is_torch(a):
         import torch
 
-        if a.dtype != torch.bfloat16:
-            raise TypeError(f"{name}: expected a C-contiguous bfloat16 CPU array, got torch {a.dtype} "
-                            f"tensor of shape {tuple(a.shape)}")
-        return a
-    if a.dtype != BF16:
-        raise TypeError(f"{name}: expected a C-contiguous bfloat16 CPU array (ml_dtypes.bfloat16), got "
-                        f"{a.dtype} array of shape {a.shape}")
-    return a.view(np.uint16)
+        return a.dtype == getattr(torch, dtype, None)
+    return a.dtype == _NUMPY_DTYPES[dtype]
 
 
-def empty(like: Any, shape: tuple[int, ...], dtype: str) -> Any:
-    """A new array for results: a torch tensor when the reference input is one."""
-    if is_torch(like):
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype))
-    if dtype == "bfloat16":
-        return np.empty(shape, dtype=BF16)
-    return np.empty(shape, dtype=np.dtype(dtype))
+def _contiguous(a: Any) -> bool:
+    if is_torch(a):
+        return bool(a.is_contiguous())
+    return bool(a.flags.c_contiguous)
 
 
-def out_or_new(out: Any, like: Any, shape: tuple[int, ...], dtype: str) -> Any:
+def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] = None,
+                writeable: bool = False) -> Any:
+    """A numpy array or CPU torch tensor of exactly `dtype`, C-contiguous, with one of `ndims`.
+
+    Returns it unchanged, except that a numpy bfloat16 array comes back as a zero-copy uint16
+    view (what the extension reads). TypeError for the wrong dtype or layout, ValueError for
+    the wrong number of dimensions.
+    """
+    a = require_array(a, name)
+    contiguous = _contiguous(a)
+    if not _dtype_ok(a, dtype) or not contiguous:
+        raise TypeError(f"{name}: expected a C-contiguous {dtype} CPU array, got "
+                        f"{'' if contiguous else 'a non-contiguous '}{describe(a)}{_COPY_HINT}")
+    if ndims is not None and a.ndim not in ndims:
+        allowed = " or ".join(str(n) for n in ndims)
+        raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
+    if writeable and not is_torch(a) and not a.flags.writeable:
+        raise TypeError(f"{name}: expected a writeable array, got a read-only {describe(a)}")
+    if dtype == "bfloat16" and not is_torch(a):
+        return a.view(np.uint16)
+    return a
+
+
+def bf16_bits(a: Any, name: str, ndims: Optional[tuple[int, ...]] = None) -> Any:
+    """A zero-copy view of a bfloat16 array that the extension reads as 16-bit patterns."""
+    return check_array(a, name, "bfloat16", ndims)
+
+
+def check_shape(a: Any, name: str, shape: tuple[int, ...]) -> None:
+    if shape_of(a) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {_shape_str(shape)}, got {describe(a)}")
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    return math.prod(int(s) for s in shape)
+
+
+def empty(like: Any, shape: tuple[int, ...], dtype: str, name: str = "out") -> Any:
+    """A new array for results (a torch tensor when `like` is one). A shape past MAX_ELEMS is a
+    ValueError and a failed allocation a MemoryError, both naming `name`."""
+    n = _elements(shape)
+    if n > MAX_ELEMS or any(int(s) > MAX_ELEMS for s in shape):
+        raise ValueError(f"{name}: expected a result of at most 2**46 elements, got shape "
+                         f"{_shape_str(shape)}")
+    try:
+        if is_torch(like):
+            import torch
+
+            return torch.empty(shape, dtype=getattr(torch, dtype))
+        return np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
+    except (MemoryError, RuntimeError) as e:
+        raise MemoryError(f"{name}: cannot allocate a {dtype} result of shape {_shape_str(shape)} "
+                          f"({n * (2 if dtype == 'bfloat16' else np.dtype(dtype).itemsize)} bytes)") from e
+
+
+def out_or_new(out: Any, like: Any, shape: tuple[int, ...], dtype: str,
+               ndims: Optional[tuple[int, ...]] = None) -> Any:
+    """`out` checked (dtype, layout, shape, writeable) or a new array. Returns the array the
+    caller gives back to the user (for bfloat16, not the uint16 view)."""
     if out is None:
         return empty(like, shape, dtype)
-    return require_array(out, "out")
+    check_array(out, "out", dtype, ndims, writeable=True)
+    check_shape(out, "out", shape)
+    return out
+
+
+def int_arg(v: Any, name: str, lo: int, hi: int = MAX_ELEMS) -> int:
+    """A Python or numpy integer in [lo, hi] (bool refused): TypeError / ValueError."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: expected an integer in [{lo}, {hi}], got {v}")
+    return v
+
+
+def bool_arg(v: Any, name: str) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError(f"{name}: expected a bool, got {type(v).__name__} {v!r}")
+
+
+def str_arg(v: Any, name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`: TypeError for a non-string, ValueError for an unknown name."""
+    names = list(map(repr, choices))
+    want = " or ".join(names) if len(names) <= 2 else "one of " + ", ".join(names)
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: expected {want}, got {type(v).__name__} {v!r}")
+    if v not in choices:
+        raise ValueError(f"{name}: expected {want}, got {v!r}")
+    return v
 
 
 def threads_arg(threads: Any) -> int:
     if threads is None:
         return 0
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise ValueError(f"threads: expected None or an integer >= 1, got {threads!r}")
+    if (isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer))
+            or not 1 <= threads <= MAX_THREADS):
+        raise ValueError(f"threads: expected None or an integer >= 1 (at most {MAX_THREADS}), "
+                         f"got {threads!r}")
     return int(threads)
 
 
@@ -75,13 +193,15 @@ def isa_arg(isa: Any) -> str:
         return ""
     if not isinstance(isa, str):
         raise TypeError(f"isa: expected a variant name (str) or None, got {type(isa).__name__}")
+    if not isa:
+        raise ValueError("isa: expected a variant name or None, got ''")
     return isa
 
 
-def float32_scale(scale: Any, name: str = "scale") -> Any:
-    """None, a Python/numpy scalar (-> a 1-element float32 array) or a float32 array."""
+def float32_scale(scale: Any, name: str = "scale", ndims: tuple[int, ...] = (0, 1)) -> Any:
+    """None, a Python/numpy real scalar (-> a 1-element float32 array) or a float32 array."""
     if scale is None:
         return None
-    if isinstance(scale, (int, float, np.integer, np.floating)) and not isinstance(scale, bool):
+    if isinstance(scale, (int, float, np.integer, np.floating)) and not isinstance(scale, (bool, np.bool_)):
         return np.array([scale], dtype=np.float32)
-    return require_array(scale, name)
+    return check_array(scale, name, "float32", ndims)

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (bf16_bits, is_torch, isa_arg, out_or_new, require_array, shape_of,
-                             threads_arg)
+from cpukern._arrays import (MAX_ELEMS, bf16_bits, bool_arg, check_array, check_shape, describe,
+                             empty, int_arg, isa_arg, out_or_new, shape_of, str_arg, threads_arg)
 
 PackedExperts = _ext.PackedExperts
 
@@ -27,22 +27,29 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     router_logits: float32 (T, E). Returns (topk_weights float32 (T, k), topk_ids int32 (T, k));
     renormalize divides the k weights by their sum.
     """
-    logits = require_array(router_logits, "router_logits")
-    if isinstance(topk, bool) or not isinstance(topk, (int, np.integer)):
-        raise TypeError(f"topk: expected an integer, got {type(topk).__name__}")
-    if logits.ndim != 2:
-        raise ValueError(f"router_logits: expected 2 dimensions (T, E), got shape {shape_of(logits)}")
-    t = shape_of(logits)[0]
-    weights = out_or_new(None, logits, (t, int(topk)) if topk >= 0 else (t, 0), "float32")
-    ids = out_or_new(None, logits, (t, int(topk)) if topk >= 0 else (t, 0), "int32")
-    _ext.moe_route(logits, int(topk), bool(renormalize), weights, ids)
+    logits = check_array(router_logits, "router_logits", "float32", (2,))
+    t, e = shape_of(logits)
+    if e < 1:
+        raise ValueError(f"router_logits: expected at least one expert (E >= 1), got {describe(logits)}")
+    if e > 2**31 - 1:
+        raise ValueError(f"router_logits: expected E < 2**31 experts (int32 ids), got {describe(logits)}")
+    topk = int_arg(topk, "topk", 1, e)
+    renormalize = bool_arg(renormalize, "renormalize")
+    weights = empty(logits, (t, topk), "float32", "topk")
+    ids = empty(logits, (t, topk), "int32", "topk")
+    _ext.moe_route(logits, topk, renormalize, weights, ids)
     return weights, ids
 
 
 def prepack(w: Any, *, isa: Optional[str] = None) -> PackedExperts:
     """Packs bf16 expert weights (E, O, I) (nn.Linear [out, in] order) once for the selected
     (or forced) kernel family. Any O, I >= 1 (padded internally)."""
-    return _ext.moe_prepack(bf16_bits(w, "w"), isa_arg(isa))
+    isa = isa_arg(isa)
+    wb = bf16_bits(w, "w", (3,))
+    e, o, i = shape_of(wb)
+    if min(e, o, i) < 1:
+        raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
+    return _ext.moe_prepack(wb, isa)
 
 
 def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any, *,
@@ -61,15 +68,44 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, PackedExperts):
             raise TypeError(f"{name}: expected PackedExperts from cpukern.moe.prepack, got {type(w).__name__}")
-    if isa is not None and isa != w13.isa:
-        raise ValueError(f"isa: the weights were packed for '{w13.isa}', got isa={isa!r}")
-    xb = bf16_bits(x, "x")
-    tw = require_array(topk_weights, "topk_weights")
-    ti = require_array(topk_ids, "topk_ids")
-    b13 = None if w13_bias is None else bf16_bits(w13_bias, "w13_bias")
-    b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias")
-    y = out_or_new(out, x, shape_of(x), "bfloat16")
+    isa = isa_arg(isa)
+    if isa and isa != w13.isa:
+        raise ValueError(f"isa: expected None or '{w13.isa}' (the variant the weights were packed "
+                         f"for), got {isa!r}")
+    if w2.isa != w13.isa:
+        raise ValueError(f"w2: expected weights packed for '{w13.isa}' like w13, got '{w2.isa}'")
+    activation = str_arg(activation, "activation", ACTIVATIONS)
+    skip_weighted = bool_arg(skip_weighted, "skip_weighted")
+    nthreads = threads_arg(threads)
+    xb = bf16_bits(x, "x", (2,))
+    t, h = shape_of(xb)
+    e, o13, i13 = w13.shape
+    e2, o2, i2 = w2.shape
+    if i13 != h:
+        raise ValueError(f"x: expected hidden size H = {i13} (w13's in-features), got {describe(x)}")
+    if o2 != h:
+        raise ValueError(f"w2: expected out-features H = {h} (x's hidden size), got shape {w2.shape}")
+    if e2 != e:
+        raise ValueError(f"w2: expected E = {e} experts like w13, got shape {w2.shape}")
+    if o13 != 2 * i2:
+        raise ValueError(f"w13: expected 2 * I = {2 * i2} out-features (w2 has I = {i2}), got shape "
+                         f"{w13.shape}")
+    ti = check_array(topk_ids, "topk_ids", "int32", (2,))
+    topk = shape_of(ti)[1]
+    if shape_of(ti)[0] != t or not 1 <= topk <= e:
+        raise ValueError(f"topk_ids: expected shape ({t}, topk) with 1 <= topk <= E = {e}, got "
+                         f"{describe(ti)}")
+    if skip_weighted and topk != 1:
+        raise ValueError(f"skip_weighted: expected topk == 1 when True, got topk = {topk}")
+    tw = check_array(topk_weights, "topk_weights", "float32", (2,))
+    check_shape(tw, "topk_weights", (t, topk))
+    b13 = None if w13_bias is None else bf16_bits(w13_bias, "w13_bias", (2,))
+    if b13 is not None:
+        check_shape(b13, "w13_bias", (e, o13))
+    b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias", (2,))
+    if b2 is not None:
+        check_shape(b2, "w2_bias", (e, h))
+    y = out_or_new(out, x, (t, h), "bfloat16", (2,))
     yb = bf16_bits(y, "out")
-    _ext.moe_fused_moe(xb, w13, w2, tw, ti, activation, b13, b2, bool(skip_weighted),
-                       threads_arg(threads), yb)
+    _ext.moe_fused_moe(xb, w13, w2, tw, ti, activation, b13, b2, skip_weighted, nthreads, yb)
     return y

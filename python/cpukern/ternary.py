@@ -14,8 +14,9 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (empty, float32_scale, isa_arg, out_or_new, require_array, shape_of,
-                             threads_arg)
+from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
+                             float32_scale, int_arg, is_torch, isa_arg, out_or_new, require_array,
+                             shape_of, str_arg, threads_arg)
 
 TernaryWeights = _ext.TernaryWeights
 WidelyLinearWeights = _ext.WidelyLinearWeights
@@ -31,15 +32,27 @@ def _words(k: int) -> int:
     return (k + 15) // 16
 
 
+def _packed(packed: Any, k: int, name: str = "packed") -> Any:
+    """uint32 (M, ceil(k/16)), checked before anything is allocated."""
+    packed = check_array(packed, name, "uint32", (2,))
+    if shape_of(packed)[1] != _words(k):
+        raise ValueError(f"{name}: expected ceil(k/16) = {_words(k)} words per row for k = {k}, got "
+                         f"{describe(packed)}")
+    return packed
+
+
 def pack(w: Any) -> np.ndarray:
     """Packs an integer (M, K) matrix of {-1, 0, +1} into uint32 (M, ceil(K/16)).
 
     Raises ValueError naming the index of the first value outside {-1, 0, +1}.
     """
     like = require_array(w, "w")
+    contiguous = bool(like.is_contiguous()) if is_torch(like) else bool(like.flags.c_contiguous)
     w = np.asarray(like)
-    if w.dtype.kind not in "iu":
-        raise TypeError(f"w: expected an integer array of {{-1, 0, +1}}, got {w.dtype} array of shape {w.shape}")
+    if w.dtype.kind not in "iu" or not w.dtype.isnative or not contiguous:
+        raise TypeError(f"w: expected an integer array of {{-1, 0, +1}} (C-contiguous), got "
+                        f"{'' if contiguous else 'a non-contiguous '}{describe(like)} "
+                        f"(no silent copies: convert it first, e.g. numpy.ascontiguousarray)")
     if w.ndim != 2:
         raise ValueError(f"w: expected 2 dimensions (M, K), got shape {w.shape}")
     if w.dtype != np.int8:
@@ -48,18 +61,17 @@ def pack(w: Any) -> np.ndarray:
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"w: values must be in {{-1, 0, +1}}, got {int(w[idx])} at index {list(idx)}")
         w = w.astype(np.int8)
-    out = empty(like, (w.shape[0], _words(w.shape[1])), "uint32")
+    out = empty(like, (w.shape[0], _words(w.shape[1])), "uint32", "w")
     _ext.ternary_pack(w, out)
     return out
 
 
 def unpack(packed: Any, k: int) -> np.ndarray:
     """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError."""
-    packed = require_array(packed, "packed")
-    if int(k) < 0:
-        raise ValueError(f"k: expected k >= 0, got {k}")
-    out = empty(packed, (shape_of(packed)[0] if packed.ndim == 2 else 0, int(k)), "int8")
-    _ext.ternary_unpack(packed, int(k), out)
+    k = int_arg(k, "k", 0)
+    packed = _packed(packed, k)
+    out = empty(packed, (shape_of(packed)[0], k), "int8", "k")
+    _ext.ternary_unpack(packed, k, out)
     return out
 
 
@@ -70,22 +82,21 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
     q = clamp(round(W / s), -1, 1) (round half to even). Returns (packed uint32 (M, ceil(K/16)),
     scale float32 (M,)), so that W ~= scale[:, None] * unpack(packed, K).
     """
-    if granularity not in ("row", "tensor"):
-        raise ValueError(f"granularity: expected 'row' or 'tensor', got {granularity!r}")
-    w = require_array(w, "w")
-    if w.ndim != 2:
-        raise ValueError(f"w: expected 2 dimensions (M, K), got shape {shape_of(w)}")
+    str_arg(granularity, "granularity", ("row", "tensor"))
+    w = check_array(w, "w", "float32", (2,))
     m, k = shape_of(w)
-    packed = empty(w, (m, _words(k)), "uint32")
-    scale = empty(w, (m,), "float32")
+    if k == 0:
+        raise ValueError(f"w: expected at least one column, got {describe(w)}")
+    packed = empty(w, (m, _words(k)), "uint32", "w")
+    scale = empty(w, (m,), "float32", "w")
     _ext.ternary_quantize(w, granularity == "tensor", packed, scale)
     return packed, scale
 
 
 def _row_scale(scale: Any, m: int) -> Any:
-    s = float32_scale(scale)
-    if s is not None and s.ndim == 1 and s.shape[0] == 1 and m != 1:
-        s = np.full((m,), s[0], dtype=np.float32)
+    s = float32_scale(scale, "scale", (1,))
+    if s is not None and shape_of(s) == (1,) and m != 1:
+        s = np.full((m,), float(s[0]), dtype=np.float32)
     return s
 
 
@@ -94,9 +105,23 @@ def prepare(packed: Any, k: int, scale: Any = None, *, isa: Optional[str] = None
 
     The result keeps K and the scale (None, a float or float32 (M,)); pass it to gemv.
     """
-    packed = require_array(packed, "packed")
-    m = shape_of(packed)[0] if packed.ndim >= 1 else 0
-    return _ext.ternary_prepare(packed, int(k), _row_scale(scale, m), isa_arg(isa))
+    return _prepare(packed, k, scale, isa, "packed")
+
+
+def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str) -> TernaryWeights:
+    k = int_arg(k, "k", 0)
+    isa = isa_arg(isa)
+    packed = _packed(packed, k, name)
+    m = shape_of(packed)[0]
+    s = _row_scale(scale, m)
+    if s is not None and shape_of(s) != (m,):
+        raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+    try:
+        return _ext.ternary_prepare(packed, k, s, isa)
+    except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
+        if name != "packed" and str(e).startswith("packed: "):
+            raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
+        raise
 
 
 def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",
@@ -115,21 +140,29 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     threads: None = the default (cpukern.set_num_threads, else all cores); results are the
     same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
-    x = require_array(x, "x")
-    if isinstance(weights, TernaryWeights):
-        if isa is not None and isa != weights.isa:
-            raise ValueError(f"isa: the weights were prepared for '{weights.isa}', got isa={isa!r}; "
-                             f"prepare them again with isa={isa!r}")
-        w = weights
-    else:
-        if x.ndim not in (1, 2):
-            raise ValueError(f"x: expected 1 or 2 dimensions, got shape {shape_of(x)}")
-        w = prepare(weights, shape_of(x)[-1], isa=isa)
-    m = w.shape[0]
+    x = check_array(x, "x", "float32", (1, 2))
+    act = str_arg(act, "act", ("fp32", "int8"))
+    nthreads = threads_arg(threads)
     s = float32_scale(scale)
+    if isinstance(weights, TernaryWeights):
+        isa = isa_arg(isa)
+        if isa and isa != weights.isa:
+            raise ValueError(f"isa: expected None or '{weights.isa}' (the variant the weights were "
+                             f"prepared for), got {isa!r}; prepare them again with isa={isa!r}")
+        w = weights
+    elif isinstance(weights, np.ndarray) or type(weights).__module__.split(".")[0] == "torch":
+        w = _prepare(weights, shape_of(x)[-1], None, isa, "weights")
+    else:
+        raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
+                        f"uint32 array, got {type(weights).__name__}")
+    m, k = w.shape
+    if shape_of(x)[-1] != k:
+        raise ValueError(f"x: expected K = {k} columns to match the weights, got {describe(x)}")
+    if s is not None and shape_of(s) not in ((), (1,), (m,)):
+        raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.ternary_gemv(w, x, s, act, threads_arg(threads), y)
+    _ext.ternary_gemv(w, x, s, act, nthreads, y)
     return y
 
 
@@ -143,23 +176,22 @@ def phase_quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
     per-axis scales, and the next stage quantises the residual. Returns planes uint32
     (stages, 4, n, ceil(m/16)) in the order U_re, U_im, W_re, W_im and scales float32 (stages, 4).
     """
-    a = require_array(a, "a")
-    if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
-        raise ValueError(f"stages: expected an integer >= 1, got {stages!r}")
-    if a.ndim != 2:
-        raise ValueError(f"a: expected 2 dimensions (2n, 2m), got shape {shape_of(a)}")
+    stages = int_arg(stages, "stages", 1)
+    a = check_array(a, "a", "float32", (2,))
     rows, cols = shape_of(a)
+    if rows % 2 or cols % 2 or rows == 0 or cols == 0:
+        raise ValueError(f"a: expected a (2n, 2m) matrix with n, m >= 1, got {describe(a)}")
     n, m = rows // 2, cols // 2
-    planes = empty(a, (int(stages), 4, n, _words(m)), "uint32")
-    scales = empty(a, (int(stages), 4), "float32")
-    _ext.widely_linear_phase_quantize(a, int(stages), planes, scales)
+    planes = empty(a, (stages, 4, n, _words(m)), "uint32", "stages")
+    scales = empty(a, (stages, 4), "float32", "stages")
+    _ext.widely_linear_phase_quantize(a, stages, planes, scales)
     return planes, scales
 
 
 def _staged(planes: Any, scales: Any) -> tuple[Any, Any]:
     """(4, n, words) planes with (4,) or (4, n) scales mean one stage: add the axis (a view)."""
-    planes = require_array(planes, "planes")
-    scales = require_array(scales, "scales")
+    planes = check_array(planes, "planes", "uint32", (3, 4))
+    scales = check_array(scales, "scales", "float32", (1, 2, 3))
     if planes.ndim == 3:
         planes = planes[None]
         if scales.ndim in (1, 2):
@@ -167,20 +199,42 @@ def _staged(planes: Any, scales: Any) -> tuple[Any, Any]:
     return planes, scales
 
 
+def _layer_shape(planes: Any, scales: Any, m: int) -> int:
+    """Checks (S, 4, n, ceil(m/16)) planes against (S, 4) / (S, 4, n) scales; returns n."""
+    s, four, n, words = shape_of(planes)
+    if four != 4:
+        raise ValueError(f"planes: expected shape (stages, 4, n, words) with the planes U_re, U_im, "
+                         f"W_re, W_im, got {describe(planes)}")
+    if s < 1 or n < 1:
+        raise ValueError(f"planes: expected at least one stage and one row, got {describe(planes)}")
+    if words != _words(m):
+        raise ValueError(f"planes: expected ceil(m/16) = {_words(m)} words per row for m = {m}, got "
+                         f"{describe(planes)}")
+    if scales.ndim == 3:
+        check_shape(scales, "scales", (s, 4, n))
+    else:
+        check_shape(scales, "scales", (s, 4))
+    return n
+
+
 def widely_linear_dense(planes: Any, scales: Any, m: int) -> np.ndarray:
     """The real float32 (2n, 2m) matrix a quantised widely-linear layer stands for."""
+    m = int_arg(m, "m", 1)
     planes, scales = _staged(planes, scales)
-    n = shape_of(planes)[2] if planes.ndim == 4 else 0
-    out = empty(planes, (2 * n, 2 * int(m)), "float32")
-    _ext.widely_linear_dense(planes, scales, int(m), out)
+    n = _layer_shape(planes, scales, m)
+    out = empty(planes, (2 * n, 2 * m), "float32", "m")
+    _ext.widely_linear_dense(planes, scales, m, out)
     return out
 
 
 def prepare_widely_linear(planes: Any, scales: Any, m: int, *,
                           isa: Optional[str] = None) -> WidelyLinearWeights:
     """Converts a widely-linear layer once into the selected (or forced) kernel's layout."""
+    m = int_arg(m, "m", 1)
+    isa = isa_arg(isa)
     planes, scales = _staged(planes, scales)
-    return _ext.widely_linear_prepare(planes, scales, int(m), isa_arg(isa))
+    _layer_shape(planes, scales, m)
+    return _ext.widely_linear_prepare(planes, scales, m, isa)
 
 
 def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *,
@@ -194,23 +248,35 @@ def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any =
     (S, 4, n), or a WidelyLinearWeights (then scales may be None).
     fused=False runs the naive schedule (8 GEMV passes per stage) over the same bytes.
     """
-    x = require_array(x, "x")
+    x = check_array(x, "x", "float32", (1, 2))
+    fused = bool_arg(fused, "fused")
+    nthreads = threads_arg(threads)
     if isinstance(planes, WidelyLinearWeights):
         if scales is not None:
-            raise ValueError("scales: the prepared layer carries its scales; pass scales=None")
-        if isa is not None and isa != planes.isa:
-            raise ValueError(f"isa: the layer was prepared for '{planes.isa}', got isa={isa!r}")
+            raise ValueError("scales: expected None (the prepared layer carries its scales), got "
+                             f"{type(scales).__name__}")
+        isa = isa_arg(isa)
+        if isa and isa != planes.isa:
+            raise ValueError(f"isa: expected None or '{planes.isa}' (the variant the layer was "
+                             f"prepared for), got {isa!r}")
         layer = planes
-    else:
+    elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:
-            raise ValueError("scales: required when planes is an array")
-        if x.ndim not in (1, 2):
-            raise ValueError(f"x: expected 1 or 2 dimensions, got shape {shape_of(x)}")
-        layer = prepare_widely_linear(planes, scales, shape_of(x)[-1] // 2, isa=isa)
-    rows = layer.shape[0]
+            raise ValueError("scales: expected float32 scales when planes is an array, got None")
+        cols = shape_of(x)[-1]
+        if cols % 2 or cols == 0:
+            raise ValueError(f"x: expected an even number 2m >= 2 of columns [x_re | x_im], got "
+                             f"{describe(x)}")
+        layer = prepare_widely_linear(planes, scales, cols // 2, isa=isa)
+    else:
+        raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got "
+                        f"{type(planes).__name__}")
+    rows, cols = layer.shape
+    if shape_of(x)[-1] != cols:
+        raise ValueError(f"x: expected 2m = {cols} columns, got {describe(x)}")
     out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.widely_linear_run(layer, x, bool(fused), threads_arg(threads), y)
+    _ext.widely_linear_run(layer, x, fused, nthreads, y)
     return y
 
 

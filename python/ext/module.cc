@@ -42,7 +42,8 @@ void check_no_overlap(const OutArray& out, const char* out_arg,
     const auto* i0 = static_cast<const char*>(in->data());
     const auto* i1 = i0 + in->nbytes();
     if (o0 < i1 && i0 < o1)
-      throw_arg(out_arg, std::string("must not overlap the input '") + name + "'");
+      throw_arg(out_arg, std::string("expected memory disjoint from the input '") + name +
+                             "', got an array that overlaps it");
   }
 }
 

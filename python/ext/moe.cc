@@ -32,6 +32,8 @@ void bind_moe(nb::module_& m) {
                         const OutArray& weights, const OutArray& ids) {
     const auto* lp = in_ptr<float>(logits, "router_logits", {2});
     const int64_t t = int64_t(logits.shape(0)), e = int64_t(logits.shape(1));
+    check_no_overlap(weights, "topk_weights", {{&logits, "router_logits"}});
+    check_no_overlap(ids, "topk_ids", {{&logits, "router_logits"}});
     if (topk < 1 || topk > e)
       throw_arg("topk", "expected 1 <= topk <= E = " + std::to_string(e) + ", got " + std::to_string(topk));
     check_shape(weights, "topk_weights", {t, topk});
@@ -54,6 +56,7 @@ void bind_moe(nb::module_& m) {
          const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
          int threads, const OutArray& out) {
+        check_threads(threads);
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});

@@ -32,15 +32,18 @@ void bind_ternary(nb::module_& m) {
     const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
     check_shape(out, "out", {rows, ternary::words_for(k)});
     auto* op = out_ptr<uint32_t>(out, "out", {2});
+    check_no_overlap(out, "out", {{&w, "w"}});
     nb::gil_scoped_release release;
     ternary::pack(wp, rows, k, op);
   });
 
   m.def("ternary_unpack", [](const InArray& packed, int64_t k, const OutArray& out) {
+    check_extent(k, "k", 0);
     const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
     const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
     check_shape(out, "out", {rows, k});
     auto* op = out_ptr<int8_t>(out, "out", {2});
+    check_no_overlap(out, "out", {{&packed, "packed"}});
     nb::gil_scoped_release release;
     ternary::unpack(pp, rows, words, k, op);
   });
@@ -53,6 +56,8 @@ void bind_ternary(nb::module_& m) {
           check_shape(scale, "scale", {rows});
           auto* pp = out_ptr<uint32_t>(packed, "packed", {2});
           auto* sp = out_ptr<float>(scale, "scale", {1});
+          check_no_overlap(packed, "packed", {{&w, "w"}});
+          check_no_overlap(scale, "scale", {{&w, "w"}});
           nb::gil_scoped_release release;
           ternary::quantize(wp, rows, k, per_tensor, pp, sp);
         });
@@ -60,6 +65,7 @@ void bind_ternary(nb::module_& m) {
   m.def(
       "ternary_prepare",
       [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa) {
+        check_extent(k, "k", 0);
         const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
         const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
         const float* sp = nullptr;
@@ -76,6 +82,7 @@ void bind_ternary(nb::module_& m) {
       "ternary_gemv",
       [](const PreparedWeights& w, const InArray& x, std::optional<InArray> scale,
          const std::string& act, int threads, const OutArray& out) {
+        check_threads(threads);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         const int64_t k = int64_t(x.shape(x.ndim() - 1));

@@ -54,6 +54,7 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_phase_quantize",
         [](const InArray& a, int64_t stages, const OutArray& planes, const OutArray& scales) {
+          check_extent(stages, "stages", 1);
           const auto* ap = in_ptr<float>(a, "a", {2});
           const int64_t rows = int64_t(a.shape(0)), cols = int64_t(a.shape(1));
           if (rows % 2 || cols % 2 || rows == 0 || cols == 0)
@@ -63,15 +64,19 @@ void bind_widely_linear(nb::module_& m) {
           check_shape(scales, "scales", {stages, 4});
           auto* pp = out_ptr<uint32_t>(planes, "planes", {4});
           auto* sp = out_ptr<float>(scales, "scales", {2});
+          check_no_overlap(planes, "planes", {{&a, "a"}});
+          check_no_overlap(scales, "scales", {{&a, "a"}});
           nb::gil_scoped_release release;
           widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
         });
 
   m.def("widely_linear_dense",
         [](const InArray& planes, const InArray& scales, int64_t m_, const OutArray& out) {
+          check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
           check_shape(out, "out", {2 * s.n, 2 * m_});
           auto* op = out_ptr<float>(out, "out", {2});
+          check_no_overlap(out, "out", {{&planes, "planes"}, {&scales, "scales"}});
           nb::gil_scoped_release release;
           widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
                                static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n,
@@ -80,6 +85,7 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_prepare",
         [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
+          check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
           nb::gil_scoped_release release;
           return widely_linear::prepare(static_cast<const uint32_t*>(planes.data()),
@@ -89,6 +95,7 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_run", [](const PreparedLayer& layer, const InArray& x, bool fused, int threads,
                                 const OutArray& out) {
+    check_threads(threads);
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer.m)

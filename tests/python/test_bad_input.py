@@ -1,0 +1,406 @@
+"""Bad input, table-driven: every public function, every kind of bad argument.
+
+Each case must raise the listed exception type (ValueError / TypeError / MemoryError) with a
+one-line message that starts with the argument's name ("arg: expected ..., got ..."), before any
+kernel runs: an `out=` array given to a failing call is left untouched.
+
+Each case runs in its own process, forked from a fresh interpreter (multiprocessing's
+forkserver), so that a crash (SIGSEGV, SIGILL, abort) fails that case instead of killing the
+test runner. Under qemu-user (the aarch64 legs) a Python process cannot start a guest
+interpreter, so the cases run in-process there (the reason is printed).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import traceback
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cpukern
+from cpukern import moe, ternary
+
+UNDER_QEMU = bool(os.environ.get("CPUKERN_QEMU_CPU"))
+BF = ml_dtypes.bfloat16
+BIG = 1 << 47  # past the 2**46 limit on any extent
+MiB = 1 << 20
+
+
+# --- fixtures built inside the process that runs a case ---------------------------------------
+
+class Ctx:
+    """Small valid arguments for every op; cases spoil one argument at a time."""
+
+    def __init__(self):
+        rng = np.random.default_rng(5)
+        self.W = rng.integers(-1, 2, size=(4, 40)).astype(np.int8)      # M = 4, K = 40
+        self.P = ternary.pack(self.W)                                    # (4, 3) uint32
+        self.TW = ternary.prepare(self.P, 40)
+        self.X = rng.standard_normal(40).astype(np.float32)
+        self.XB = rng.standard_normal((2, 40)).astype(np.float32)
+        self.A = rng.standard_normal((8, 64)).astype(np.float32)        # n = 4, m = 32
+        self.PL, self.SC = ternary.phase_quantize(self.A, 2)            # (2, 4, 4, 2), (2, 4)
+        self.L = ternary.prepare_widely_linear(self.PL, self.SC, 32)
+        self.XW = rng.standard_normal(64).astype(np.float32)
+        e, h, i, t = 4, 16, 8, 3
+        self.E, self.H, self.I, self.T = e, h, i, t
+        self.W13 = rng.standard_normal((e, 2 * i, h)).astype(BF)
+        self.W2 = rng.standard_normal((e, h, i)).astype(BF)
+        self.p13, self.p2 = moe.prepack(self.W13), moe.prepack(self.W2)
+        self.xb = rng.standard_normal((t, h)).astype(BF)
+        self.logits = rng.standard_normal((t, e)).astype(np.float32)
+        self.tw, self.ti = moe.route(self.logits, 2)
+        self.watched = []
+
+    def watch(self, a):
+        """An out= array for a call that must fail: filled with a pattern checked afterwards."""
+        a = np.asarray(a)
+        a.view(np.uint8)[...] = 0xA5
+        self.watched.append(a)
+        return a
+
+    def moe_call(self, **kw):
+        args = dict(x=self.xb, w13=self.p13, w2=self.p2, topk_weights=self.tw, topk_ids=self.ti)
+        args.update(kw)
+        return moe.fused_moe(args.pop("x"), args.pop("w13"), args.pop("w2"), args.pop("topk_weights"),
+                             args.pop("topk_ids"), **args)
+
+
+def _ro(a):
+    a = a.copy()
+    a.setflags(write=False)
+    return a
+
+
+def _nc(a):
+    """A non-contiguous view with the same dtype (every other element of the last axis)."""
+    b = np.repeat(a, 2, axis=-1)
+    return b[..., ::2]
+
+
+# --- the table: (id, exception, argument named, case) ------------------------------------------
+# Kinds: dtype, ndim, shape relation, value range, out= shape/dtype/read-only/overlap, threads,
+# isa / activation / act names, non-contiguous, foreign types, huge sizes.
+
+CASES = [
+    # cpukern.kernels / set_num_threads
+    ("kernels/unknown_op", ValueError, "op", lambda c: cpukern.kernels("conv2d")),
+    ("kernels/op_type", TypeError, "op", lambda c: cpukern.kernels(["ternary_gemv"])),
+    ("set_num_threads/negative", ValueError, "n", lambda c: cpukern.set_num_threads(-1)),
+    ("set_num_threads/huge", ValueError, "n", lambda c: cpukern.set_num_threads(2**40)),
+    ("set_num_threads/type", TypeError, "n", lambda c: cpukern.set_num_threads("4")),
+    ("set_num_threads/float", TypeError, "n", lambda c: cpukern.set_num_threads(2.0)),
+
+    # ternary.pack
+    ("pack/dtype_float", TypeError, "w", lambda c: ternary.pack(c.W.astype(np.float32))),
+    ("pack/dtype_bool", TypeError, "w", lambda c: ternary.pack(c.W != 0)),
+    ("pack/non_contiguous", TypeError, "w", lambda c: ternary.pack(_nc(c.W))),
+    ("pack/non_contiguous_int32", TypeError, "w", lambda c: ternary.pack(_nc(c.W.astype(np.int32)))),
+    ("pack/ndim", ValueError, "w", lambda c: ternary.pack(c.W[None])),
+    ("pack/value_2", ValueError, "w", lambda c: ternary.pack(np.full((2, 3), 2, np.int8))),
+    ("pack/value_int32", ValueError, "w", lambda c: ternary.pack(np.full((2, 3), -7, np.int32))),
+    ("pack/list", TypeError, "w", lambda c: ternary.pack([[1, 0, -1]])),
+
+    # ternary.unpack
+    ("unpack/dtype", TypeError, "packed", lambda c: ternary.unpack(c.P.astype(np.int32), 40)),
+    ("unpack/ndim", ValueError, "packed", lambda c: ternary.unpack(c.P[0], 40)),
+    ("unpack/words_vs_k", ValueError, "packed", lambda c: ternary.unpack(c.P, 60)),
+    ("unpack/code_11", ValueError, "packed", lambda c: ternary.unpack(c.P | np.uint32(3), 40)),
+    ("unpack/k_negative", ValueError, "k", lambda c: ternary.unpack(c.P, -1)),
+    ("unpack/k_float", TypeError, "k", lambda c: ternary.unpack(c.P, 40.0)),
+    ("unpack/k_str", TypeError, "k", lambda c: ternary.unpack(c.P, "40")),
+    ("unpack/k_huge", ValueError, "k", lambda c: ternary.unpack(np.zeros((0, 1), np.uint32), 2**63 - 1)),
+    ("unpack/k_past_int64", ValueError, "k", lambda c: ternary.unpack(c.P, 2**64)),
+    ("unpack/non_contiguous", TypeError, "packed", lambda c: ternary.unpack(_nc(c.P), 40)),
+
+    # ternary.quantize
+    ("quantize/dtype", TypeError, "w", lambda c: ternary.quantize(c.A.astype(np.float64))),
+    ("quantize/ndim", ValueError, "w", lambda c: ternary.quantize(c.A[0])),
+    ("quantize/no_columns", ValueError, "w", lambda c: ternary.quantize(np.ones((3, 0), np.float32))),
+    ("quantize/granularity", ValueError, "granularity", lambda c: ternary.quantize(c.A, "col")),
+    ("quantize/granularity_type", TypeError, "granularity", lambda c: ternary.quantize(c.A, np.array([1, 2]))),
+    ("quantize/nan_weights", ValueError, "w", lambda c: ternary.quantize(np.full((2, 3), np.nan, np.float32))),
+    ("quantize/non_contiguous", TypeError, "w", lambda c: ternary.quantize(c.A[:, ::2])),
+
+    # ternary.prepare
+    ("prepare/dtype", TypeError, "packed", lambda c: ternary.prepare(c.P.astype(np.int64), 40)),
+    ("prepare/ndim", ValueError, "packed", lambda c: ternary.prepare(c.P.reshape(-1), 40)),
+    ("prepare/words_vs_k", ValueError, "packed", lambda c: ternary.prepare(c.P, 16)),
+    ("prepare/code_11", ValueError, "packed", lambda c: ternary.prepare(c.P | np.uint32(0xC), 40)),
+    ("prepare/code_past_k", ValueError, "packed", lambda c: ternary.prepare(c.P | np.uint32(1 << 30), 40)),
+    ("prepare/k_negative", ValueError, "k", lambda c: ternary.prepare(c.P, -5)),
+    ("prepare/k_huge", ValueError, "k", lambda c: ternary.prepare(np.zeros((0, 1), np.uint32), 2**63 - 1)),
+    ("prepare/k_huge_m0", ValueError, "k", lambda c: ternary.prepare(np.zeros((0, 2**58), np.uint32), 2**62)),
+    ("prepare/k_type", TypeError, "k", lambda c: ternary.prepare(c.P, None)),
+    ("prepare/scale_shape", ValueError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(3, np.float32))),
+    ("prepare/scale_dtype", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(4, np.float64))),
+    ("prepare/scale_type", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, "1.0")),
+    ("prepare/isa_unknown", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="avx9000")),
+    ("prepare/isa_type", TypeError, "isa", lambda c: ternary.prepare(c.P, 40, isa=2)),
+    ("prepare/isa_empty", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="")),
+    ("prepare/zero_stride_huge", TypeError, "packed",
+     lambda c: ternary.prepare(np.lib.stride_tricks.as_strided(c.P, (1 << 40, 3), (0, 4)), 40)),
+
+    # ternary.gemv
+    ("gemv/x_dtype", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(np.float64))),
+    ("gemv/x_float16", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(np.float16))),
+    ("gemv/x_object", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(object))),
+    ("gemv/x_big_endian", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(">f4"))),
+    ("gemv/x_non_contiguous", TypeError, "x", lambda c: ternary.gemv(c.TW, _nc(c.X))),
+    ("gemv/x_ndim0", ValueError, "x", lambda c: ternary.gemv(c.TW, np.array(1, np.float32))),
+    ("gemv/x_ndim3", ValueError, "x", lambda c: ternary.gemv(c.TW, c.XB[None])),
+    ("gemv/x_list", TypeError, "x", lambda c: ternary.gemv(c.TW, list(c.X))),
+    ("gemv/x_k", ValueError, "x", lambda c: ternary.gemv(c.TW, c.X[:39].copy())),
+    ("gemv/x_k_packed", ValueError, "weights", lambda c: ternary.gemv(c.P, c.X[:30].copy())),
+    ("gemv/weights_type", TypeError, "weights", lambda c: ternary.gemv([[1]], c.X)),
+    ("gemv/weights_code_11", ValueError, "weights", lambda c: ternary.gemv(c.P | np.uint32(3), c.X)),
+    ("gemv/scale_shape", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(3, np.float32))),
+    ("gemv/scale_ndim", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones((4, 1), np.float32))),
+    ("gemv/scale_dtype", TypeError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(4, np.float16))),
+    ("gemv/act", ValueError, "act", lambda c: ternary.gemv(c.TW, c.X, act="int4")),
+    ("gemv/act_type", TypeError, "act", lambda c: ternary.gemv(c.TW, c.X, act=8)),
+    ("gemv/int8_nan", ValueError, "x", lambda c: ternary.gemv(c.TW, np.full(40, np.nan, np.float32), act="int8",
+                                                                out=c.watch(np.empty(4, np.float32)))),
+    ("gemv/int8_inf", ValueError, "x", lambda c: ternary.gemv(c.TW, np.full(40, np.inf, np.float32), act="int8")),
+    ("gemv/threads_0", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=0)),
+    ("gemv/threads_negative", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=-3)),
+    ("gemv/threads_huge", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2**40)),
+    ("gemv/threads_float", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2.0)),
+    ("gemv/isa_mismatch", ValueError, "isa", lambda c: ternary.gemv(c.TW, c.X, isa="reference" if c.TW.isa != "reference" else "avx9000")),
+    ("gemv/isa_unknown_packed", ValueError, "isa", lambda c: ternary.gemv(c.P, c.X, isa="avx9000")),
+    ("gemv/out_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(5, np.float32)))),
+    ("gemv/out_batch_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.XB, out=c.watch(np.empty(4, np.float32)))),
+    ("gemv/out_dtype", TypeError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(4, np.float64)))),
+    ("gemv/out_read_only", TypeError, "out", lambda c: ternary.gemv(c.TW, c.X, out=_ro(np.empty(4, np.float32)))),
+    ("gemv/out_non_contiguous", TypeError, "out", lambda c: ternary.gemv(c.TW, c.XB, out=np.empty((4, 2), np.float32).T)),
+    ("gemv/out_overlaps_x", ValueError, "out", lambda c: ternary.gemv(ternary.prepare(c.P[:, :1].copy(), 16), c.X[:16], out=c.X[:4])),
+    ("gemv/out_overlaps_scale", ValueError, "out",
+     lambda c: (lambda s: ternary.gemv(c.TW, c.X, s, out=s))(np.ones(4, np.float32))),
+
+    # ternary.phase_quantize
+    ("phase_quantize/dtype", TypeError, "a", lambda c: ternary.phase_quantize(c.A.astype(np.float64))),
+    ("phase_quantize/ndim", ValueError, "a", lambda c: ternary.phase_quantize(c.A[None])),
+    ("phase_quantize/odd_rows", ValueError, "a", lambda c: ternary.phase_quantize(c.A[:7].copy())),
+    ("phase_quantize/odd_cols", ValueError, "a", lambda c: ternary.phase_quantize(c.A[:, :63].copy())),
+    ("phase_quantize/empty", ValueError, "a", lambda c: ternary.phase_quantize(np.ones((0, 4), np.float32))),
+    ("phase_quantize/stages_0", ValueError, "stages", lambda c: ternary.phase_quantize(c.A, 0)),
+    ("phase_quantize/stages_type", TypeError, "stages", lambda c: ternary.phase_quantize(c.A, 2.0)),
+    ("phase_quantize/stages_huge", ValueError, "stages", lambda c: ternary.phase_quantize(c.A[:2, :2].copy(), 2**45)),
+    ("phase_quantize/stages_past_int64", ValueError, "stages", lambda c: ternary.phase_quantize(c.A, 2**70)),
+    ("phase_quantize/inf", ValueError, "a", lambda c: ternary.phase_quantize(np.full((2, 2), np.inf, np.float32))),
+    ("phase_quantize/non_contiguous", TypeError, "a", lambda c: ternary.phase_quantize(c.A[:, ::2])),
+
+    # ternary.widely_linear_dense / prepare_widely_linear
+    ("widely_linear_dense/planes_dtype", TypeError, "planes", lambda c: ternary.widely_linear_dense(c.PL.astype(np.int32), c.SC, 32)),
+    ("widely_linear_dense/planes_ndim", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL[0, 0], c.SC, 32)),
+    ("widely_linear_dense/planes_not_4", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL[:, :3].copy(), c.SC[:, :3].copy(), 32)),
+    ("widely_linear_dense/words_vs_m", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL, c.SC, 100)),
+    ("widely_linear_dense/m_huge", ValueError, "m", lambda c: ternary.widely_linear_dense(c.PL, c.SC, 2**63 - 1)),
+    ("widely_linear_dense/m_type", TypeError, "m", lambda c: ternary.widely_linear_dense(c.PL, c.SC, "32")),
+    ("widely_linear_dense/scales_shape", ValueError, "scales", lambda c: ternary.widely_linear_dense(c.PL, c.SC[:1].copy(), 32)),
+    ("widely_linear_dense/scales_dtype", TypeError, "scales", lambda c: ternary.widely_linear_dense(c.PL, c.SC.astype(np.float64), 32)),
+    ("widely_linear_dense/scales_nan", ValueError, "scales", lambda c: ternary.widely_linear_dense(c.PL, np.full_like(c.SC, np.nan), 32)),
+    ("widely_linear_dense/code_11", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL | np.uint32(3), c.SC, 32)),
+    ("prepare_widely_linear/m_huge", ValueError, "m", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 2**63 - 1)),
+    ("prepare_widely_linear/m_zero", ValueError, "m", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 0)),
+    ("prepare_widely_linear/words_vs_m", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 8)),
+    ("prepare_widely_linear/code_11", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL | np.uint32(3 << 4), c.SC, 32)),
+    ("prepare_widely_linear/code_past_m", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 31)),
+    ("prepare_widely_linear/scales_per_row_shape", ValueError, "scales",
+     lambda c: ternary.prepare_widely_linear(c.PL, np.ones((2, 4, 3), np.float32), 32)),
+    ("prepare_widely_linear/scales_inf", ValueError, "scales", lambda c: ternary.prepare_widely_linear(c.PL, np.full_like(c.SC, np.inf), 32)),
+    ("prepare_widely_linear/isa_unknown", ValueError, "isa", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 32, isa="sve2")),
+    ("prepare_widely_linear/non_contiguous", TypeError, "planes", lambda c: ternary.prepare_widely_linear(_nc(c.PL), c.SC, 32)),
+
+    # ternary.widely_linear
+    ("widely_linear/x_dtype", TypeError, "x", lambda c: ternary.widely_linear(c.L, c.XW.astype(np.float64))),
+    ("widely_linear/x_ndim", ValueError, "x", lambda c: ternary.widely_linear(c.L, np.array(1, np.float32))),
+    ("widely_linear/x_cols", ValueError, "x", lambda c: ternary.widely_linear(c.L, c.XW[:62].copy())),
+    ("widely_linear/x_odd_cols", ValueError, "x", lambda c: ternary.widely_linear(c.PL, c.XW[:63].copy(), c.SC)),
+    ("widely_linear/scales_missing", ValueError, "scales", lambda c: ternary.widely_linear(c.PL, c.XW)),
+    ("widely_linear/scales_with_layer", ValueError, "scales", lambda c: ternary.widely_linear(c.L, c.XW, c.SC)),
+    ("widely_linear/planes_type", TypeError, "planes", lambda c: ternary.widely_linear("layer", c.XW)),
+    ("widely_linear/fused_type", TypeError, "fused", lambda c: ternary.widely_linear(c.L, c.XW, fused=np.ones(2))),
+    ("widely_linear/threads_0", ValueError, "threads", lambda c: ternary.widely_linear(c.L, c.XW, threads=0)),
+    ("widely_linear/threads_huge", ValueError, "threads", lambda c: ternary.widely_linear(c.L, c.XW, threads=2**40)),
+    ("widely_linear/isa_mismatch", ValueError, "isa", lambda c: ternary.widely_linear(c.L, c.XW, isa="avx9000")),
+    ("widely_linear/out_shape", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(9, np.float32)))),
+    ("widely_linear/out_dtype", TypeError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(8, np.int32)))),
+    ("widely_linear/out_overlaps_x", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.XW[:8])),
+
+    # moe.route
+    ("route/dtype", TypeError, "router_logits", lambda c: moe.route(c.logits.astype(np.float16), 2)),
+    ("route/ndim", ValueError, "router_logits", lambda c: moe.route(c.logits[0], 2)),
+    ("route/no_experts", ValueError, "router_logits", lambda c: moe.route(np.ones((3, 0), np.float32), 1)),
+    ("route/topk_gt_e", ValueError, "topk", lambda c: moe.route(c.logits, 5)),
+    ("route/topk_0", ValueError, "topk", lambda c: moe.route(c.logits, 0)),
+    ("route/topk_huge", ValueError, "topk", lambda c: moe.route(c.logits, 2**40)),
+    ("route/topk_past_int64", ValueError, "topk", lambda c: moe.route(c.logits, 2**70)),
+    ("route/topk_type", TypeError, "topk", lambda c: moe.route(c.logits, 2.0)),
+    ("route/renormalize_type", TypeError, "renormalize", lambda c: moe.route(c.logits, 2, renormalize="yes")),
+    ("route/non_contiguous", TypeError, "router_logits", lambda c: moe.route(c.logits.T, 2)),
+
+    # moe.prepack
+    ("prepack/dtype", TypeError, "w", lambda c: moe.prepack(c.W13.astype(np.float32))),
+    ("prepack/dtype_float16", TypeError, "w", lambda c: moe.prepack(c.W13.astype(np.float16))),
+    ("prepack/ndim", ValueError, "w", lambda c: moe.prepack(c.W13[0])),
+    ("prepack/empty", ValueError, "w", lambda c: moe.prepack(np.ones((0, 4, 4), BF))),
+    ("prepack/non_contiguous", TypeError, "w", lambda c: moe.prepack(_nc(c.W13))),
+    ("prepack/zero_stride_huge", TypeError, "w",
+     lambda c: moe.prepack(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
+    ("prepack/isa_unknown", ValueError, "isa", lambda c: moe.prepack(c.W13, isa="amx")),
+    ("prepack/isa_type", TypeError, "isa", lambda c: moe.prepack(c.W13, isa=["avx2"])),
+
+    # moe.fused_moe
+    ("fused_moe/x_dtype", TypeError, "x", lambda c: c.moe_call(x=c.xb.astype(np.float32))),
+    ("fused_moe/x_ndim", ValueError, "x", lambda c: c.moe_call(x=c.xb[0])),
+    ("fused_moe/x_hidden", ValueError, "x", lambda c: c.moe_call(x=c.xb[:, :8].copy())),
+    ("fused_moe/x_non_contiguous", TypeError, "x", lambda c: c.moe_call(x=_nc(c.xb))),
+    ("fused_moe/w13_type", TypeError, "w13", lambda c: c.moe_call(w13=c.W13)),
+    ("fused_moe/w2_type", TypeError, "w2", lambda c: c.moe_call(w2=None)),
+    ("fused_moe/w13_rows", ValueError, "w13", lambda c: c.moe_call(w13=moe.prepack(c.W13[:, :12].copy()))),
+    ("fused_moe/w2_out_features", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepack(c.W2[:, :8].copy()))),
+    ("fused_moe/w2_experts", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepack(c.W2[:3].copy()))),
+    ("fused_moe/w2_other_isa", ValueError, "w2",
+     lambda c: c.moe_call(w2=moe.prepack(c.W2, isa="reference" if c.p13.isa != "reference" else
+                                         next(v["name"] for v in cpukern.kernels("fused_moe")
+                                              if v["supported"] and v["name"] != "reference")))),
+    ("fused_moe/ids_dtype", TypeError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti.astype(np.int64))),
+    ("fused_moe/ids_high", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, 4), out=c.watch(np.empty((3, 16), BF)))),
+    ("fused_moe/ids_negative", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, -1))),
+    ("fused_moe/ids_int_min", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, -2**31))),
+    ("fused_moe/ids_rows", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti[:2].copy())),
+    ("fused_moe/topk_gt_e", ValueError, "topk_ids",
+     lambda c: c.moe_call(topk_ids=np.zeros((3, 5), np.int32), topk_weights=np.ones((3, 5), np.float32))),
+    ("fused_moe/topk_0", ValueError, "topk_ids",
+     lambda c: c.moe_call(topk_ids=np.zeros((3, 0), np.int32), topk_weights=np.ones((3, 0), np.float32))),
+    ("fused_moe/weights_shape", ValueError, "topk_weights", lambda c: c.moe_call(topk_weights=c.tw[:, :1].copy())),
+    ("fused_moe/weights_dtype", TypeError, "topk_weights", lambda c: c.moe_call(topk_weights=c.tw.astype(np.float64))),
+    ("fused_moe/activation", ValueError, "activation", lambda c: c.moe_call(activation="relu")),
+    ("fused_moe/activation_type", TypeError, "activation", lambda c: c.moe_call(activation=None)),
+    ("fused_moe/skip_weighted_topk2", ValueError, "skip_weighted", lambda c: c.moe_call(skip_weighted=True)),
+    ("fused_moe/skip_weighted_type", TypeError, "skip_weighted", lambda c: c.moe_call(skip_weighted="no")),
+    ("fused_moe/w13_bias_shape", ValueError, "w13_bias", lambda c: c.moe_call(w13_bias=np.zeros((4, 8), BF))),
+    ("fused_moe/w13_bias_dtype", TypeError, "w13_bias", lambda c: c.moe_call(w13_bias=np.zeros((4, 16), np.float32))),
+    ("fused_moe/w2_bias_shape", ValueError, "w2_bias", lambda c: c.moe_call(w2_bias=np.zeros((3, 16), BF))),
+    ("fused_moe/threads_0", ValueError, "threads", lambda c: c.moe_call(threads=0)),
+    ("fused_moe/threads_huge", ValueError, "threads", lambda c: c.moe_call(threads=10**6)),
+    ("fused_moe/isa_mismatch", ValueError, "isa", lambda c: c.moe_call(isa="avx9000")),
+    ("fused_moe/out_shape", ValueError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 8), BF)))),
+    ("fused_moe/out_dtype", TypeError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 16), np.float32)))),
+    ("fused_moe/out_read_only", TypeError, "out", lambda c: c.moe_call(out=_ro(np.empty((3, 16), BF)))),
+    ("fused_moe/out_overlaps_x", ValueError, "out", lambda c: c.moe_call(out=c.xb)),
+    ("fused_moe/out_overlaps_bias", ValueError, "out",
+     lambda c: (lambda b: c.moe_call(w2_bias=b[:4], out=b[1:4]))(np.zeros((5, 16), BF))),
+]
+CASE_BY_ID = {case[0]: case for case in CASES}
+assert len(CASE_BY_ID) == len(CASES), "duplicate case id"
+
+
+def run_case(case_id: str):
+    """Runs one case; returns (exception class name or None, message, untouched out= arrays?)."""
+    _, _, _, fn = CASE_BY_ID[case_id]
+    c = Ctx()
+    try:
+        fn(c)
+    except Exception as e:  # noqa: BLE001 - the type is the result
+        before = [a.view(np.uint8) for a in c.watched]
+        untouched = all((b == 0xA5).all() for b in before)
+        return type(e).__name__, str(e), untouched, traceback.format_exc(limit=3)
+    finally:
+        cpukern.set_num_threads(0)
+    return None, "", True, ""
+
+
+def _child(case_id, conn):
+    conn.send(run_case(case_id))
+    conn.close()
+
+
+# --- the runner -------------------------------------------------------------------------------
+
+_CONTEXT = None
+
+
+def _mp_context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["numpy", "ml_dtypes", "cpukern", __name__])
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def isolated(case_id: str):
+    """run_case in a fresh process: a crash becomes a test failure naming the signal."""
+    if UNDER_QEMU:
+        print(f"[{case_id}] in-process: qemu-user cannot start a guest interpreter "
+              "(no binfmt_misc), so no subprocess isolation on this leg")
+        return run_case(case_id)
+    ctx = _mp_context()
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(case_id, child))
+    p.start()
+    child.close()
+    result = parent.recv() if parent.poll(120) else None
+    p.join(30)
+    if result is None:
+        pytest.fail(f"{case_id}: the process died with exit code {p.exitcode} "
+                    f"({'signal ' + str(-p.exitcode) if p.exitcode and p.exitcode < 0 else 'no result'})")
+    return result
+
+
+@pytest.mark.parametrize("case_id", [c[0] for c in CASES])
+def test_bad_input(case_id):
+    _, exc, arg, _ = CASE_BY_ID[case_id]
+    got, msg, untouched, tb = isolated(case_id)
+    assert got is not None, f"{case_id}: no exception (expected {exc.__name__} naming {arg!r})"
+    assert got == exc.__name__, f"{case_id}: expected {exc.__name__}, got {got}: {msg}\n{tb}"
+    assert "\n" not in msg, f"{case_id}: the message is not one line: {msg!r}"
+    assert msg.startswith(f"{arg}: "), f"{case_id}: the message does not start with '{arg}: ': {msg!r}"
+    assert untouched, f"{case_id}: out= was written before the error"
+
+
+# --- forcing a variant this CPU cannot run: a ValueError, never SIGILL ---------------------------
+# On a CPU that runs every variant, hide features (CPUKERN_DISABLE_FEATURES, read at start) in a
+# fresh interpreter so that the best variants become unsupported.
+
+_FORCE_CODE = r"""
+import sys, numpy as np, ml_dtypes, cpukern
+from cpukern import ternary, moe
+op = sys.argv[1]
+names = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
+if not names:
+    print("SKIP no unsupported variant"); sys.exit(0)
+try:
+    if op == "ternary_gemv":
+        ternary.gemv(ternary.pack(np.ones((2, 16), np.int8)), np.ones(16, np.float32), isa=names[0])
+    elif op == "widely_linear":
+        pl, sc = ternary.phase_quantize(np.ones((2, 2), np.float32), 1)
+        ternary.prepare_widely_linear(pl, sc, 1, isa=names[0])
+    else:
+        moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
+except ValueError as e:
+    print("OK", e); sys.exit(0)
+print("NO ERROR for", names[0]); sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("op", ["ternary_gemv", "widely_linear", "fused_moe"])
+def test_forcing_an_unsupported_variant_is_a_value_error(op):
+    if UNDER_QEMU:
+        pytest.skip("qemu-user cannot start a guest subprocess without binfmt_misc; "
+                    "test_api covers the variants this emulated CPU lacks in-process")
+    hide = "avx512f,avx512bw,avx512bf16,avx2,bmi2,bf16,i8mm"
+    env = dict(os.environ, CPUKERN_DISABLE_FEATURES=hide)
+    out = subprocess.run([sys.executable, "-c", _FORCE_CODE, op], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stdout}{out.stderr}"
+    if out.stdout.startswith("SKIP"):
+        pytest.skip(f"{op}: every variant still runs with {hide} hidden")
+    assert out.stdout.startswith("OK isa: variant"), out.stdout
