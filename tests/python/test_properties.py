@@ -1,0 +1,318 @@
+"""Property tests (hypothesis): random shapes, values, scales and thread counts, every variant this
+CPU runs, against the reference variant and float64 models; NaN / Inf propagate as IEEE
+arithmetic on the documented semantics would.
+
+Example counts are bounded: the file takes well under 30 s on the host and a few examples per
+test under qemu-user (CPUKERN_QEMU_CPU set).
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cpukern import moe, ternary
+from variants import supported
+
+UNDER_QEMU = bool(os.environ.get("CPUKERN_QEMU_CPU"))
+BF16 = ml_dtypes.bfloat16
+
+
+def budget(host: int) -> settings:
+    return settings(max_examples=max(3, host // 16) if UNDER_QEMU else host, deadline=None,
+                    derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+THREADS = st.integers(1, 5)
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def unpack_f64(packed, k):
+    return ternary.unpack(packed, k).astype(np.float64)
+
+
+def masked(w, x):
+    """sum_k w x over the nonzero weights only (the kernels add/subtract, never multiply by 0),
+    float64, rows of w against the last axis of x."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pos = np.where(w[None] == 1, x[:, None, :], 0.0).sum(-1)
+        neg = np.where(w[None] == -1, x[:, None, :], 0.0).sum(-1)
+        return pos - neg
+
+
+def same_nonfinite(got, want):
+    got = np.asarray(got, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+
+
+def bitwise(a, b):
+    np.testing.assert_array_equal(np.asarray(a).view(np.uint32 if np.asarray(a).itemsize == 4 else np.uint16),
+                                  np.asarray(b).view(np.uint32 if np.asarray(b).itemsize == 4 else np.uint16))
+
+
+# --- ternary GEMV --------------------------------------------------------------------------------
+
+@st.composite
+def gemv_case(draw, int_x=False):
+    m = draw(st.integers(1, 70))
+    k = draw(st.integers(1, 300))
+    batch = draw(st.sampled_from([None, 1, 2, 3, 5]))
+    rng = np.random.default_rng(draw(SEEDS))
+    w = rng.integers(-1, 2, size=(m, k)).astype(np.int8)
+    zero_rate = draw(st.sampled_from([0.0, 0.5, 0.95]))
+    w[rng.random((m, k)) < zero_rate] = 0
+    shape = (k,) if batch is None else (batch, k)
+    if int_x:
+        x = rng.integers(-8, 9, size=shape).astype(np.float32)
+    else:
+        x = (rng.standard_normal(shape) * draw(st.sampled_from([1e-3, 1.0, 1e3]))).astype(np.float32)
+    scale = draw(st.sampled_from(["none", "scalar", "row"]))
+    s = None if scale == "none" else np.float32(0.37) if scale == "scalar" else \
+        rng.uniform(-2, 2, m).astype(np.float32)
+    return w, x, s, draw(THREADS)
+
+
+def scale_f64(s, m):
+    return np.ones(m) if s is None else np.broadcast_to(np.asarray(s, np.float64), (m,))
+
+
+@budget(160)
+@given(gemv_case())
+def test_gemv_fp32_matches_float64_model_and_reference(case):
+    w, x, s, threads = case
+    m, k = w.shape
+    packed = ternary.pack(w)
+    x2 = x.reshape(-1, k)
+    want = masked(w.astype(np.float64), x2) * scale_f64(s, m)
+    bound = 1e-5 * (np.abs(x2).astype(np.float64) @ np.abs(w.T).astype(np.float64)) * np.abs(scale_f64(s, m)) + 1e-30
+    ref = ternary.gemv(ternary.prepare(packed, k, isa="reference"), x, s, threads=threads)
+    for isa in supported("ternary_gemv"):
+        weights = ternary.prepare(packed, k, isa=isa)
+        y = ternary.gemv(weights, x, s, threads=threads)
+        assert y.shape == ((m,) if x.ndim == 1 else (x.shape[0], m))
+        assert (np.abs(y.reshape(-1, m) - want) <= bound).all(), isa
+        bitwise(y, ternary.gemv(weights, x, s, threads=1))              # any thread count
+        if x.ndim == 2:                                                # any batch split
+            bitwise(y[-1], ternary.gemv(weights, x[-1].copy(), s, threads=threads))
+    assert ref.dtype == np.float32
+
+
+@budget(100)
+@given(gemv_case(int_x=True))
+def test_gemv_fp32_small_integers_bitwise_across_variants(case):
+    w, x, _, threads = case
+    m, k = w.shape
+    packed = ternary.pack(w)
+    want = masked(w.astype(np.float64), x.reshape(-1, k)).astype(np.float32).reshape(
+        x.shape[:-1] + (m,))
+    for isa in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, threads=threads)
+        bitwise(y, want)
+
+
+def int8_model(w, x, s):
+    """The documented int8 path, bit for bit: per row of x, qs = 127 / max|x| (float32),
+    q = clamp(rint(x * qs), -127, 127), exact integer dot, y = float32(acc) * (max|x| / 127) * s."""
+    x2 = x.reshape(-1, x.shape[-1])
+    m = w.shape[0]
+    out = np.empty((x2.shape[0], m), np.float32)
+    for b, xb in enumerate(x2):
+        amax = np.float32(np.abs(xb).max()) if xb.size else np.float32(0)
+        qs = np.float32(127) / amax if amax > 0 else np.float32(0)
+        q = np.clip(np.rint(xb * qs), -127, 127).astype(np.int64)
+        acc = (w.astype(np.int64) @ q).astype(np.float32)
+        dq = np.float32(amax / np.float32(127))
+        ss = np.ones(m, np.float32) if s is None else np.broadcast_to(np.float32(s), (m,)).astype(np.float32)
+        out[b] = acc * dq * ss
+    return out.reshape(x.shape[:-1] + (m,))
+
+
+@budget(120)
+@given(gemv_case())
+def test_gemv_int8_matches_the_documented_quantisation_bitwise(case):
+    w, x, s, threads = case
+    m, k = w.shape
+    packed = ternary.pack(w)
+    want = int8_model(w, x, s)
+    for isa in supported("ternary_gemv"):
+        weights = ternary.prepare(packed, k, isa=isa)
+        y = ternary.gemv(weights, x, s, act="int8", threads=threads)
+        bitwise(y, want)
+
+
+@budget(80)
+@given(gemv_case(), st.data())
+def test_gemv_nan_inf_propagate_through_nonzero_weights(case, data):
+    w, x, s, threads = case
+    m, k = w.shape
+    x = x.copy()
+    flat = x.reshape(-1)
+    for v in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), min_size=1, max_size=3)):
+        flat[data.draw(st.integers(0, flat.size - 1))] = v
+    s_bad = None
+    if s is not None and np.ndim(s) == 1 and data.draw(st.booleans()):
+        s_bad = s.copy()
+        s_bad[data.draw(st.integers(0, m - 1))] = data.draw(st.sampled_from([np.nan, np.inf]))
+    scale = s if s_bad is None else s_bad
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = masked(w.astype(np.float64), x.reshape(-1, k)) * scale_f64(scale, m)
+    packed = ternary.pack(w)
+    for isa in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, scale, threads=threads)
+        same_nonfinite(y.reshape(-1, m), want)
+        # int8 activations must be finite: refused before anything runs (never garbage).
+        with pytest.raises(ValueError, match="x: must be finite"):
+            ternary.gemv(ternary.prepare(packed, k, isa=isa), x, scale, act="int8")
+
+
+# --- widely-linear layer ------------------------------------------------------------------------
+
+@st.composite
+def wl_case(draw):
+    n = draw(st.integers(1, 40))
+    m = draw(st.integers(1, 90))
+    stages = draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(SEEDS))
+    a = rng.standard_normal((2 * n, 2 * m)).astype(np.float32)
+    batch = draw(st.sampled_from([None, 1, 2, 5]))
+    x = rng.standard_normal((2 * m,) if batch is None else (batch, 2 * m)).astype(np.float32)
+    per_row = draw(st.booleans())
+    return a, stages, x, per_row, draw(THREADS), rng
+
+
+def wl_model(planes, scales, m, x):
+    """float64 y = U x + W conj(x) from the 8 masked sub-GEMVs per stage (so that NaN / Inf follow
+    the kernels' add/subtract semantics: a zero code never touches its activation)."""
+    s_count, _, n, _ = planes.shape
+    x2 = np.asarray(x, np.float64).reshape(-1, 2 * m)
+    xr, xi = x2[:, :m], x2[:, m:]
+    sc = np.asarray(scales, np.float64)
+    sc = np.broadcast_to(sc[..., None], (s_count, 4, n)) if sc.ndim == 2 else sc
+    y = np.zeros((x2.shape[0], 2 * n))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s in range(s_count):
+            c = [unpack_f64(planes[s, p], m) for p in range(4)]  # U_re, U_im, W_re, W_im
+            d = lambda p, v: masked(c[p], v) * sc[s, p]  # noqa: E731
+            y[:, :n] += d(0, xr) - d(1, xi) + d(2, xr) + d(3, xi)
+            y[:, n:] += d(0, xi) + d(1, xr) - d(2, xi) + d(3, xr)
+    return y
+
+
+@budget(100)
+@given(wl_case())
+def test_widely_linear_matches_dense_and_is_deterministic(case):
+    a, stages, x, per_row, threads, rng = case
+    n, m = a.shape[0] // 2, a.shape[1] // 2
+    planes, scales = ternary.phase_quantize(a, stages)
+    if per_row:
+        scales = (scales[:, :, None] * rng.uniform(0.5, 1.5, (stages, 4, n))).astype(np.float32)
+    dense = ternary.widely_linear_dense(planes, scales, m).astype(np.float64)
+    x2 = x.reshape(-1, 2 * m).astype(np.float64)
+    want = x2 @ dense.T
+    bound = 1e-5 * (np.abs(x2) @ np.abs(dense.T)) * (4 * stages) + 1e-30
+    ref = None
+    for isa in supported("widely_linear"):
+        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+        y = ternary.widely_linear(layer, x, threads=threads)
+        assert (np.abs(y.reshape(-1, 2 * n) - want) <= bound).all(), isa
+        bitwise(y, ternary.widely_linear(layer, x, threads=1))
+        bitwise(y, ternary.widely_linear(layer, x, fused=False, threads=threads))
+        if x.ndim == 2:
+            bitwise(y[0], ternary.widely_linear(layer, x[0].copy()))
+        if isa == "reference":
+            ref = y
+    assert ref is not None
+
+
+@budget(60)
+@given(wl_case(), st.data())
+def test_widely_linear_nan_inf_propagate(case, data):
+    a, stages, x, _, threads, _ = case
+    m = a.shape[1] // 2
+    x = x.copy()
+    flat = x.reshape(-1)
+    for v in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), min_size=1, max_size=2)):
+        flat[data.draw(st.integers(0, flat.size - 1))] = v
+    planes, scales = ternary.phase_quantize(a, stages)
+    want = wl_model(planes, scales, m, x)
+    for isa in supported("widely_linear"):
+        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+        for fused in (True, False):
+            y = ternary.widely_linear(layer, x, fused=fused, threads=threads)
+            same_nonfinite(y.reshape(want.shape), want)
+
+
+# --- fused MoE ----------------------------------------------------------------------------------
+
+from test_moe import check_close, model  # noqa: E402  (the suite's float64 model)
+
+
+@st.composite
+def moe_case(draw):
+    e = draw(st.integers(1, 6))
+    topk = draw(st.integers(1, e))
+    h = draw(st.integers(1, 48))
+    inter = draw(st.integers(1, 40))
+    t = draw(st.integers(0, 9))
+    rng = np.random.default_rng(draw(SEEDS))
+    act = draw(st.sampled_from(moe.ACTIVATIONS))
+    bias = draw(st.booleans())
+    bf = lambda a: np.asarray(a, np.float32).astype(BF16)  # noqa: E731
+    x = bf(rng.standard_normal((t, h)))
+    w13 = bf(rng.standard_normal((e, 2 * inter, h)) / np.sqrt(h))
+    w2 = bf(rng.standard_normal((e, h, inter)) / np.sqrt(inter))
+    b13 = bf(rng.standard_normal((e, 2 * inter)) * 0.1) if bias else None
+    b2 = bf(rng.standard_normal((e, h)) * 0.1) if bias else None
+    logits = rng.standard_normal((t, e)).astype(np.float32)
+    tw, ids = moe.route(logits, topk)
+    if draw(st.booleans()):  # repeated / arbitrary ids are allowed too
+        ids = rng.integers(0, e, size=(t, topk)).astype(np.int32)
+    return x, w13, w2, b13, b2, tw, ids, act, draw(THREADS)
+
+
+@budget(80)
+@given(moe_case())
+def test_fused_moe_matches_float64_model_and_is_deterministic(case):
+    x, w13, w2, b13, b2, tw, ids, act, threads = case
+    want = model(x, w13, w2, tw, ids, act, b13, b2)
+    for isa in supported("fused_moe"):
+        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+        kw = dict(activation=act, w13_bias=b13, w2_bias=b2)
+        out = moe.fused_moe(x, p13, p2, tw, ids, threads=threads, **kw)
+        assert out.dtype == BF16 and out.shape == x.shape
+        check_close(out, want)
+        bitwise(out, moe.fused_moe(x, p13, p2, tw, ids, threads=1, **kw))
+        if x.shape[0] > 1:  # a token's result does not depend on the other tokens
+            bitwise(out[1:], moe.fused_moe(x[1:].copy(), p13, p2, tw[1:].copy(), ids[1:].copy(),
+                                           threads=threads, **kw))
+
+
+@budget(60)
+@given(moe_case(), st.data())
+def test_fused_moe_nan_stays_in_its_token(case, data):
+    x, w13, w2, b13, b2, tw, ids, act, threads = case
+    if x.shape[0] == 0:
+        return
+    t = data.draw(st.integers(0, x.shape[0] - 1))
+    where = data.draw(st.sampled_from(["x", "topk_weights"]))
+    x, tw = x.copy(), tw.copy()
+    if where == "x":
+        x[t, data.draw(st.integers(0, x.shape[1] - 1))] = np.nan
+    else:
+        tw[t, data.draw(st.integers(0, tw.shape[1] - 1))] = np.nan
+    for isa in supported("fused_moe"):
+        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+        kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=threads)
+        out = moe.fused_moe(x, p13, p2, tw, ids, **kw).astype(np.float32)
+        assert np.isnan(out[t]).all(), (isa, where)
+        others = np.delete(np.arange(x.shape[0]), t)
+        assert np.isfinite(out[others]).all(), isa
