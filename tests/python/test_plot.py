@@ -10,6 +10,9 @@ import pytest
 
 from variants import UNDER_QEMU
 
+# matplotlib's own dependencies warn about deprecated pyparsing names on import: not ours.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
 pytest.importorskip("matplotlib", reason="matplotlib is not installed here: roofline plot test skipped")
 if UNDER_QEMU:
     pytest.skip("under QEMU: the demo's timings are meaningless (and matplotlib is host-only)",
