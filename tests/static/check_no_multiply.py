@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Fails if a fp32-mode ternary GEMV micro-kernel contains a multiply instruction.
 
-Usage: check_no_multiply.py [--pattern SUBSTR]... [--exclude SUBSTR]... FILE...
+Usage: check_no_multiply.py [--pattern SUBSTR]... [--regex RE]... [--exclude SUBSTR]... FILE...
 
 Disassembles each object file or archive with `objdump -d -C` (demangled), selects the
-functions whose name contains one of the patterns (default: the fp32 micro-kernels'
+functions whose name contains one of the patterns or matches (re.search) one of the
+regexes (default, when neither is given: the fp32 micro-kernels'
 `ternary_gemv_f32_..._run` and `..._xprep` functions and their local helpers), and fails if any of
 them contains a multiply: vmulps/vmulss/vmulpd/mulsd..., vfmadd*/vfmsub*/vfnmadd*/vfnmsub*,
 vpmull*/vpmul*/vpmadd*/pmadd*/vpdp*, imul/mul/mulx. The packers (run once at prepare
@@ -50,10 +51,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pattern", action="append",
                     default=None, help="substring selecting functions (repeatable)")
+    ap.add_argument("--regex", action="append", default=None,
+                    help="regular expression selecting functions by name (repeatable)")
     ap.add_argument("--exclude", action="append", default=["_pack", "geometry", "packed_size"])
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
-    patterns = args.pattern or [r"ternary_gemv_f32_"]
+    regexes = [re.compile(r) for r in (args.regex or [])]
+    patterns = args.pattern or ([] if regexes else [r"ternary_gemv_f32_"])
     # Local helpers (anonymous namespace, templates) of fp32 ukernel files are selected too:
     # a function is checked if its name matches a pattern, or if it is defined in an object
     # whose exported ukernel matches and is not excluded.
@@ -61,7 +65,8 @@ def main():
     for path in args.files:
         current_obj_is_f32 = False
         for name, insns in functions(path):
-            sel = any(p in name for p in patterns) and not any(e in name for e in args.exclude)
+            sel = (any(p in name for p in patterns) or any(r.search(name) for r in regexes)) \
+                and not any(e in name for e in args.exclude)
             if not sel:
                 continue
             muls = [l for (mn, l) in insns if MULTIPLY.match(mn)]

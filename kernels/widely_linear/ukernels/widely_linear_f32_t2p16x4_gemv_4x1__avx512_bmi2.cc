@@ -37,15 +37,20 @@ void rows(const Call& c) {
   const char* row = static_cast<const char*>(c.loc.w);
   float* dots[NB];
   for (int b = 0; b < NB; ++b) dots[b] = c.dots[b];
-  int64_t left = c.rows;
-  for (; left >= NR; left -= NR) {
-    pass<NR, NB>(row, c, dots);
-    for (int r = 0; r < NR; ++r) row += c.loc.tile_stride;
-    for (int b = 0; b < NB; ++b) dots[b] += NR * kNumSub;
-  }
-  for (; left > 0; --left, row += c.loc.tile_stride) {
-    pass<1, NB>(row, c, dots);
-    for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
+  // One loop, constant steps (no pointer used after it and no variable step count: GCC
+  // would compute those offsets with an imul).
+  for (int64_t left = c.rows; left > 0;) {
+    if (left >= NR) {
+      pass<NR, NB>(row, c, dots);
+      for (int r = 0; r < NR; ++r) row += c.loc.tile_stride;
+      for (int b = 0; b < NB; ++b) dots[b] += NR * kNumSub;
+      left -= NR;
+    } else {
+      pass<1, NB>(row, c, dots);
+      row += c.loc.tile_stride;
+      for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
+      left -= 1;
+    }
   }
 }
 
