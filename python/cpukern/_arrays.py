@@ -101,6 +101,8 @@ def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] 
     if ndims is not None and a.ndim not in ndims:
         allowed = " or ".join(str(n) for n in ndims)
         raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
+    if any(s > MAX_ELEMS for s in shape_of(a)):  # only a zero-size array can be this large
+        raise ValueError(f"{name}: expected dimensions of at most 2**46, got {describe(a)}")
     if writeable and not is_torch(a) and not a.flags.writeable:
         raise TypeError(f"{name}: expected a writeable array, got a read-only {describe(a)}")
     if dtype == "bfloat16" and not is_torch(a):

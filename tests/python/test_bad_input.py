@@ -157,6 +157,8 @@ CASES = [
     ("gemv/x_list", TypeError, "x", lambda c: ternary.gemv(c.TW, list(c.X))),
     ("gemv/x_k", ValueError, "x", lambda c: ternary.gemv(c.TW, c.X[:39].copy())),
     ("gemv/x_k_packed", ValueError, "weights", lambda c: ternary.gemv(c.P, c.X[:30].copy())),
+    ("gemv/x_huge_zero_size", ValueError, "x",
+     lambda c: ternary.gemv(ternary.prepare(np.zeros((3, 0), np.uint32), 0), np.empty((2**50, 0), np.float32))),
     ("gemv/weights_type", TypeError, "weights", lambda c: ternary.gemv([[1]], c.X)),
     ("gemv/weights_code_11", ValueError, "weights", lambda c: ternary.gemv(c.P | np.uint32(3), c.X)),
     ("gemv/scale_shape", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(3, np.float32))),
@@ -253,6 +255,7 @@ CASES = [
     ("prepack/non_contiguous", TypeError, "w", lambda c: moe.prepack(_nc(c.W13))),
     ("prepack/zero_stride_huge", TypeError, "w",
      lambda c: moe.prepack(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
+    ("prepack/huge_zero_size", ValueError, "w", lambda c: moe.prepack(np.empty((2**50, 0, 4), BF))),
     ("prepack/isa_unknown", ValueError, "isa", lambda c: moe.prepack(c.W13, isa="amx")),
     ("prepack/isa_type", TypeError, "isa", lambda c: moe.prepack(c.W13, isa=["avx2"])),
 
