@@ -16,6 +16,10 @@ static inline uint32_t cpukern_pext_u32(uint32_t src, uint32_t mask) {
 }
 #undef _pext_u32
 #define _pext_u32 cpukern_pext_u32
+// SIMDe 0.7.4 defines the native alias _mm512_madd_epi16 with 4 arguments
+// (`(src, k, a, b)`, a copy of the masked form); the intrinsic takes 2.
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
 #else
 #include <immintrin.h>
 #endif

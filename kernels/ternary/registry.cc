@@ -22,6 +22,12 @@ const std::vector<Variant>& table() {
       {{"avx512_bmi2", kAVX512F | kAVX512BW | kAVX512VL | kFMA | kBMI2 | kFastPext, 30,
         {ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2.name,
          ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2, ternary_gemv_i8_q2b256_4x1__avx512_bmi2}}},
+      {{"avx512", kAVX512F | kAVX512BW | kAVX512VL | kFMA, 40,
+        {ternary_gemv_f32_lut27r16_16x1__avx512.name, ternary_gemv_f32_lut27r16_16x1__avx512,
+         ternary_gemv_i8_q2b256_4x1__avx512}}},
+      {{"avx512_vnni", kAVX512F | kAVX512BW | kAVX512VL | kAVX512VNNI | kFMA, 50,
+        {ternary_gemv_f32_lut27r16_16x1__avx512.name, ternary_gemv_f32_lut27r16_16x1__avx512,
+         ternary_gemv_i8_q2b256_4x1__avx512_vnni}}},
 #endif
   };
   return t;

@@ -1,5 +1,6 @@
 // The q2b int8 micro-kernel (K in SIMD lanes, rows in registers), for AVX2 (q2b128, ymm)
-// and AVX-512BW (q2b256, zmm). The including file defines Q2B_NAME, Q2B_BITS (256 or 512).
+// and AVX-512BW (q2b256, zmm). The including file defines Q2B_NAME, Q2B_BITS (256 or 512)
+// and optionally Q2B_VNNI (512 only: vpdpbusd instead of vpmaddubsw + vpmaddwd).
 //
 // Layout: per row, per block of C = Q2B_BITS/2 columns, C/4 bytes; byte i holds (w + 1) in
 // {0, 1, 2} of columns i, i + C/4, i + C/2, i + 3C/4 in bits 0-1, 2-3, 4-5, 6-7. Decode is a
@@ -12,6 +13,10 @@
 
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/ukernels.h"
+
+#ifndef Q2B_VNNI
+#define Q2B_VNNI 0
+#endif
 
 namespace cpukern::ternary {
 namespace {
@@ -27,12 +32,7 @@ inline VI v_srli16(VI a, int n) { return _mm512_srli_epi16(a, n); }
 inline VI v_maddubs(VI a, VI b) { return _mm512_maddubs_epi16(a, b); }
 inline VI v_add16(VI a, VI b) { return _mm512_add_epi16(a, b); }
 inline VI v_add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
-#if defined(CPUKERN_SIMDE)
-// SIMDe 0.7.4 defines the native alias _mm512_madd_epi16 with 4 arguments (a bug).
-inline VI v_madd16(VI a, VI b) { return simde_mm512_madd_epi16(a, b); }
-#else
 inline VI v_madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
-#endif
 inline int32_t v_hsum32(VI a) {
   alignas(64) int32_t t[16];
   _mm512_store_si512(t, a);
@@ -84,6 +84,36 @@ void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   }
 }
 
+#if Q2B_VNNI
+// VNNI: vpdpbusd(acc, u8 weights+1, s8 activations) sums 4 byte products straight into
+// int32 lanes (no int16 stage, no widening).
+template <int R, int NB>
+inline void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int8_t* x,
+                        const int32_t* xsum, int32_t* y) {
+  const int64_t nblk = rb / kVB;
+  const VI three = v_set1_8(3);
+  VI acc[R][NB][2];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = v_zero();
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    for (int r = 0; r < R; ++r) {
+      const VI v = v_load(w + r * rb + blk * kVB);
+      const VI q0 = v_and(v, three), q1 = v_and(v_srli16(v, 2), three);
+      const VI q2 = v_and(v_srli16(v, 4), three), q3 = v_and(v_srli16(v, 6), three);
+      for (int b = 0; b < NB; ++b) {
+        const int8_t* xb = x + b * a->xq_stride + blk * kCols;
+        acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q0, v_load(xb));
+        acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q1, v_load(xb + kVB));
+        acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q2, v_load(xb + 2 * kVB));
+        acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q3, v_load(xb + 3 * kVB));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      y[b * a->ldy + r] = v_hsum32(v_add32(acc[r][b][0], acc[r][b][1])) - xsum[b];
+}
+#else
 template <int R, int NB>
 inline void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int8_t* x,
                         const int32_t* xsum, int32_t* y) {
@@ -117,6 +147,8 @@ inline void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) y[b * a->ldy + r] = v_hsum32(acc[r][b]) - xsum[b];
 }
+
+#endif
 
 template <int R, int NB>
 inline void rows_loop(const I8Args* a, int64_t b0) {
