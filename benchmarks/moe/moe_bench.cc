@@ -13,6 +13,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
 namespace {
@@ -127,6 +128,48 @@ int register_all() {
   return 0;
 }
 const int registered = register_all();
+
+}  // namespace
+}  // namespace cpukern::moe
+
+// ---- micro-kernel alone: m packed rows x `cols` columns x K, weights L2-resident ----
+namespace cpukern::moe {
+namespace {
+
+void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k, int64_t cols) {
+  const Ukernel& uk = variant_row(registry().select(isa.c_str())).ukernel;
+  const int64_t panels = (cols + uk.nr - 1) / uk.nr;
+  std::vector<bf16_t> w(size_t(panels * uk.nr * k)), a(size_t(m * k));
+  fill_random(w, 0.05f, 7);
+  fill_random(a, 1.0f, 8);
+  AlignedBuffer wp(size_t(uk.packed_size(panels * uk.nr, k)));
+  uk.pack(w.data(), panels * uk.nr, k, wp.data());
+  AlignedBuffer ap(size_t(uk.packed_a_size(m, k)));
+  uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+  const int64_t ldc = panels * uk.nr;
+  std::vector<float> c(size_t(m * ldc));
+  for (auto _ : state) {
+    uk.gemm(ap.data(), m, k, wp.data(), 0, panels, c.data(), ldc, false);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * k * panels * uk.nr * 1e-9 *
+                                                     double(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+int register_ukernels() {
+  for (const auto& v : list_variants()) {
+    if (!v.supported || v.name == "reference") continue;
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
+      benchmark::RegisterBenchmark(
+          ("ukernel/" + v.name + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(),
+          run_ukernel, v.name, m, 2880, 128)
+          ->UseRealTime()
+          ->MinTime(0.1);
+  }
+  return 0;
+}
+const int registered_ukernels = register_ukernels();
 
 }  // namespace
 }  // namespace cpukern::moe

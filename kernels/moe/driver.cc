@@ -61,12 +61,15 @@ struct CallScratch {
   std::vector<int32_t> slot_row;    // t * topk + j -> sorted row
   std::vector<int64_t> tasks;       // packed (expert, tile)
   std::vector<int64_t> fill;
+  std::vector<int64_t> abase;       // per expert: byte offset of its packed A chunks
+  std::vector<int64_t> chunks;      // packed (expert, chunk) pack tasks
+  AlignedBuffer apack;              // every expert's rows, packed once per stage
   AlignedBuffer act;                // (rows, I) bf16
   AlignedBuffer y;                  // (rows, Hp) fp32
 };
-// Per worker thread: packed A and the C tile.
+// Per worker thread: the C tile.
 struct TaskScratch {
-  AlignedBuffer a, c;
+  AlignedBuffer c;
 };
 
 TaskScratch& task_scratch() {
@@ -98,6 +101,40 @@ Tiling choose_tiling(const Ukernel& uk, int64_t k, int64_t max_rows, int64_t out
   while (cols > uk.nr && active_experts * ((out_cols + cols - 1) / cols) < 4 * int64_t(threads))
     cols = std::max<int64_t>(uk.nr, round_up(cols / 2, uk.nr));
   return {mc, cols};
+}
+
+// Packs every expert's rows once per stage, in chunks of mc rows, so that the (expert, tile)
+// tasks that share them do not each repack (and, for stage 1, re-gather) the same rows.
+// Chunk c of expert x lies at abase[x] + c * chunk_bytes(mc, k).
+int64_t chunk_bytes(const Ukernel& uk, int64_t m, int64_t k) {
+  return round_up(uk.packed_a_size(m, k), 64);
+}
+
+void pack_rows(const Ukernel& uk, int64_t e, const std::vector<int64_t>& offs, int64_t mc,
+               int64_t k, const bf16_t* src, int64_t lda, const int32_t* rows, int nthreads,
+               std::vector<int64_t>& abase, std::vector<int64_t>& chunks, AlignedBuffer& apack) {
+  abase.assign(size_t(e), 0);
+  chunks.clear();
+  const int64_t full = chunk_bytes(uk, mc, k);
+  int64_t total = 0;
+  for (int64_t x = 0; x < e; ++x) {
+    abase[x] = total;
+    const int64_t m = offs[x + 1] - offs[x];
+    if (m == 0) continue;
+    const int64_t n = (m + mc - 1) / mc;
+    for (int64_t c = 0; c < n; ++c) chunks.push_back(x << 32 | c);
+    total += (n - 1) * full + chunk_bytes(uk, m - (n - 1) * mc, k);
+  }
+  apack.reserve(size_t(total));
+  char* dst = apack.data<char>();
+  parallel_for(int64_t(chunks.size()), nthreads, [&](int64_t i) {
+    const int64_t x = chunks[i] >> 32, c = chunks[i] & 0xffffffff;
+    const int64_t r0 = offs[x] + c * mc, m = std::min(mc, offs[x + 1] - r0);
+    if (rows)
+      uk.pack_a(src, lda, rows + r0, m, k, dst + abase[x] + c * full);
+    else
+      uk.pack_a(src + r0 * lda, lda, nullptr, m, k, dst + abase[x] + c * full);
+  });
 }
 
 }  // namespace
@@ -200,27 +237,29 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
     const int64_t ntiles = make_tasks(I, jt);
     // C scratch: gate part, then (concatenated layout) up part, same ldc.
     const int64_t ldc = interleaved ? round_up(2 * jt, nr) : jt + nr;
+    pack_rows(uk, e, cs.offs, tl.mc, H, x, H, cs.row_token.data(), int(nthreads), cs.abase,
+              cs.chunks, cs.apack);
+    const int64_t full = chunk_bytes(uk, tl.mc, H);
     parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
       const int64_t ex = cs.tasks[task] / ntiles, j0 = (cs.tasks[task] % ntiles) * jt;
       const int64_t j1 = std::min(I, j0 + jt), n = j1 - j0;
       const char* w = w13d + ex * w13_per;
       const bf16_t* bias = w13_bias ? w13_bias + ex * 2 * I : nullptr;
       TaskScratch& ts = task_scratch();
-      ts.a.reserve(size_t(uk.packed_a_size(tl.mc, H)));
       ts.c.reserve(size_t(tl.mc * ldc * (interleaved ? 1 : 2)) * 4);
       float* cg = ts.c.data<float>();
       float* cu = cg + tl.mc * ldc;
       for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
         const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
-        uk.pack_a(x, H, cs.row_token.data() + r0, m, H, ts.a.data());
+        const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
         if (interleaved) {
-          uk.gemm(ts.a.data(), m, H, w, 2 * j0 / nr, (2 * j1 + nr - 1) / nr, cg, ldc, false);
+          uk.gemm(ap, m, H, w, 2 * j0 / nr, (2 * j1 + nr - 1) / nr, cg, ldc, false);
           uk.activation(activation, m, n, cg, nullptr, ldc, true, bias ? bias + 2 * j0 : nullptr,
                         nullptr, act + r0 * I + j0, I);
         } else {
-          uk.gemm(ts.a.data(), m, H, w, j0 / nr, (j1 + nr - 1) / nr, cg, ldc, false);
+          uk.gemm(ap, m, H, w, j0 / nr, (j1 + nr - 1) / nr, cg, ldc, false);
           const int64_t pu0 = (I + j0) / nr, pu1 = (I + j1 + nr - 1) / nr;
-          uk.gemm(ts.a.data(), m, H, w, pu0, pu1, cu, ldc, false);
+          uk.gemm(ap, m, H, w, pu0, pu1, cu, ldc, false);
           uk.activation(activation, m, n, cg, cu + (I + j0 - pu0 * nr), ldc, false,
                         bias ? bias + j0 : nullptr, bias ? bias + I + j0 : nullptr,
                         act + r0 * I + j0, I);
@@ -234,16 +273,17 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
     const Tiling tl = choose_tiling(uk, I, max_rows, H, 1, active, int(nthreads));
     const int64_t ht = tl.cols;
     const int64_t ntiles = make_tasks(H, ht);
+    pack_rows(uk, e, cs.offs, tl.mc, I, act, I, nullptr, int(nthreads), cs.abase, cs.chunks,
+              cs.apack);
+    const int64_t full = chunk_bytes(uk, tl.mc, I);
     parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
       const int64_t ex = cs.tasks[task] / ntiles, c0 = (cs.tasks[task] % ntiles) * ht;
       const int64_t c1 = std::min(H, c0 + ht);
       const char* w = w2d + ex * w2_per;
-      TaskScratch& ts = task_scratch();
-      ts.a.reserve(size_t(uk.packed_a_size(tl.mc, I)));
       for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
         const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
-        uk.pack_a(act + r0 * I, I, nullptr, m, I, ts.a.data());
-        uk.gemm(ts.a.data(), m, I, w, c0 / nr, (c1 + nr - 1) / nr, y + r0 * hp + c0, hp, false);
+        const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
+        uk.gemm(ap, m, I, w, c0 / nr, (c1 + nr - 1) / nr, y + r0 * hp + c0, hp, false);
       }
     });
   }

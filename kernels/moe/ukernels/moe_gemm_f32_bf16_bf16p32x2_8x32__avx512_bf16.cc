@@ -33,6 +33,10 @@ void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_
   }
 }
 
+// GCC keeps the per-row accumulator arrays in registers only when the row loops are unrolled
+// before scalar replacement; without the pragma it spills them to the stack every k step.
+#define CPUKERN_UNROLL _Pragma("GCC unroll 16")
+
 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
@@ -47,19 +51,19 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
                  bool accumulate) {
   const int64_t kh = kp / 2;
   __m512 c0[M], c1[M];
-  for (int r = 0; r < M; ++r) {
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
     c0[r] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
     c1[r] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
   }
   int64_t kk = 0;
   if constexpr (M <= 4) {
     __m512 d0[M], d1[M];
-    for (int r = 0; r < M; ++r) d0[r] = d1[r] = _mm512_setzero_ps();
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) d0[r] = d1[r] = _mm512_setzero_ps();
     for (; kk + 2 <= kh; kk += 2) {
       const uint32_t* wk = w + kk * kNR;
       const __m512i w0 = _mm512_loadu_si512(wk), w1 = _mm512_loadu_si512(wk + 16);
       const __m512i w2 = _mm512_loadu_si512(wk + 32), w3 = _mm512_loadu_si512(wk + 48);
-      for (int r = 0; r < M; ++r) {
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         const __m512i ae = bcast_pair(a + r * kp + 2 * kk);
         const __m512i ao = bcast_pair(a + r * kp + 2 * kk + 2);
         c0[r] = dp(c0[r], ae, w0);
@@ -68,7 +72,7 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
         d1[r] = dp(d1[r], ao, w3);
       }
     }
-    for (int r = 0; r < M; ++r) {
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
       c0[r] = _mm512_add_ps(c0[r], d0[r]);
       c1[r] = _mm512_add_ps(c1[r], d1[r]);
     }
@@ -76,13 +80,13 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
   for (; kk < kh; ++kk) {
     const __m512i w0 = _mm512_loadu_si512(w + kk * kNR);
     const __m512i w1 = _mm512_loadu_si512(w + kk * kNR + 16);
-    for (int r = 0; r < M; ++r) {
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
       const __m512i av = bcast_pair(a + r * kp + 2 * kk);
       c0[r] = dp(c0[r], av, w0);
       c1[r] = dp(c1[r], av, w1);
     }
   }
-  for (int r = 0; r < M; ++r) {
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
     _mm512_storeu_ps(c + r * ldc, c0[r]);
     _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
   }
