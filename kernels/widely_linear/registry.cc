@@ -28,17 +28,17 @@ Ukernel public_layout(const char* name, const char* gemv_name, int mr,
   Ukernel{#fused, #gemv, mr, layout::packed_size, packer, layout::locate,               \
           layout::table_floats, layout::build_table, fused, gemv}
 
-// Priorities follow the speed measured on AMD Zen 4 (2 cores, 4096x4096 .. 11008x4096,
-// fused, B = 1 and 4; see benchmarks/widely_linear):
-//   avx512      16-row lookup kernel (vpermps, 4-column groups), AVX-512F only: fastest;
-//   avx512_bmi2 the paper's kernel (pext -> add/sub masks, masked add/sub): slower than
-//               the lookup kernels (one masked op per 16 weights x 2 vs one lookup per
-//               4 columns x 16 rows), kept above avx2_bmi2/avx2 as it is still faster
-//               than the 8-row AVX2 lookups;                   [ordering: see report]
-//   avx2_bmi2   8-row lookup kernel (3-column groups) with the pext packer: same inner
-//               loop as avx2, faster prepare;
-//   avx2        the same lookup kernel with the portable packer (no pext anywhere):
-//               the fast path on AMD Zen 1/2, where pext is microcoded;
+// Priorities follow the speed measured on AMD Zen 4 (EPYC, 2 cores; benchmarks/widely_linear,
+// fused, B = 1, single thread, CPU time, 4096x4096, S = 1):
+//   avx512      16-row lookup kernel (vpermps, 4-column groups), AVX-512F only:  ~0.64 ms;
+//   avx2_bmi2   8-row lookup kernel (3-column groups), pext packer:             ~0.94 ms;
+//   avx2        the same inner loop, portable packer (no pext anywhere: the fast path
+//               on AMD Zen 1/2, whose pext is microcoded). Run time equal to avx2_bmi2;
+//               ranked below it because its prepare() is slower (5.4 vs 3.3 ms);
+//   avx512_bmi2 the paper's kernel (pext -> add/sub masks, masked add/sub): ~1.85 ms,
+//               slower than both lookup kernels (2 masked ops per 16 weights and
+//               sub-GEMV vs one lookup per G columns x R rows), so it is never the
+//               default where avx2 runs; kept for the FairyFuse comparison / ablation;
 //   reference   scalar.
 const std::vector<Variant>& table() {
   static const std::vector<Variant> rows = {
@@ -46,13 +46,13 @@ const std::vector<Variant>& table() {
           CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__scalar,
                             widely_linear_f32_t2p16x4_gemv_1x1__scalar, 1)),
 #if defined(__x86_64__)
-      row("avx2", kAVX2 | kFMA, 10,
+      row("avx2", kAVX2 | kFMA, 20,
           CPUKERN_WL_LOOKUP(g3r8, g3r8::pack, widely_linear_f32_g3r8x4_8x1__avx2,
                             widely_linear_f32_g3r8x4_gemv_8x1__avx2, 8)),
-      row("avx2_bmi2", kAVX2 | kFMA | kBMI2 | kFastPext, 20,
+      row("avx2_bmi2", kAVX2 | kFMA | kBMI2 | kFastPext, 30,
           CPUKERN_WL_LOOKUP(g3r8, g3r8::pack_bmi2, widely_linear_f32_g3r8x4_8x1__avx2_bmi2,
                             widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2, 8)),
-      row("avx512_bmi2", kAVX512F | kBMI2 | kFastPext, 30,
+      row("avx512_bmi2", kAVX512F | kBMI2 | kFastPext, 10,
           CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__avx512_bmi2,
                             widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2, 4)),
       row("avx512", kAVX512F, 40,
