@@ -152,6 +152,9 @@ void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k,
     uk.gemm(ap.data(), m, k, wp.data(), 0, panels, c.data(), ldc, false);
     benchmark::DoNotOptimize(c.data());
   }
+  state.counters["GB/s"] = benchmark::Counter(2.0 * k * panels * uk.nr * 1e-9 *
+                                                  double(state.iterations()),
+                                              benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * k * panels * uk.nr * 1e-9 *
                                                      double(state.iterations()),
                                                  benchmark::Counter::kIsRate);
@@ -166,6 +169,13 @@ int register_ukernels() {
           run_ukernel, v.name, m, 2880, 128)
           ->UseRealTime()
           ->MinTime(0.1);
+    // Weights streamed from memory (94 MB, past the caches): decode and a T=64 expert.
+    for (int64_t m : {1, 8})
+      benchmark::RegisterBenchmark(
+          ("ukernel/" + v.name + "/m:" + std::to_string(m) + "/k:2880/cols:16384").c_str(),
+          run_ukernel, v.name, m, 2880, 16384)
+          ->UseRealTime()
+          ->MinTime(0.3);
   }
   return 0;
 }

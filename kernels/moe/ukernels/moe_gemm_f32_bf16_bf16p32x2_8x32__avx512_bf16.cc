@@ -4,6 +4,7 @@
 // up to 4 rows use two accumulator sets (even / odd k pairs) to hide the latency.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/moe/activations.h"
@@ -47,9 +48,10 @@ inline __m512i bcast_pair(const bf16_t* p) {
 }
 
 template <int M>
-inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64_t ldc,
-                 bool accumulate) {
-  const int64_t kh = kp / 2;
+inline void tile(const bf16_t* a, int64_t kp, int64_t kh, const uint32_t* w, float* c,
+                 int64_t ldc, bool accumulate, int64_t pf) {
+  // a: M rows of stride kp; kh k pairs; w: the panel's words from the first of those pairs;
+  // pf > 0: prefetch the weights pf words ahead (the next K block, while this one is reused).
   __m512 c0[M], c1[M];
   CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
     c0[r] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
@@ -61,6 +63,12 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
     CPUKERN_UNROLL for (int r = 0; r < M; ++r) d0[r] = d1[r] = _mm512_setzero_ps();
     for (; kk + 2 <= kh; kk += 2) {
       const uint32_t* wk = w + kk * kNR;
+      if (pf) {
+        _mm_prefetch(reinterpret_cast<const char*>(wk + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wk + pf + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wk + pf + 32), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wk + pf + 48), _MM_HINT_T0);
+      }
       const __m512i w0 = _mm512_loadu_si512(wk), w1 = _mm512_loadu_si512(wk + 16);
       const __m512i w2 = _mm512_loadu_si512(wk + 32), w3 = _mm512_loadu_si512(wk + 48);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
@@ -78,6 +86,10 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
     }
   }
   for (; kk < kh; ++kk) {
+    if (pf) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + kk * kNR + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + kk * kNR + pf + 16), _MM_HINT_T0);
+    }
     const __m512i w0 = _mm512_loadu_si512(w + kk * kNR);
     const __m512i w1 = _mm512_loadu_si512(w + kk * kNR + 16);
     CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
@@ -92,26 +104,39 @@ inline void tile(const bf16_t* a, int64_t kp, const uint32_t* w, float* c, int64
   }
 }
 
+// K block: 32 columns x 2 * kKh k of weights (16 KiB) stay in L1 while every row block of
+// the chunk uses them, and the next block is prefetched meanwhile, so a panel streams from
+// memory once, overlapped with the compute, however many rows the expert has.
+constexpr int64_t kKh = 128;
+
 void gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
           float* c, int64_t ldc, bool accumulate) {
   const bf16_t* a = static_cast<const bf16_t*>(a_packed);
-  const int64_t kp = round_up(k, kKR);
+  const int64_t kp = round_up(k, kKR), kh = kp / 2;
   const uint32_t* wp = static_cast<const uint32_t*>(w);
+  const int64_t kb = m <= kMR ? kh : kKh;  // one row block: one plain streaming pass
+  const int64_t pf = kb < kh ? kb * kNR : 0;
   for (int64_t p = p0; p < p1; ++p) {
-    const uint32_t* panel = wp + p * kNR * kp / 2;
+    const uint32_t* panel = wp + p * kNR * kh;
     float* cp = c + (p - p0) * kNR;
-    for (int64_t r = 0; r < m; r += kMR) {
-      const bf16_t* ar = a + r * kp;
-      float* cr = cp + r * ldc;
-      switch (std::min<int64_t>(kMR, m - r)) {
-        case 1: tile<1>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 2: tile<2>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 3: tile<3>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 4: tile<4>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 5: tile<5>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 6: tile<6>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 7: tile<7>(ar, kp, panel, cr, ldc, accumulate); break;
-        default: tile<8>(ar, kp, panel, cr, ldc, accumulate); break;
+    for (int64_t k0 = 0; k0 < kh; k0 += kb) {
+      const int64_t nk = std::min(kb, kh - k0);
+      const uint32_t* wk = panel + k0 * kNR;
+      const bool acc = accumulate || k0 > 0;
+      for (int64_t r = 0, mb; r < m; r += mb) {
+        // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
+        const int64_t rem = m - r, nb = (rem + kMR - 1) / kMR;
+        mb = (rem + nb - 1) / nb;
+        const bf16_t* ar = a + r * kp + 2 * k0;
+        float* cr = cp + r * ldc;
+        switch (mb) {
+#define CPUKERN_TILE_CASE(M) \
+  case M: tile<M>(ar, kp, nk, wk, cr, ldc, acc, pf); break;
+          CPUKERN_TILE_CASE(1) CPUKERN_TILE_CASE(2) CPUKERN_TILE_CASE(3) CPUKERN_TILE_CASE(4)
+          CPUKERN_TILE_CASE(5) CPUKERN_TILE_CASE(6) CPUKERN_TILE_CASE(7)
+          default: tile<kMR>(ar, kp, nk, wk, cr, ldc, acc, pf); break;
+#undef CPUKERN_TILE_CASE
+        }
       }
     }
   }

@@ -6,6 +6,8 @@
 // kernel streams weights as a bf16 GEMV at memory bandwidth.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/moe/activations.h"
 #include "kernels/moe/ukernel.h"
 #include "kernels/moe/ukernels/pack_kpairs.h"
@@ -39,11 +41,13 @@ inline const T* launder_ptr(const T* p) {
   return p;
 }
 
-template <int M>
-inline void tile(const float* a, int64_t kp, const uint32_t* w, float* c, int64_t ldc,
-                 bool accumulate) {
+// PF: prefetch the weights pf words ahead (one 64-byte line per k pair), so that the next K
+// block streams in from memory while every row block computes on this one.
+template <int M, bool PF>
+inline void tile(const float* a, int64_t kp, int64_t kh, const uint32_t* w, float* c,
+                 int64_t ldc, bool accumulate, int64_t pf = 0) {
+  // a: M rows of stride kp; kh k pairs; w: the panel's words from the first of those pairs.
   const __m256i hi_mask = _mm256_set1_epi32(int(0xffff0000u));
-  const int64_t kh = kp / 2;
   if constexpr (M <= 2) {
     // Decode: even and odd k in separate accumulators, and for one row two k pairs per step:
     // 8 independent FMA chains, so the loop streams weights instead of waiting on FMA latency.
@@ -57,6 +61,7 @@ inline void tile(const float* a, int64_t kp, const uint32_t* w, float* c, int64_
       e1[0][r] = _mm256_loadu_ps(c + r * ldc + 8);
     }
     auto step = [&](int u, int64_t kk) {
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(w + kk * kNR + pf), _MM_HINT_T0);
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kk * kNR));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kk * kNR + 8));
       const __m256 l0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
@@ -97,6 +102,7 @@ inline void tile(const float* a, int64_t kp, const uint32_t* w, float* c, int64_
     }
     for (int64_t kk = 0; kk < kh; ++kk) {
       const uint32_t* wk = w + kk * kNR;
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(wk + pf), _MM_HINT_T0);
       const __m256 l0 = _mm256_castsi256_ps(
           _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk)), 16));
       const __m256 l1 = _mm256_castsi256_ps(
@@ -124,27 +130,48 @@ inline void tile(const float* a, int64_t kp, const uint32_t* w, float* c, int64_
   }
 }
 
+// K block: 16 columns x 2 * kKh k of weights (8 KiB) stay in L1 while every row block of the
+// chunk uses them, so a panel streams from memory once however many rows the expert has.
+constexpr int64_t kKh = 128;
+
 void gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
           float* c, int64_t ldc, bool accumulate) {
   const float* a = static_cast<const float*>(a_packed);
-  const int64_t kp = round_up(k, kKR);
+  const int64_t kp = round_up(k, kKR), kh = kp / 2;
   const uint32_t* wp = static_cast<const uint32_t*>(w);
+  // One row block: no K blocking (a decode GEMV streams the panel in one pass).
+  const int64_t kb = m <= kMR ? kh : kKh;
   for (int64_t p = p0; p < p1; ++p) {
-    const uint32_t* panel = wp + p * kNR * kp / 2;
+    const uint32_t* panel = wp + p * kNR * kh;
     float* cp = c + (p - p0) * kNR;
-    for (int64_t r = 0, mb; r < m; r += mb) {
-      // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 4 where that avoids a
-      // slow 1- or 3-row tail: 6 = 4 + 2, 8 = 4 + 4, 7 = 5 + 2, 12 = 5 + 5 + 2.
-      const int64_t rem = m - r;
-      mb = rem <= kMR ? rem : (rem == 6 || rem == 8) ? 4 : kMR;
-      const float* ar = a + r * kp;
-      float* cr = cp + r * ldc;
-      switch (mb) {
-        case 1: tile<1>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 2: tile<2>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 3: tile<3>(ar, kp, panel, cr, ldc, accumulate); break;
-        case 4: tile<4>(ar, kp, panel, cr, ldc, accumulate); break;
-        default: tile<5>(ar, kp, panel, cr, ldc, accumulate); break;
+    for (int64_t k0 = 0; k0 < kh; k0 += kb) {
+      const int64_t nk = std::min(kb, kh - k0);
+      const uint32_t* wk = panel + k0 * kNR;
+      const bool acc = accumulate || k0 > 0;
+      for (int64_t r = 0, mb; r < m; r += mb) {
+        // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 4 where that avoids
+        // a slow 1- or 3-row tail: 6 = 4 + 2, 8 = 4 + 4, 7 = 5 + 2, 12 = 5 + 5 + 2.
+        const int64_t rem = m - r;
+        mb = rem <= kMR ? rem : (rem == 6 || rem == 8) ? 4 : kMR;
+        const float* ar = a + r * kp + 2 * k0;
+        float* cr = cp + r * ldc;
+        if (kb < kh) {  // K-blocked: prefetch the next block (spread over the row blocks)
+          switch (mb) {
+            case 1: tile<1, true>(ar, kp, nk, wk, cr, ldc, acc, kb * kNR); break;
+            case 2: tile<2, true>(ar, kp, nk, wk, cr, ldc, acc, kb * kNR); break;
+            case 3: tile<3, true>(ar, kp, nk, wk, cr, ldc, acc, kb * kNR); break;
+            case 4: tile<4, true>(ar, kp, nk, wk, cr, ldc, acc, kb * kNR); break;
+            default: tile<5, true>(ar, kp, nk, wk, cr, ldc, acc, kb * kNR); break;
+          }
+        } else {  // one pass: the hardware prefetcher keeps up with a plain stream
+          switch (mb) {
+            case 1: tile<1, false>(ar, kp, nk, wk, cr, ldc, acc); break;
+            case 2: tile<2, false>(ar, kp, nk, wk, cr, ldc, acc); break;
+            case 3: tile<3, false>(ar, kp, nk, wk, cr, ldc, acc); break;
+            case 4: tile<4, false>(ar, kp, nk, wk, cr, ldc, acc); break;
+            default: tile<5, false>(ar, kp, nk, wk, cr, ldc, acc); break;
+          }
+        }
       }
     }
   }

@@ -102,6 +102,10 @@ std::vector<Case> cases() {
   cs.push_back({8, 2, 31, 31, 7, Activation::kSwigluOai, true, false, false, false, 8.0f});
   // One real-width case (gpt-oss hidden size, a tensor-parallel shard of I).
   cs.push_back({2, 2, 2880, 176, 2, Activation::kSwigluOai, true, false, false, false});
+  // K past one K block (kernels block K for experts with several row blocks): 16 rows per
+  // expert, K = 640 and 288 (partial last block).
+  cs.push_back({2, 2, 640, 288, 16, Activation::kSwigluOai, true, false, false, false});
+  cs.push_back({2, 2, 288, 640, 16, Activation::kSilu, false, false, false, false});
   return cs;
 }
 
@@ -272,8 +276,9 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
   if (!why.empty()) GTEST_SKIP() << why;
   const Ukernel& uk = registry().find(GetParam()).ukernel;
   std::mt19937 rng(7);
-  for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 13}) {
-    const int64_t o = 37, k = 45;
+  for (int64_t k : {45, 301})  // 301: past one K block, a partial last block
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
+    const int64_t o = 37;
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k)));
@@ -290,7 +295,7 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
           for (int64_t q = 0; q < k; ++q)
             s += double(bf16_to_f32(a[r * k + q])) * bf16_to_f32(w[col * k + q]);
         ASSERT_NEAR(cbuf[r * ldc + col - p0 * uk.nr], s, 1e-4 * (1 + std::fabs(s)))
-            << "m=" << m << " r=" << r << " col=" << col;
+            << "m=" << m << " k=" << k << " r=" << r << " col=" << col;
       }
   }
 }
