@@ -18,12 +18,16 @@ constexpr int kMaxThreadsArg = 1 << 16;
 
 std::string s(int64_t v) { return std::to_string(v); }
 
-// Rows per task: whole tiles (pairs of tiles), about 8 tasks per thread so that the atomic
-// task counter balances the load; a row's result never depends on the split.
+// Rows per task: whole tiles, about 8 tasks per thread so that the atomic task counter
+// balances the load (the machines are shared: a thread that loses its core leaves its
+// tasks to the others); a row's result never depends on the split. Tasks are multiples of
+// 8 tiles once they are that large (the blocked kernels' widest tile group, 128 rows for
+// the 16-row fp32 kernels), else of 2 tiles, and at least 64 rows of work.
 int64_t rows_per_task(int64_t m, int mr, int threads) {
   const int64_t tiles = (m + mr - 1) / mr;
   int64_t per = (tiles + int64_t(threads) * 8 - 1) / (int64_t(threads) * 8);
-  per = std::max<int64_t>(2, (per + 1) / 2 * 2);
+  per = std::max<int64_t>(per, (64 + mr - 1) / mr);
+  per = per >= 8 ? (per + 7) / 8 * 8 : std::max<int64_t>(2, (per + 1) / 2 * 2);
   return per * mr;
 }
 

@@ -10,7 +10,8 @@ regexes (default, when neither is given: the fp32 micro-kernels'
 them contains a multiply: vmulps/vmulss/vmulpd/mulsd..., vfmadd*/vfmsub*/vfnmadd*/vfnmsub*,
 vpmull*/vpmul*/vpmadd*/pmadd*/vpdp*, imul/mul/mulx. The packers (run once at prepare
 time) and the scale epilogue (its own file) are not micro-kernel inner loops and are not
-selected. Prints every function it checked; fails too when nothing was checked.
+selected. Prints every function it checked; fails too when nothing was checked, or when a
+--require substring matches none of the checked functions (a kernel that must be checked).
 """
 import argparse
 import re
@@ -54,6 +55,8 @@ def main():
     ap.add_argument("--regex", action="append", default=None,
                     help="regular expression selecting functions by name (repeatable)")
     ap.add_argument("--exclude", action="append", default=["_pack", "geometry", "packed_size"])
+    ap.add_argument("--require", action="append", default=[],
+                    help="substring that must match a checked function (repeatable)")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
     regexes = [re.compile(r) for r in (args.regex or [])]
@@ -82,7 +85,10 @@ def main():
         print(f"FAIL: multiply in {name} ({path}):")
         for l in muls[:20]:
             print("    ", l)
-    if bad:
+    missing = [r for r in args.require if not any(r in name for (_, name, _) in checked)]
+    for r in missing:
+        print(f"FAIL: required function {r!r} was not found among the checked functions")
+    if bad or missing:
         return 1
     print(f"OK: {len(checked)} fp32 micro-kernel functions, no multiply instruction")
     return 0

@@ -222,6 +222,43 @@ TEST_P(VariantTest, BitwiseEqualToReferenceOnExactInputs) {
     }
 }
 
+// Shapes that cross every tiling path of the blocked kernels: row counts that leave 7
+// tiles of 16 (8-, 4-, 2- and 1-tile paths) and 3 rows of a 4-row tile, and k long enough
+// for several accuracy chunks and several L2 passes (lut27r16: 12096 columns per pass at
+// batch 1). Checked against float64 and across thread counts.
+TEST_P(VariantTest, LargeShapesCrossTilingPaths) {
+  std::mt19937 rng(77);
+  const int64_t m = 16 * 15 - 5, k = 12100 + 17;
+  const auto w = make_weights(m, k, Fill::kRandom, rng);
+  const auto p = pack_weights(w, m, k);
+  const auto pw = prep(p, m, k, nullptr);
+  for (int64_t batch : {1, 2, 5}) {
+    const auto x = random_x(batch * k, rng, false);
+    const Ref ref = reference(w, m, k, x, batch, {});
+    std::vector<float> y1;
+    for (int threads : {1, 3}) {
+      std::vector<float> y(size_t(batch * m), NAN);
+      gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, threads, y.data());
+      for (int64_t i = 0; i < batch * m; ++i)
+        ASSERT_LE(std::fabs(double(y[size_t(i)]) - ref.y[size_t(i)]),
+                  1e-5 * ref.abs_sum[size_t(i)] + 1e-30)
+            << "fp32 batch=" << batch << " threads=" << threads << " b=" << i / m
+            << " r=" << i % m;
+      if (threads == 1) {
+        y1 = y;
+      } else {
+        ASSERT_EQ(0, std::memcmp(y1.data(), y.data(), y.size() * 4)) << "batch=" << batch;
+      }
+      std::vector<float> yq(size_t(batch * m), NAN);
+      gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, threads, yq.data());
+      for (int64_t i = 0; i < batch * m; ++i)
+        ASSERT_LE(std::fabs(double(yq[size_t(i)]) - ref.y[size_t(i)]),
+                  ref.nnz_amax[size_t(i)] / 254.0 * 1.0001 + 1e-5 * ref.abs_sum[size_t(i)])
+            << "int8 batch=" << batch << " threads=" << threads;
+    }
+  }
+}
+
 TEST_P(VariantTest, EmptyShapes) {
   std::mt19937 rng(5);
   // k = 0: y = 0.
