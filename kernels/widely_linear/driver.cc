@@ -130,6 +130,39 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
     return c;
   };
 
+  if (fused && uk.fused_batch && batch >= 2) {
+    // Groups of 2..kMaxBatch batch rows go to the batched kernel (bitwise equal to `fused`;
+    // a lone last row of the batch runs in its own group through it too, zero-padded, so a
+    // row's result never depends on how the batch is grouped).
+    const int64_t tb = std::max<int64_t>(
+        uk.rows_per_tile,
+        std::min<int64_t>(uk.batch_rows, (d.n + 2 * nthreads - 1) / (2 * nthreads)) /
+            uk.rows_per_tile * uk.rows_per_tile);
+    const int64_t btasks = (d.n + tb - 1) / tb;
+    const int64_t gfloats = (uk.table_floats_batch(d) + 15) / 16 * 16;
+    AlignedBuffer gt(size_t(gfloats) * sizeof(float));
+    for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
+      const int nb = int(std::min<int64_t>(kMaxBatch, batch - b0));
+      uk.build_table_batch(acts.data() + b0, nb, d, gt.data<float>());
+      parallel_for(btasks, nthreads, [&](int64_t task) {
+        const int64_t r0 = task * tb, r1 = std::min(d.n, r0 + tb);
+        const int64_t per = (r1 - r0) * kNumSub;
+        std::vector<float> dots(static_cast<size_t>(kMaxBatch * per));
+        for (int64_t s = 0; s < d.stages; ++s) {
+          Call c = make_call(s, 0, r0, r1, b0, nb);
+          c.gtable = gt.data<float>();
+          for (int b = 0; b < nb; ++b) c.dots[b] = dots.data() + b * per;
+          uk.fused_batch(c);
+          for (int b = 0; b < nb; ++b) {
+            float* yb = y + (b0 + b) * 2 * d.n;
+            scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+          }
+        }
+      });
+    }
+    return;
+  }
+
   if (fused) {
     // Per row tile: batch rows in groups of kMaxBatch; per group every stage's bytes are
     // read and decoded once for the whole group.

@@ -24,9 +24,15 @@ Ukernel public_layout(const char* name, const char* gemv_name, int mr,
 }
 
 #define CPUKERN_WL_PUBLIC(fused, gemv, mr) public_layout(#fused, #gemv, mr, fused, gemv)
-#define CPUKERN_WL_LOOKUP(layout, packer, fused, gemv, mr)                               \
-  Ukernel{#fused, #gemv, mr, layout::packed_size, packer, layout::locate,               \
-          layout::table_floats, layout::build_table, fused, gemv}
+#define CPUKERN_WL_LOOKUP(layout, packer, fused, gemv, mr, batched, brows)                    \
+  Ukernel{#fused,                    #gemv,          mr,                                \
+          layout::packed_size,       packer,         layout::locate,                    \
+          layout::table_floats,      layout::build_table, fused,                        \
+          gemv,                      layout::table_floats_batch,                        \
+          layout::build_table_batch, batched,        brows}
+
+// brows: row range per fused_batch call (its signed tables, built per call per column
+// block, are reused by this many rows; the ukernel's pass size, signed_impl.h).
 
 // Priorities follow the speed measured on AMD Zen 4 (EPYC, 2 cores; benchmarks/widely_linear,
 // fused, B = 1, single thread, CPU time, 4096x4096, S = 1):
@@ -48,16 +54,19 @@ const std::vector<Variant>& table() {
 #if defined(__x86_64__)
       row("avx2", kAVX2 | kFMA, 20,
           CPUKERN_WL_LOOKUP(g3r8, g3r8::pack, widely_linear_f32_g3r8x4_8x1__avx2,
-                            widely_linear_f32_g3r8x4_gemv_8x1__avx2, 8)),
+                            widely_linear_f32_g3r8x4_gemv_8x1__avx2, 8,
+                            widely_linear_f32_g3r8x4_signed_1x8__avx2, 128)),
       row("avx2_bmi2", kAVX2 | kFMA | kBMI2 | kFastPext, 30,
           CPUKERN_WL_LOOKUP(g3r8, g3r8::pack_bmi2, widely_linear_f32_g3r8x4_8x1__avx2_bmi2,
-                            widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2, 8)),
+                            widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2, 8,
+                            widely_linear_f32_g3r8x4_signed_1x8__avx2_bmi2, 128)),
       row("avx512_bmi2", kAVX512F | kBMI2 | kFastPext, 10,
           CPUKERN_WL_PUBLIC(widely_linear_f32_t2p16x4_1x1__avx512_bmi2,
                             widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2, 4)),
       row("avx512", kAVX512F, 40,
           CPUKERN_WL_LOOKUP(g4r16, g4r16::pack, widely_linear_f32_g4r16x4_16x1__avx512,
-                            widely_linear_f32_g4r16x4_gemv_16x1__avx512, 16)),
+                            widely_linear_f32_g4r16x4_gemv_16x1__avx512, 16,
+                            widely_linear_f32_g4r16x4_signed_1x8__avx512, 256)),
 #endif
   };
   return rows;

@@ -70,6 +70,8 @@ struct Call {
   int64_t rows = 0;
   int nb = 1;
   int k = 0;  // the sub-GEMV (gemv only; loc then points at plane kSubPlane[k])
+  // fused_batch only: the batch group's interleaved table (Ukernel::build_table_batch).
+  const float* gtable = nullptr;
   Acts x[kMaxBatch];
   float* dots[kMaxBatch] = {};
 };
@@ -92,6 +94,15 @@ struct Ukernel {
   void (*fused)(const Call& c);
   // The one sub-GEMV c.k (other dots entries untouched), summed in the fused order.
   void (*gemv)(const Call& c);
+  // Optional (all null when unused): a fused kernel for 2..kMaxBatch batch rows, bitwise
+  // equal to `fused`, reading a per-call table of the whole batch group (table_floats_batch
+  // floats, 64-byte aligned, built by build_table_batch from the rows' own tables) passed
+  // as Call::gtable. It wants row ranges of about batch_rows rows (a multiple of
+  // rows_per_tile).
+  int64_t (*table_floats_batch)(const Dims& d) = nullptr;
+  void (*build_table_batch)(const Acts* x, int nb, const Dims& d, float* table) = nullptr;
+  void (*fused_batch)(const Call& c) = nullptr;
+  int batch_rows = 0;
 };
 
 // Portable scale epilogue (O4: scales applied once per row, after the reductions).

@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/common/simd_x86.h"
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
+#include "kernels/widely_linear/ukernels/signed_impl.h"
 
 // GCC 12's AVX-512 intrinsics use "undefined" sources that it then warns about.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -31,6 +32,25 @@ struct G4R16Avx512 {
                                             _mm512_permutexvar_ps(neg, t)));
   }
   static CPUKERN_WL_INLINE void store(float* p, vec v) { _mm512_store_ps(p, v); }
+  // signed_impl.h: byte offset 64 * (b3(pos) + 2 b3(neg)) of the group at bit `n` per lane
+  // (vpermd reads bits 0..3 of each index lane).
+  static constexpr int kLogR = 4;
+  template <int n>
+  static CPUKERN_WL_INLINE ivec code_off(ivec w) {
+    const ivec t1 = _mm512_setr_epi32(0, 64, 192, 256, 576, 640, 768, 832, 1728, 1792, 1920,
+                                      1984, 2304, 2368, 2496, 2560);
+    const ivec t2 = _mm512_setr_epi32(0, 128, 384, 512, 1152, 1280, 1536, 1664, 3456, 3584,
+                                      3840, 3968, 4608, 4736, 4992, 5120);
+    return _mm512_add_epi32(_mm512_permutexvar_epi32(shift<n>(w), t1),
+                            _mm512_permutexvar_epi32(shift<kNegShift + n>(w), t2));
+  }
+  // d[0..16) = a[0..16) - b[0..16).
+  static CPUKERN_WL_INLINE void sub16(float* d, const float* a, const float* b) {
+    _mm512_store_ps(d, _mm512_sub_ps(_mm512_load_ps(a), _mm512_load_ps(b)));
+  }
+  static CPUKERN_WL_INLINE void store_i(int32_t* p, ivec v) {
+    _mm512_store_si512(reinterpret_cast<void*>(p), v);
+  }
 };
 
 }  // namespace
@@ -40,4 +60,5 @@ struct G4R16Avx512 {
 // The SIMDe build of the same source gets its own symbols.
 #define widely_linear_f32_g4r16x4_16x1__avx512 widely_linear_f32_g4r16x4_16x1__simde_avx512
 #define widely_linear_f32_g4r16x4_gemv_16x1__avx512 widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512
+#define widely_linear_f32_g4r16x4_signed_1x8__avx512 widely_linear_f32_g4r16x4_signed_1x8__simde_avx512
 #endif

@@ -50,6 +50,28 @@ void build_table(const Geometry& q, const Acts& x, const Dims& d, float* table) 
     }
 }
 
+// [group][entry][16]: x_re of batch rows 0..3, x_im 0..3, x_re 0..3, -x_im 0..3 (copies of
+// the rows' own tables, zero for rows past nb): signed_impl.h.
+int64_t table_floats_batch(const Geometry& q, const Dims& d) {
+  return q.chunks(d) * q.K * (int64_t(1) << q.G) * 16;
+}
+
+void build_table_batch(const Geometry& q, const Acts* x, int nb, const Dims& d, float* gt) {
+  const int64_t groups = q.chunks(d) * q.K;
+  const int E = 1 << q.G;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int e = 0; e < E; ++e) {
+      float* o = gt + (g * E + e) * 16;
+      for (int b = 0; b < 4; ++b) {
+        const float* T = b < nb ? x[b].table + g * 3 * E + e : nullptr;
+        o[b] = T ? T[0] : 0.0f;
+        o[4 + b] = T ? T[E] : 0.0f;
+        o[8 + b] = T ? T[0] : 0.0f;
+        o[12 + b] = T ? T[2 * E] : 0.0f;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace lookup
 
@@ -65,6 +87,12 @@ void build_table(const Geometry& q, const Acts& x, const Dims& d, float* table) 
   int64_t table_floats(const Dims& d) { return lookup::table_floats(lookup::Q, d); }        \
   void build_table(const Acts& x, const Dims& d, float* table) {                            \
     lookup::build_table(lookup::Q, x, d, table);                                            \
+  }                                                                                         \
+  int64_t table_floats_batch(const Dims& d) {                                               \
+    return lookup::table_floats_batch(lookup::Q, d);                                        \
+  }                                                                                         \
+  void build_table_batch(const Acts* x, int nb, const Dims& d, float* table) {              \
+    lookup::build_table_batch(lookup::Q, x, nb, d, table);                                  \
   }                                                                                         \
   }
 

@@ -19,6 +19,8 @@ void pack_bmi2(const uint32_t* planes, const Dims& d, void* out);  // x86 avx2_b
 Loc locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
 int64_t table_floats(const Dims& d);
 void build_table(const Acts& x, const Dims& d, float* table);
+int64_t table_floats_batch(const Dims& d);
+void build_table_batch(const Acts* x, int nb, const Dims& d, float* table);
 }  // namespace g3r8
 namespace g4r16 {
 size_t packed_size(const Dims& d);
@@ -26,6 +28,8 @@ void pack(const uint32_t* planes, const Dims& d, void* out);
 Loc locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
 int64_t table_floats(const Dims& d);
 void build_table(const Acts& x, const Dims& d, float* table);
+int64_t table_floats_batch(const Dims& d);
+void build_table_batch(const Acts* x, int nb, const Dims& d, float* table);
 }  // namespace g4r16
 
 CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__scalar);
@@ -34,10 +38,13 @@ CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_1x1__scalar);
 #if defined(__x86_64__)
 CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_8x1__avx2);
 CPUKERN_WL_GEMV(widely_linear_f32_g3r8x4_gemv_8x1__avx2);
+CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_signed_1x8__avx2);
 CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_8x1__avx2_bmi2);
 CPUKERN_WL_GEMV(widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2);
+CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_signed_1x8__avx2_bmi2);
 CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_16x1__avx512);
 CPUKERN_WL_GEMV(widely_linear_f32_g4r16x4_gemv_16x1__avx512);
+CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_signed_1x8__avx512);
 CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__avx512_bmi2);
 CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2);
 #endif
@@ -45,6 +52,7 @@ CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2);
 // The AVX-512 sources compiled against SIMDe (library :ukernels_simde, tests only).
 CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_16x1__simde_avx512);
 CPUKERN_WL_GEMV(widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512);
+CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_signed_1x8__simde_avx512);
 CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__simde_avx512);
 CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512);
 

@@ -184,7 +184,9 @@ const Variant* extra_variant(const std::string& name) {
                            "widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512", 16,
                            g4r16::packed_size, g4r16::pack, g4r16::locate, g4r16::table_floats,
                            g4r16::build_table, widely_linear_f32_g4r16x4_16x1__simde_avx512,
-                           widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512}),
+                           widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512,
+                           g4r16::table_floats_batch, g4r16::build_table_batch,
+                           widely_linear_f32_g4r16x4_signed_1x8__simde_avx512, 256}),
       make_variant("simde_avx512_bmi2", 0,
                    Ukernel{"widely_linear_f32_t2p16x4_1x1__simde_avx512",
                            "widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512", 4,
@@ -283,6 +285,32 @@ TEST_P(VariantTest, MatchesDenseAndIsDeterministic) {
         }
         ++cases;
       }
+}
+
+// Larger layers: several row tasks and passes of the batched kernel (signed_impl.h),
+// column blocks with a tail; fused (batched) == unfused == each row alone, bitwise, for
+// every thread count.
+TEST_P(VariantTest, BatchedKernelBitwise) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd;
+  for (const auto nm : {std::pair<int64_t, int64_t>{600, 200}, {37, 1000}}) {
+    const Layer L = random_layer(rng, 2, nm.first, nm.second, true, true);
+    auto layer = prep(L);
+    for (int64_t B : {int64_t(4), int64_t(7)}) {
+      std::vector<float> x(B * 2 * L.m);
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> ref(B * 2 * L.n);
+      run(*layer, x.data(), B, false, 1, ref.data());
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> y(B * 2 * L.n);
+        run(*layer, x.data(), B, true, threads, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << "threads " << threads;
+      }
+      std::vector<float> y1(2 * L.n);
+      run(*layer, x.data() + (B - 1) * 2 * L.m, 1, true, 2, y1.data());
+      ASSERT_EQ(0, std::memcmp(y1.data(), ref.data() + (B - 1) * 2 * L.n, y1.size() * 4));
+    }
+  }
 }
 
 TEST_P(VariantTest, Errors) {
