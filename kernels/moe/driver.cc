@@ -97,8 +97,12 @@ Tiling choose_tiling(const Ukernel& uk, int64_t k, int64_t max_rows, int64_t out
   int64_t cols = panels * uk.nr;
   const int64_t max_cols = round_up(out_cols, uk.nr);
   cols = std::min(cols, max_cols);
-  // Enough tasks to keep every thread busy (tiling never changes the results).
-  while (cols > uk.nr && active_experts * ((out_cols + cols - 1) / cols) < 4 * int64_t(threads))
+  // Enough tasks to keep every thread busy (tiling never changes the results): >= 4 per thread
+  // in all, and >= 2 per thread per expert, so that threads split each expert's weight stream
+  // evenly (decode: a few experts, each streamed once). Smaller tiles re-read no weights.
+  auto tiles = [&](int64_t c) { return (out_cols + c - 1) / c; };
+  while (cols > uk.nr && (active_experts * tiles(cols) < 4 * int64_t(threads) ||
+                          tiles(cols) < 2 * int64_t(threads)))
     cols = std::max<int64_t>(uk.nr, round_up(cols / 2, uk.nr));
   return {mc, cols};
 }

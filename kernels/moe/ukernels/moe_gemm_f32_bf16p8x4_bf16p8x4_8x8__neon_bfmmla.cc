@@ -9,6 +9,10 @@
 #include "kernels/moe/ukernel.h"
 #include "kernels/moe/ukernels/neon_bfmmla.h"
 
+// GCC keeps accumulator arrays in registers only when their loops are unrolled before scalar
+// replacement; without the pragma it stores them to the stack every k step.
+#define CPUKERN_UNROLL _Pragma("GCC unroll 16")
+
 namespace cpukern::moe {
 namespace {
 
@@ -28,10 +32,10 @@ void pack(const bf16_t* w, int64_t o, int64_t i, void* dst) {
   bf16_t* d = static_cast<bf16_t*>(dst);
   for (int64_t p = 0; p < panels; ++p)
     for (int64_t kb = 0; kb < kp / 4; ++kb)
-      for (int c = 0; c < 8; ++c) {  // c = 2 * pair + column within the pair
+      CPUKERN_UNROLL for (int c = 0; c < 8; ++c) {  // c = 2 * pair + column within the pair
         const int64_t col = p * 8 + c;
         bf16_t* out = d + ((p * (kp / 4) + kb) * 8 + c) * 4;
-        for (int q = 0; q < 4; ++q) {
+        CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
           const int64_t k = kb * 4 + q;
           out[q] = (col < o && k < i) ? w[col * i + k] : bf16_t(0);
         }
@@ -45,12 +49,12 @@ void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_
   bf16_t* d = static_cast<bf16_t*>(dst);
   for (int64_t b = 0; b < blocks; ++b) {
     bf16_t* db = d + b * 8 * kp;
-    for (int rr = 0; rr < 8; ++rr) {
+    CPUKERN_UNROLL for (int rr = 0; rr < 8; ++rr) {
       const int64_t r = b * 8 + rr;
       const bf16_t* src = r < m ? a + (rows ? int64_t(rows[r]) : r) * lda : nullptr;
       for (int64_t kb = 0; kb < kp / 4; ++kb) {
         bf16_t* out = db + (kb * 8 + rr) * 4;
-        for (int q = 0; q < 4; ++q) {
+        CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
           const int64_t kk = kb * 4 + q;
           out[q] = (src && kk < k) ? src[kk] : bf16_t(0);
         }
@@ -62,7 +66,7 @@ void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_
 void kernel_8x8(const bfloat16_t* a, const bfloat16_t* w, int64_t kb, float* c, int64_t ldc,
                 int mrows, bool accumulate) {
   float32x4_t acc[4][4];
-  for (int q = 0; q < 4; ++q)
+  CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
     init_acc_rowpair(row_or_null(c, ldc, 2 * q, mrows), row_or_null(c, ldc, 2 * q + 1, mrows),
                      accumulate, acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
   for (int64_t k = 0; k < kb; ++k) {
@@ -70,7 +74,7 @@ void kernel_8x8(const bfloat16_t* a, const bfloat16_t* w, int64_t kb, float* c, 
     const bfloat16_t* wk = w + k * 32;
     const bfloat16x8_t b0 = vld1q_bf16(wk), b1 = vld1q_bf16(wk + 8);
     const bfloat16x8_t b2 = vld1q_bf16(wk + 16), b3 = vld1q_bf16(wk + 24);
-    for (int q = 0; q < 4; ++q) {
+    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
       const bfloat16x8_t av = vld1q_bf16(ak + 8 * q);
       acc[q][0] = vbfmmlaq_f32(acc[q][0], av, b0);
       acc[q][1] = vbfmmlaq_f32(acc[q][1], av, b1);
@@ -78,7 +82,7 @@ void kernel_8x8(const bfloat16_t* a, const bfloat16_t* w, int64_t kb, float* c, 
       acc[q][3] = vbfmmlaq_f32(acc[q][3], av, b3);
     }
   }
-  for (int q = 0; q < 4; ++q)
+  CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
     store_acc_rowpair(row_or_null(c, ldc, 2 * q, mrows), row_or_null(c, ldc, 2 * q + 1, mrows),
                       acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
 }

@@ -27,26 +27,30 @@ void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_
   pack_a_f32(a, lda, rows, m, k, round_up(k, 4), static_cast<float*>(dst));
 }
 
+// GCC keeps per-row accumulator arrays in registers only when the row loops are unrolled
+// before scalar replacement; without the pragma it spills them to the stack every k step.
+#define CPUKERN_UNROLL _Pragma("GCC unroll 16")
+
 template <int M, bool kDual>
 inline void tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w, float* c,
                  int64_t ldc, bool accumulate) {
   const uint32x4_t mask = vdupq_n_u32(0xffff0000u);
   float32x4_t acc[M][4], odd[kDual ? M : 1][4];
-  for (int r = 0; r < M; ++r)
-    for (int q = 0; q < 4; ++q) {
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
       acc[r][q] = accumulate ? vld1q_f32(c + r * ldc + 4 * q) : vdupq_n_f32(0.0f);
       if (kDual) odd[r][q] = vdupq_n_f32(0.0f);
     }
   auto step = [&](const uint32_t* wk, const float32x4_t* av, auto lane_pair) {
     constexpr int L = decltype(lane_pair)::value;
     float32x4_t lo[4], hi[4];
-    for (int q = 0; q < 4; ++q) {
+    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
       const uint32x4_t v = vld1q_u32(wk + 4 * q);
       lo[q] = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));
       hi[q] = vreinterpretq_f32_u32(vandq_u32(v, mask));
     }
-    for (int r = 0; r < M; ++r)
-      for (int q = 0; q < 4; ++q) {
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+      CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
         acc[r][q] = vfmaq_laneq_f32(acc[r][q], lo[q], av[r], 2 * L);
         if constexpr (kDual)
           odd[r][q] = vfmaq_laneq_f32(odd[r][q], hi[q], av[r], 2 * L + 1);
@@ -57,17 +61,17 @@ inline void tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w, flo
   int64_t kk = 0;
   for (; kk + 2 <= kh; kk += 2) {
     float32x4_t av[M];
-    for (int r = 0; r < M; ++r) av[r] = vld1q_f32(a + r * lda + 2 * kk);
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) av[r] = vld1q_f32(a + r * lda + 2 * kk);
     step(w + kk * kNR, av, std::integral_constant<int, 0>());
     step(w + (kk + 1) * kNR, av, std::integral_constant<int, 1>());
   }
   if (kk < kh) {  // last pair: the A rows are zero-padded to a multiple of 4
     float32x4_t av[M];
-    for (int r = 0; r < M; ++r) av[r] = vld1q_f32(a + r * lda + 2 * kk);
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) av[r] = vld1q_f32(a + r * lda + 2 * kk);
     step(w + kk * kNR, av, std::integral_constant<int, 0>());
   }
-  for (int r = 0; r < M; ++r)
-    for (int q = 0; q < 4; ++q) {
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
       float32x4_t v = acc[r][q];
       if constexpr (kDual) v = vaddq_f32(v, odd[r][q]);
       vst1q_f32(c + r * ldc + 4 * q, v);
