@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,9 +74,9 @@ class Registry {
   }
 
   const Variant<Ukernel>& default_variant() const {
-    // Chosen once; CPUKERN_ISA is read at first use.
-    static const Variant<Ukernel>* chosen = &choose_default();
-    return *chosen;
+    // Chosen once per registry; CPUKERN_ISA is read at first use.
+    std::call_once(chosen_once_, [this] { chosen_ = &choose_default(); });
+    return *chosen_;
   }
 
   std::vector<VariantInfo> info() const {
@@ -109,6 +110,8 @@ class Registry {
 
   std::string op_;
   std::vector<Variant<Ukernel>> variants_;
+  mutable std::once_flag chosen_once_;
+  mutable const Variant<Ukernel>* chosen_ = nullptr;
 };
 
 }  // namespace cpukern

@@ -113,7 +113,8 @@ void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32
 void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words,
                      int64_t m) {
   check_arg(stages >= 1, "stages", "must be >= 1, got " + std::to_string(stages));
-  check_arg(m >= 1, "m", "must be >= 1, got " + std::to_string(m));
+  check_arg(m >= 1 && m <= (int64_t(1) << 46), "m",
+            "must be in [1, 2**46], got " + std::to_string(m));  // before ceil(m/16) can overflow
   check_arg(n >= 1, "planes", "must have n >= 1 rows, got " + std::to_string(n));
   check_arg(words == words_for(m), "planes",
             "expected ceil(m/16) = " + std::to_string(words_for(m)) + " words per row for m = " +
