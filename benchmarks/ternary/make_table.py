@@ -18,7 +18,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def run_bench(binary, regex, reps, min_time):
     out = subprocess.run([binary, f"--benchmark_filter={regex}", "--benchmark_format=json",
-                          f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}"],
+                          f"--benchmark_repetitions={reps}", f"--benchmark_min_time={min_time}",
+                          # Repetitions of all cases interleaved at random: on a shared
+                          # machine, load that comes and goes hits every variant alike.
+                          "--benchmark_enable_random_interleaving=true"],
                          check=True, capture_output=True, text=True).stdout
     best = {}
     for b in json.loads(out)["benchmarks"]:

@@ -1,0 +1,103 @@
+from typing import Annotated
+
+from numpy.typing import NDArray
+
+
+def cpu_info() -> dict:
+    """Architecture and detected CPU features."""
+
+def set_num_threads(n: int) -> None:
+    """
+    Default thread count for ops called with threads=None (n <= 0: all cores).
+    """
+
+def get_num_threads() -> int: ...
+
+class TernaryWeights:
+    """
+    Ternary weights converted once into one kernel's layout (cpukern.ternary.prepare).
+    """
+
+    @property
+    def isa(self) -> str:
+        """The variant whose layout this is."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(M, K) of the logical weight matrix."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the prepared layout."""
+
+    @property
+    def has_scale(self) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+def ternary_variants() -> list: ...
+
+def ternary_pack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def ternary_unpack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: int, arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def ternary_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: bool, arg2: Annotated[NDArray, dict(device='cpu')], arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def ternary_prepare(packed: Annotated[NDArray, dict(device='cpu', writable=False)], k: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, isa: str) -> TernaryWeights: ...
+
+def ternary_gemv(weights: TernaryWeights, x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+class WidelyLinearWeights:
+    """
+    A widely-linear ternary layer converted once into one kernel's layout (cpukern.ternary.prepare_widely_linear).
+    """
+
+    @property
+    def isa(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(2n, 2m): the shape of the real matrix the layer stands for."""
+
+    @property
+    def stages(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def widely_linear_variants() -> list: ...
+
+def widely_linear_phase_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: int, arg2: Annotated[NDArray, dict(device='cpu')], arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def widely_linear_dense(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def widely_linear_prepare(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: str, /) -> WidelyLinearWeights: ...
+
+def widely_linear_run(arg0: WidelyLinearWeights, arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: bool, arg3: int, arg4: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+class PackedExperts:
+    """
+    bf16 expert weights packed once for one kernel family (cpukern.moe.prepack).
+    """
+
+    @property
+    def isa(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(E, O, I) of the unpacked weights."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def moe_variants() -> list: ...
+
+def moe_route(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: int, arg2: bool, arg3: Annotated[NDArray, dict(device='cpu')], arg4: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
+
+def moe_fused_moe(x: Annotated[NDArray, dict(device='cpu', writable=False)], w13: PackedExperts, w2: PackedExperts, topk_weights: Annotated[NDArray, dict(device='cpu', writable=False)], topk_ids: Annotated[NDArray, dict(device='cpu', writable=False)], activation: str, w13_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, w2_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, skip_weighted: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
