@@ -23,7 +23,7 @@ ISA_COPTS = {
     "avx512_bf16": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma"],
     "avx512_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mbmi2", "-mfma"],
     # The AVX-512 kernels' source compiled against SIMDe's portable _mm512_* (any host).
-    "simde_avx512": ["-DCPUKERN_SIMDE=1", "-Wno-unused-function"],
+    "simde_avx512": ["-DCPUKERN_SIMDE=1", "-Wno-unused-function", "-Wno-psabi"],
     # AArch64 (NEON is baseline armv8-a).
     "neon": [],
     "neon_dotprod": ["-march=armv8.2-a+dotprod"],
