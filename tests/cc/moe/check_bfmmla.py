@@ -1,1 +1,0 @@
-../../static/check_bfmmla.py
