@@ -79,8 +79,22 @@ void LUT3_CAT(LUT3_NAME, _xprep)(const float* x, const F32Geometry* geo, void* d
   float* t = static_cast<float*>(dst);
   const int64_t k = geo->p1;
   const int64_t ngroups = geo->p0 * kGroups;
-  int64_t j = 0;
-  for (int64_t g = 0; g < ngroups; ++g, j += 3, t += 8) {
+  // Groups with all 3 columns inside k: T = ((x0 & m0) + (x1 & m1)) + (x2 & m2), where m_i
+  // selects the lanes whose index has bit i set. Lane by lane this is the sum below (adding
+  // +0.0 changes at most the sign of a zero entry, which no accumulator, starting at +0.0,
+  // can see). It is the serial part of every call (~5k groups for k = 14336), so keep it
+  // vectorised.
+  const __m256 m0 = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));
+  const __m256 m1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, -1, -1, 0, 0, -1, -1));
+  const __m256 m2 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1));
+  int64_t g = 0, j = 0;
+  for (; j + 2 < k; ++g, j += 3, t += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_broadcast_ss(x + j), m0);
+    const __m256 b = _mm256_and_ps(_mm256_broadcast_ss(x + j + 1), m1);
+    const __m256 c = _mm256_and_ps(_mm256_broadcast_ss(x + j + 2), m2);
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a, b), c));
+  }
+  for (; g < ngroups; ++g, j += 3, t += 8) {
     const float x0 = j < k ? x[j] : 0.0f;
     const float x1 = j + 1 < k ? x[j + 1] : 0.0f;
     const float x2 = j + 2 < k ? x[j + 2] : 0.0f;
@@ -171,7 +185,43 @@ __attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const ui
   }
 }
 
+// Batch 1-2 (the GEMV case): tile groups outer, chunks inner, so that each task streams
+// its weights sequentially (NT tiles = NT contiguous streams the hardware prefetcher
+// follows) instead of hopping between tiles every chunk; the table (x_bytes per batch row)
+// stays in L2. Per row the chunk partial sums are added to y in the same order as below,
+// so results do not change. Batch 1 takes 4 tiles per pass (8 accumulator chains, each
+// table load feeds 8 vpermps): 1.2x over 2 tiles single-thread on Zen 4 (AVX2 path).
+template <int NT, int NB>
+__attribute__((always_inline)) inline void tiles_outer(const F32Args* a) {
+  const int64_t nblk_all = a->geo->p0;
+  const int64_t tile_words = a->geo->tile_bytes >> 2;
+  const int64_t tab_floats = a->geo->x_bytes >> 2;
+  const uint32_t* w = static_cast<const uint32_t*>(a->w);
+  float* y = a->y;
+  for (int64_t left = a->rows; left > 0; left -= 8 * NT, w += NT * tile_words, y += 8 * NT) {
+    const uint32_t* wc = w;
+    const float* tc = static_cast<const float*>(a->xp);
+    for (int64_t c0 = 0; c0 < nblk_all;
+         c0 += kChunk, wc += kChunk * 16, tc += kChunk * kGroups * 8) {
+      const int64_t nblk = std::min(kChunk, nblk_all - c0);
+      const bool first = c0 == 0;
+      // The last group may hold fewer than NT tiles: never read past the range's tiles.
+      if (left > 8 * (NT - 1)) {
+        chunk_kernel<NT, NB>(wc, tile_words, tc, tab_floats, nblk, y, a->ldy, left, first);
+      } else if (NT > 3 && left > 16) {
+        chunk_kernel<3, NB>(wc, tile_words, tc, tab_floats, nblk, y, a->ldy, left, first);
+      } else if (NT > 2 && left > 8) {
+        chunk_kernel<2, NB>(wc, tile_words, tc, tab_floats, nblk, y, a->ldy, left, first);
+      } else {
+        chunk_kernel<1, NB>(wc, tile_words, tc, tab_floats, nblk, y, a->ldy, left, first);
+      }
+    }
+  }
+}
+
 void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
+  if (a->batch == 1) return tiles_outer<4, 1>(a);
+  if (a->batch == 2) return tiles_outer<2, 2>(a);
   const int64_t nblk_all = a->geo->p0;
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const uint32_t* wc = static_cast<const uint32_t*>(a->w);

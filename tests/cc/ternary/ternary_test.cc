@@ -138,7 +138,7 @@ std::vector<float> random_x(int64_t n, std::mt19937& rng, bool small_int) {
 
 TEST_P(VariantTest, Fp32AndInt8MatchFloat64Reference) {
   const int64_t ks[] = {1, 15, 16, 17, 31, 33, 4095, 4096 + 7};
-  const int64_t ms[] = {1, 7, 8, 9, 33};
+  const int64_t ms[] = {1, 7, 8, 9, 17, 33};
   const int64_t bs[] = {1, 3, 16};
   const Fill fills[] = {Fill::kZeroRows, Fill::kAllPlus, Fill::kAllMinus, Fill::kRandom};
   std::mt19937 rng(1234);
