@@ -299,7 +299,19 @@ def _flatten(x: Tensor, features: int, name: str) -> tuple[Tensor, tuple]:
     return x.reshape(-1, features), lead
 
 
-class TernaryLinear(nn.Module):
+class _LinearLike(nn.Module):
+    """The forward shared by the layers that stand in for an nn.Linear: rows of float32 x
+    through the subclass's `_kernel`, then the bias."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        x2, lead = _flatten(x, self.in_features, "x")
+        y = self._kernel(x2.to(torch.float32).contiguous())
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(lead + (self.out_features,))
+
+
+class TernaryLinear(_LinearLike):
     """A BitNet b1.58 ternary nn.Linear running cpukern's multiplication-free GEMV.
 
     Weights: ``packed`` int32 (out, ceil(in/16)) (cpukern.ternary's packed format, viewed as
@@ -349,21 +361,15 @@ class TernaryLinear(nn.Module):
                 lin.bias.copy_(self.bias)
         return lin
 
-    def forward(self, x: Tensor) -> Tensor:
-        x2, lead = _flatten(x, self.in_features, "x")
-        if x2.dtype != torch.float32:
-            x2 = x2.to(torch.float32)
-        y = torch.ops.cpukern.ternary_gemv(self.packed, x2.contiguous(), self.scale, self.act, self.isa)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(lead + (self.out_features,))
+    def _kernel(self, x2: Tensor) -> Tensor:
+        return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, act={self.act!r}")
 
 
-class WidelyLinear(nn.Module):
+class WidelyLinear(_LinearLike):
     """A Fairy2i widely-linear ternary layer standing in for an nn.Linear with even in/out
     features: the real weight is read as a complex (n, m) matrix, quantised to {+-1, +-i}
     in ``stages`` residual stages (cpukern.ternary.phase_quantize) and run by the fused kernel.
@@ -413,14 +419,8 @@ class WidelyLinear(nn.Module):
                 lin.bias.copy_(self.bias)
         return lin
 
-    def forward(self, x: Tensor) -> Tensor:
-        x2, lead = _flatten(x, self.in_features, "x")
-        if x2.dtype != torch.float32:
-            x2 = x2.to(torch.float32)
-        y = torch.ops.cpukern.widely_linear(self.planes, self.scales, x2.contiguous(), self.isa)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(lead + (self.out_features,))
+    def _kernel(self, x2: Tensor) -> Tensor:
+        return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
