@@ -14,45 +14,63 @@ COPTS = [
     # No -ffast-math: NaN and Inf must propagate as IEEE arithmetic does.
 ]
 
+# The ISA table: one key per feature set, the same keys as kernels/common/isa.h (whose
+# constants are the features a registry row using that library requires); checked by
+# //tests/static:check_isa_table.
+_AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma"]
+
 ISA_COPTS = {
     "portable": [],
     # x86-64
     "avx2": ["-mavx2", "-mfma"],
     "avx2_bmi2": ["-mavx2", "-mfma", "-mbmi2"],
-    "avx512_bmi2": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mbmi2", "-mfma"],
-    "avx512_bf16": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma"],
-    "avx512_vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mbmi2", "-mfma"],
-    # The AVX-512 kernels' source compiled against SIMDe's portable _mm512_* (any host).
-    "simde_avx512": ["-DCPUKERN_SIMDE=1", "-Wno-unused-function", "-Wno-psabi"],
+    "avx512f": ["-mavx512f"],
+    "avx512": _AVX512,
+    "avx512_bmi2": _AVX512 + ["-mbmi2"],
+    "avx512_vnni": _AVX512 + ["-mavx512vnni"],
+    "avx512_bf16": _AVX512 + ["-mavx512bf16"],
     # AArch64 (NEON is baseline armv8-a).
     "neon": [],
     "neon_dotprod": ["-march=armv8.2-a+dotprod"],
     "neon_bf16": ["-march=armv8.2-a+bf16"],
     "neon_i8mm": ["-march=armv8.2-a+i8mm+dotprod"],
+    # Test-only: the AVX-512 kernels' sources compiled against SIMDe's portable _mm512_*
+    # (any host; no registry row requires it).
+    "simde_avx512": ["-DCPUKERN_SIMDE=1", "-Wno-unused-function", "-Wno-psabi"],
 }
 
-_X86_ISAS = ["avx2", "avx2_bmi2", "avx512_bmi2", "avx512_bf16", "avx512_vnni"]
-_ARM_ISAS = ["neon", "neon_dotprod", "neon_bf16", "neon_i8mm"]
+_ISA_ARCH = {
+    "avx2": "x86_64",
+    "avx2_bmi2": "x86_64",
+    "avx512f": "x86_64",
+    "avx512": "x86_64",
+    "avx512_bmi2": "x86_64",
+    "avx512_vnni": "x86_64",
+    "avx512_bf16": "x86_64",
+    "neon": "aarch64",
+    "neon_dotprod": "aarch64",
+    "neon_bf16": "aarch64",
+    "neon_i8mm": "aarch64",
+}
 
-def isa_compatible_with(isa):
-    """The target constraint of an ISA: its libraries are skipped on other architectures."""
-    if isa in _X86_ISAS:
-        return ["@platforms//cpu:x86_64"]
-    if isa in _ARM_ISAS:
-        return ["@platforms//cpu:aarch64"]
-    return []
+def isa_arch(isa):
+    """The architecture an ISA belongs to ("x86_64", "aarch64"), or None for portable code."""
+    return _ISA_ARCH.get(isa)
 
-def cpukern_cc_library(name, isa = "portable", copts = [], target_compatible_with = [], **kwargs):
-    """A cc_library compiled with the project flags plus those of one ISA, and only for
-    the architecture that ISA belongs to."""
+def cpukern_cc_library(name, isa = "portable", copts = [], srcs = [], **kwargs):
+    """A cc_library compiled with the project flags plus those of one ISA. On the other
+    architecture it compiles nothing (an empty library), so op libraries depend on every
+    ISA library without a select()."""
+    arch = isa_arch(isa)
+    if arch != None:
+        srcs = select({
+            "//toolchains:" + arch: srcs,
+            "//conditions:default": [],
+        })
     native.cc_library(
         name = name,
         copts = COPTS + ISA_COPTS[isa] + copts,
-        target_compatible_with = target_compatible_with + [
-            c
-            for c in isa_compatible_with(isa)
-            if c not in target_compatible_with
-        ],
+        srcs = srcs,
         **kwargs
     )
 

@@ -5,6 +5,12 @@
 
 namespace cpukern {
 
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 std::string isa_override_from_env(const std::string& op, const std::vector<std::string>& names) {
   const char* env = std::getenv("CPUKERN_ISA");
   if (!env || !*env) return "";

@@ -1,5 +1,6 @@
-// One registry per op: a table of variants, selection from detected CPU features,
-// and override by name (isa= argument or the CPUKERN_ISA environment variable).
+// One registry per op: its rows are the op's variants (built from the op's kernel list,
+// kernels/<op>/ukernels/ukernels.inc), selection from detected CPU features, and override
+// by name (isa= argument or the CPUKERN_ISA environment variable).
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -10,29 +11,48 @@
 
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/isa.h"
 
 namespace cpukern {
 
 // `Ukernel` is an op-specific struct of tile sizes and function pointers; it must have a
 // `const char* name` member holding the micro-kernel's full name
-// (e.g. "ternary_gemv_f32_t2p16_8x1__avx2_bmi2").
+// (e.g. "ternary_gemv_f32_lut3r8_8x1__avx2").
 template <class Ukernel>
 struct Variant {
-  const char* name;   // short, user-facing: "avx2_bmi2", "neon_bf16_bfmmla", "reference"
-  uint64_t required;  // Feature bits the CPU must have
+  const char* name;   // short, user-facing: "avx2", "neon_bf16_bfmmla", "reference"
+  uint64_t required;  // Feature bits the CPU must have (an isa:: set)
   int priority;       // the highest-priority supported variant is the default
   Ukernel ukernel;
 
   bool supported() const { return cpu_has(required); }
 };
 
+// Names of the features in `required` that this CPU lacks ("avx512f", "bf16", ...).
+inline std::vector<std::string> missing_features(uint64_t required) {
+  return feature_names(required & ~cpu_info().features);
+}
+template <class Ukernel>
+std::vector<std::string> missing_features(const Variant<Ukernel>& v) {
+  return missing_features(v.required);
+}
+// "avx512f, avx512bw" (for messages and skip reasons).
+std::string joined(const std::vector<std::string>& names);
+
 struct VariantInfo {
   std::string name;
   std::string ukernel;
   std::vector<std::string> required;
+  std::vector<std::string> missing;  // required features this CPU lacks
   int priority = 0;
   bool supported = false;
   bool selected = false;
+};
+
+// An old variant name that still selects a row (forced names in users' code keep working).
+struct VariantAlias {
+  const char* alias;
+  const char* name;
 };
 
 // The name CPUKERN_ISA forces for `op`, or "" when it forces nothing for it.
@@ -43,37 +63,40 @@ std::string isa_override_from_env(const std::string& op, const std::vector<std::
 template <class Ukernel>
 class Registry {
  public:
-  Registry(std::string op, std::vector<Variant<Ukernel>> variants)
-      : op_(std::move(op)), variants_(std::move(variants)) {}
+  using Row = Variant<Ukernel>;
+
+  Registry(std::string op, std::vector<Row> variants, std::vector<VariantAlias> aliases = {})
+      : op_(std::move(op)), variants_(std::move(variants)), aliases_(std::move(aliases)) {}
 
   const std::string& op() const { return op_; }
-  const std::vector<Variant<Ukernel>>& variants() const { return variants_; }
+  const std::vector<Row>& variants() const { return variants_; }
 
-  // Looks a variant up by name; throws ValueError-mapped errors naming `isa` if it is
-  // unknown or this CPU cannot run it. Never returns a variant that would SIGILL.
-  const Variant<Ukernel>& find(const std::string& isa) const {
+  // Looks a variant up by name (or alias); throws ValueError-mapped errors naming `isa` if
+  // it is unknown or this CPU cannot run it. Never returns a variant that would SIGILL.
+  const Row& find(const std::string& isa) const {
+    std::string name = isa;
+    for (const auto& a : aliases_)
+      if (name == a.alias) name = a.name;
     for (const auto& v : variants_) {
-      if (isa != v.name) continue;
-      if (!v.supported()) {
-        std::string need;
-        for (const auto& f : feature_names(v.required & ~cpu_info().features))
-          need += (need.empty() ? "" : ", ") + f;
-        throw_arg("isa", "variant '" + isa + "' of " + op_ + " needs CPU features this CPU lacks (" +
-                             need + ")");
-      }
+      if (name != v.name) continue;
+      if (!v.supported())
+        throw_arg("isa", "variant '" + isa + "' of " + op_ +
+                             " needs CPU features this CPU lacks (" + joined(missing_features(v)) +
+                             ")");
       return v;
     }
-    throw_arg("isa", "unknown variant '" + isa + "' for " + op_ + "; known: " + joined_names());
+    throw_arg("isa", "unknown variant '" + isa + "' for " + op_ + "; known: " + joined(names()));
   }
 
   // `isa` empty or null: the default (CPUKERN_ISA if it names a variant of this op, else
   // the best supported one).
-  const Variant<Ukernel>& select(const char* isa = nullptr) const {
+  const Row& select(const char* isa = nullptr) const {
     if (isa && *isa) return find(isa);
     return default_variant();
   }
+  const Row& select(const std::string& isa) const { return select(isa.c_str()); }
 
-  const Variant<Ukernel>& default_variant() const {
+  const Row& default_variant() const {
     // Chosen once per registry; CPUKERN_ISA is read at first use.
     std::call_once(chosen_once_, [this] { chosen_ = &choose_default(); });
     return *chosen_;
@@ -83,35 +106,36 @@ class Registry {
     std::vector<VariantInfo> out;
     const auto* def = &default_variant();
     for (const auto& v : variants_) {
-      out.push_back({v.name, v.ukernel.name, feature_names(v.required), v.priority, v.supported(),
-                     &v == def});
+      out.push_back({v.name, v.ukernel.name, feature_names(v.required), missing_features(v),
+                     v.priority, v.supported(), &v == def});
     }
     return out;
   }
 
+  // Every name find() accepts: the rows', then the aliases.
+  std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    for (const auto& v : variants_) n.push_back(v.name);
+    for (const auto& a : aliases_) n.push_back(a.alias);
+    return n;
+  }
+
  private:
-  const Variant<Ukernel>& choose_default() const {
-    std::vector<std::string> names;
-    for (const auto& v : variants_) names.push_back(v.name);
-    const std::string forced = isa_override_from_env(op_, names);
+  const Row& choose_default() const {
+    const std::string forced = isa_override_from_env(op_, names());
     if (!forced.empty()) return find(forced);
-    const Variant<Ukernel>* best = nullptr;
+    const Row* best = nullptr;
     for (const auto& v : variants_)
       if (v.supported() && (!best || v.priority > best->priority)) best = &v;
     if (!best) throw_arg("isa", "no variant of " + op_ + " runs on this CPU");
     return *best;
   }
 
-  std::string joined_names() const {
-    std::string s;
-    for (const auto& v : variants_) s += (s.empty() ? "" : ", ") + std::string(v.name);
-    return s;
-  }
-
   std::string op_;
-  std::vector<Variant<Ukernel>> variants_;
+  std::vector<Row> variants_;
+  std::vector<VariantAlias> aliases_;
   mutable std::once_flag chosen_once_;
-  mutable const Variant<Ukernel>* chosen_ = nullptr;
+  mutable const Row* chosen_ = nullptr;
 };
 
 }  // namespace cpukern

@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "kernels/common/cpu_features.h"
+#include "kernels/common/limits.h"
 
 namespace cpukern {
 namespace {
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = limits::kMaxPoolThreads;
 
 class ThreadPool {
  public:
@@ -120,6 +121,13 @@ int get_num_threads() {
 
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
   pool().run(num_tasks, threads > 0 ? threads : get_num_threads(), task);
+}
+
+int limits::resolve_threads(int threads, const char* arg) {
+  check_arg(threads >= 0 && threads <= limits::kMaxThreads, arg,
+            "expected 0 (the default) or 1.." + std::to_string(limits::kMaxThreads) + ", got " +
+                std::to_string(threads));
+  return threads > 0 ? threads : get_num_threads();
 }
 
 }  // namespace cpukern

@@ -1,0 +1,49 @@
+// Helpers for the per-op kernel lists (kernels/<op>/ukernels/ukernels.inc).
+//
+// A kernel list is an X-macro file: one CPUKERN_VARIANT(arch, name, isa, priority, ...) line
+// per registry row. The first argument says where the row exists:
+//   any    every build (portable code)
+//   x86    x86-64 builds        arm   AArch64 builds
+//   simde  the SIMDe test build of AVX-512 sources (any host; never in the registry)
+// CPUKERN_ON(arch, ...) keeps `...` where that arch applies to the current file, so one list
+// expands into declarations, registry rows and SIMDe rows without #if around each line.
+// Files compiled for the SIMDe library (-DCPUKERN_SIMDE=1) see only the simde rows.
+#pragma once
+
+#define CPUKERN_ON(arch, ...) CPUKERN_ON_##arch(__VA_ARGS__)
+
+#if defined(CPUKERN_SIMDE)
+#define CPUKERN_ON_any(...)
+#define CPUKERN_ON_x86(...)
+#define CPUKERN_ON_arm(...)
+#define CPUKERN_ON_simde(...) __VA_ARGS__
+#else
+#define CPUKERN_ON_any(...) __VA_ARGS__
+#define CPUKERN_ON_simde(...)
+#if defined(__x86_64__)
+#define CPUKERN_ON_x86(...) __VA_ARGS__
+#else
+#define CPUKERN_ON_x86(...)
+#endif
+#if defined(__aarch64__)
+#define CPUKERN_ON_arm(...) __VA_ARGS__
+#else
+#define CPUKERN_ON_arm(...)
+#endif
+#endif
+
+// Declarations want every symbol the build can have, SIMDe ones included (their library is
+// linked only into tests; an unused declaration costs nothing).
+#if defined(__x86_64__)
+#define CPUKERN_DECLARE_x86(...) __VA_ARGS__
+#else
+#define CPUKERN_DECLARE_x86(...)
+#endif
+#if defined(__aarch64__)
+#define CPUKERN_DECLARE_arm(...) __VA_ARGS__
+#else
+#define CPUKERN_DECLARE_arm(...)
+#endif
+#define CPUKERN_DECLARE_any(...) __VA_ARGS__
+#define CPUKERN_DECLARE_simde(...) __VA_ARGS__
+#define CPUKERN_DECLARE(arch, ...) CPUKERN_DECLARE_##arch(__VA_ARGS__)
