@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <sstream>
 
 #if defined(__x86_64__)
@@ -125,7 +126,17 @@ CpuInfo detect() {
   if (const char* off = std::getenv("CPUKERN_DISABLE_FEATURES")) {
     std::stringstream ss(off);
     std::string name;
-    while (std::getline(ss, name, ',')) info.features &= ~feature_from_name(name);
+    while (std::getline(ss, name, ',')) {
+      const uint64_t bit = feature_from_name(name);
+      if (!bit && !name.empty()) {
+        // A typo would otherwise test the wrong configuration silently.
+        std::string known;
+        for (const auto& f : feature_names(~0ull)) known += (known.empty() ? "" : ", ") + f;
+        std::fprintf(stderr, "cpukern: CPUKERN_DISABLE_FEATURES: unknown feature '%s' ignored; known: %s\n",
+                     name.c_str(), known.c_str());
+      }
+      info.features &= ~bit;
+    }
   }
   return info;
 }

@@ -94,7 +94,10 @@ class Registry {
     if (isa && *isa) return find(isa);
     return default_variant();
   }
-  const Row& select(const std::string& isa) const { return select(isa.c_str()); }
+  // Compares the whole string: "avx2\0junk" is not "avx2".
+  const Row& select(const std::string& isa) const {
+    return isa.empty() ? default_variant() : find(isa);
+  }
 
   const Row& default_variant() const {
     // Chosen once per registry; CPUKERN_ISA is read at first use.

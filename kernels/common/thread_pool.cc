@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -103,8 +104,31 @@ class ThreadPool {
   bool stop_ = false;
 };
 
+// The pool of this process. A forked child has none of the parent's workers, and the
+// parent's mutexes may have been held at the fork: the child drops (leaks) the inherited pool
+// and builds a fresh one on first use, as OpenMP runtimes do. Never destroyed: workers may
+// outlive static destruction.
+std::atomic<ThreadPool*> g_pool{nullptr};
+std::mutex g_pool_mu;  // held across fork() so the child never inherits it locked
+
+void lock_before_fork() { g_pool_mu.lock(); }
+void unlock_after_fork() { g_pool_mu.unlock(); }
+void reset_in_child() {
+  g_pool.store(nullptr);
+  g_pool_mu.unlock();
+}
+
 ThreadPool& pool() {
-  static ThreadPool* p = new ThreadPool();  // leaked: workers may outlive static destruction
+  static const int registered = pthread_atfork(lock_before_fork, unlock_after_fork, reset_in_child);
+  (void)registered;
+  ThreadPool* p = g_pool.load(std::memory_order_acquire);
+  if (p) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  p = g_pool.load(std::memory_order_relaxed);
+  if (!p) {
+    p = new ThreadPool();
+    g_pool.store(p, std::memory_order_release);
+  }
   return *p;
 }
 

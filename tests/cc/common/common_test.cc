@@ -1,14 +1,23 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/registry.h"
+#include "kernels/common/ternary_codes.h"
 #include "kernels/common/thread_pool.h"
 
 namespace cpukern {
@@ -128,6 +137,119 @@ TEST(ThreadPool, PropagatesExceptions) {
   std::atomic<int> n{0};
   parallel_for(10, 2, [&](int64_t) { n++; });
   EXPECT_EQ(n.load(), 10);
+}
+
+// Waits up to `seconds` for child `pid`; kills it and returns -1 if it hangs.
+int wait_child(pid_t pid, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The child of a fork has none of the parent's pool threads: a call there that needs more
+// threads than the parent had used to wait forever on the parent's condition variable.
+TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
+  for (int round = 0; round < 40; ++round) {
+    const int parent_threads = 2 + round % 2, child_threads = 4 - round % 2;
+    std::atomic<int> n{0};
+    parallel_for(64, parent_threads, [&](int64_t) { n++; });
+    ASSERT_EQ(n.load(), 64);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::atomic<int> m{0};
+      for (int r = 0; r < 3; ++r) parallel_for(1000, child_threads, [&](int64_t) { m++; });
+      _exit(m.load() == 3000 ? 0 : 1);
+    }
+    EXPECT_EQ(wait_child(pid, 60), 0) << "round " << round << ": child hung (-1) or failed";
+  }
+}
+
+// A fork while another thread is inside a parallel job (the pool's locks held).
+TEST(ThreadPool, ForkDuringAParallelJobInAnotherThread) {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) parallel_for(256, 2, [](int64_t) { std::this_thread::yield(); });
+  });
+  for (int round = 0; round < 10; ++round) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::atomic<int> m{0};
+      parallel_for(500, 3, [&](int64_t) { m++; });
+      _exit(m.load() == 500 ? 0 : 1);
+    }
+    EXPECT_EQ(wait_child(pid, 60), 0) << "round " << round;
+  }
+  stop = true;
+  busy.join();
+}
+
+TEST(Limits, OneThreadSemanticsForEveryOp) {
+  EXPECT_EQ(limits::resolve_threads(0), get_num_threads());
+  EXPECT_EQ(limits::resolve_threads(3), 3);
+  EXPECT_EQ(limits::resolve_threads(limits::kMaxThreads), limits::kMaxThreads);
+  for (int bad : {-1, limits::kMaxThreads + 1}) {
+    try {
+      limits::resolve_threads(bad);
+      FAIL() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("threads: expected 0 (the default) or 1..4096", 0), 0u)
+          << e.what();
+    }
+  }
+}
+
+TEST(TernaryCodes, MasksMatchTheFormatBitByBit) {
+  using namespace ternary_codes;
+  std::mt19937 rng(7);
+  for (int t = 0; t < 2000; ++t) {
+    uint32_t word = 0;
+    int w[16];
+    for (int j = 0; j < 16; ++j) {
+      w[j] = int(rng() % 3) - 1;
+      word |= encode(w[j], j);
+    }
+    EXPECT_EQ(invalid_codes(word), 0u);
+    uint32_t add = 0, sub = 0;
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(decode(word, j), w[j]);
+      add |= uint32_t(w[j] > 0) << j;
+      sub |= uint32_t(w[j] < 0) << j;
+    }
+    EXPECT_EQ(add_mask(word), add);
+    EXPECT_EQ(sub_mask(word), sub);
+    const int j = int(rng() % 16);
+    EXPECT_EQ(invalid_codes(word | (3u << (2 * j))), 1u << (2 * j));
+  }
+  EXPECT_EQ(words_for(0), 0);
+  EXPECT_EQ(words_for(16), 1);
+  EXPECT_EQ(words_for(17), 2);
+  EXPECT_EQ(past_mask(16), 0u);
+  EXPECT_EQ(past_mask(0), ~0u);
+  EXPECT_EQ(past_mask(3), ~0x3Fu);
+}
+
+TEST(Registry, AliasesAndMissingFeatures) {
+  Registry<FakeUkernel> reg("fake_op",
+                            {{"reference", 0, 0, {"fake__scalar"}},
+                             {"impossible", ~0ull, 100, {"fake__never"}}},
+                            {{"old_name", "reference"}});
+  EXPECT_STREQ(reg.select("old_name").name, "reference");
+  EXPECT_STREQ(reg.select(std::string("reference")).name, "reference");
+  EXPECT_THROW(reg.select(std::string("reference\0junk", 14)), InvalidArgument);
+  EXPECT_TRUE(missing_features(reg.variants()[0]).empty());
+  EXPECT_FALSE(missing_features(reg.variants()[1]).empty());
+  const auto info = reg.info();
+  EXPECT_EQ(info[1].missing, missing_features(reg.variants()[1]));
 }
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
