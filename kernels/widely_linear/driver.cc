@@ -3,33 +3,27 @@
 // the 8 dot products from the variant's ukernel, then the scale epilogue), so results do
 // not depend on the thread count, the batch size, or the fused/unfused schedule.
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
+#include "kernels/common/ternary_codes.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/widely_linear/ukernel.h"
 
 namespace cpukern::widely_linear {
 
-size_t public_layout_size(const Dims& d) {
-  return size_t(d.stages) * 4 * size_t(d.n) * size_t(d.words) * sizeof(uint32_t);
-}
-
-void public_layout_pack(const uint32_t* planes, const Dims& d, void* out) {
-  std::memcpy(out, planes, public_layout_size(d));
-}
-
-Loc public_layout_locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {
-  const int64_t row_bytes = d.words * int64_t(sizeof(uint32_t));
-  Loc l;
-  l.w = static_cast<const char*>(data) + ((stage * 4 + plane) * d.n + r0) * row_bytes;
-  l.tile_stride = row_bytes;
-  l.plane_stride = d.n * row_bytes;
-  l.inner = d.words;
-  return l;
+const Packer& packer_for(const Layout& layout) {
+  // The supported packer of the layout that uses the most CPU features (the fastest).
+  const Packer* best = nullptr;
+  for (const Packer& p : packers())
+    if (p.layout == &layout && p.supported() &&
+        (!best || __builtin_popcountll(p.required) > __builtin_popcountll(best->required)))
+      best = &p;
+  check_arg(best != nullptr, "isa", std::string("no packer for layout ") + layout.name);
+  return *best;
 }
 
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
@@ -41,6 +35,8 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
   auto layer = std::make_shared<PreparedLayer>();
   layer->variant = &v;
   layer->isa = v.name;
+  const Packer& packer = packer_for(*v.ukernel.layout);
+  layer->packer = packer.name;
   layer->stages = stages;
   layer->n = n;
   layer->m = m;
@@ -51,16 +47,15 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
         layer->scales[(s * 4 + p) * n + r] =
             scales_per_row ? scales[(s * 4 + p) * n + r] : scales[s * 4 + p];
   const Dims d{stages, n, m, words};
-  layer->data.resize(v.ukernel.packed_size(d));
-  v.ukernel.pack(planes, d, layer->data.data());
+  layer->data.resize(v.ukernel.layout->packed_size(d));
+  packer.pack(planes, d, layer->data.data());
   return layer;
 }
 
 std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
                                              bool scales_per_row, int64_t stages, int64_t n,
                                              int64_t words, int64_t m, const std::string& isa) {
-  const auto& row = registry().select(isa.c_str());
-  return prepare_with(variant_of(row), planes, scales, scales_per_row, stages, n, words, m);
+  return prepare_with(registry().select(isa), planes, scales, scales_per_row, stages, n, words, m);
 }
 
 namespace {
@@ -82,19 +77,18 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   check_arg(layer.variant != nullptr && layer.n >= 1 && layer.m >= 1 && layer.stages >= 1,
             "layer", "is not a prepared layer");
   check_arg(batch >= 0, "x", "batch must be >= 0, got " + std::to_string(batch));
-  check_arg(threads >= 0, "threads", "must be >= 0 (0 = the default), got " +
-                                         std::to_string(threads));
+  const int nthreads = limits::resolve_threads(threads);
   if (batch == 0) return;
   check_arg(x != nullptr, "x", "must not be null");
   check_arg(y != nullptr, "y", "must not be null");
   const Ukernel& uk = layer.variant->ukernel;
-  const Dims d{layer.stages, layer.n, layer.m, (layer.m + 15) / 16};
-  const int nthreads = threads > 0 ? threads : get_num_threads();
+  const Layout& lay = *uk.layout;
+  const Dims d{layer.stages, layer.n, layer.m, ternary_codes::words_for(layer.m)};
 
   // O3: x_re, -x_re, x_im, -x_im once per call, zero-padded to whole words; plus the
   // ukernel's own table if it has one.
   const int64_t w16 = d.words * 16;
-  const int64_t tab = uk.table_floats ? (uk.table_floats(d) + 15) / 16 * 16 : 0;
+  const int64_t tab = lay.table_floats ? (lay.table_floats(d) + 15) / 16 * 16 : 0;
   const int64_t per_b = 4 * w16 + tab;
   AlignedBuffer act(size_t(checked_mul(batch, per_b, "x")) * sizeof(float));
   std::vector<Acts> acts(static_cast<size_t>(batch));
@@ -110,7 +104,7 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
     Acts& a = acts[size_t(b)];
     for (int s = 0; s < 4; ++s) a.src[s] = base + s * w16;
     if (tab) {
-      uk.build_table(a, d, base + 4 * w16);
+      lay.build_table(a, d, base + 4 * w16);
       a.table = base + 4 * w16;
     }
   }
@@ -123,11 +117,28 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   // One call: rows [r0, r1) of stage s for batch rows [b0, b0 + nb), plane `plane`.
   auto make_call = [&](int64_t s, int plane, int64_t r0, int64_t r1, int64_t b0, int nb) {
     Call c;
-    c.loc = uk.locate(data, d, s, plane, r0);
+    c.loc = lay.locate(data, d, s, plane, r0);
     c.rows = r1 - r0;
     c.nb = nb;
     for (int b = 0; b < nb; ++b) c.x[b] = acts[size_t(b0 + b)];
     return c;
+  };
+
+  // Rows [r0, r1) of every stage for batch rows [b0, b0 + nb) through a fused kernel, then
+  // the epilogue; dots: kMaxBatch * (r1 - r0) * kNumSub floats of scratch.
+  auto fused_rows = [&](void (*kernel)(const Call&), const float* gtable, int64_t r0,
+                        int64_t r1, int64_t b0, int nb, float* dots) {
+    const int64_t per = (r1 - r0) * kNumSub;
+    for (int64_t s = 0; s < d.stages; ++s) {
+      Call c = make_call(s, 0, r0, r1, b0, nb);
+      c.gtable = gtable;
+      for (int b = 0; b < nb; ++b) c.dots[b] = dots + b * per;
+      kernel(c);
+      for (int b = 0; b < nb; ++b) {
+        float* yb = y + (b0 + b) * 2 * d.n;
+        scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+      }
+    }
   };
 
   if (fused && uk.fused_batch && batch >= 2) {
@@ -139,25 +150,15 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
         std::min<int64_t>(uk.batch_rows, (d.n + 2 * nthreads - 1) / (2 * nthreads)) /
             uk.rows_per_tile * uk.rows_per_tile);
     const int64_t btasks = (d.n + tb - 1) / tb;
-    const int64_t gfloats = (uk.table_floats_batch(d) + 15) / 16 * 16;
+    const int64_t gfloats = (lay.table_floats_batch(d) + 15) / 16 * 16;
     AlignedBuffer gt(size_t(gfloats) * sizeof(float));
     for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
       const int nb = int(std::min<int64_t>(kMaxBatch, batch - b0));
-      uk.build_table_batch(acts.data() + b0, nb, d, gt.data<float>());
+      lay.build_table_batch(acts.data() + b0, nb, d, gt.data<float>());
       parallel_for(btasks, nthreads, [&](int64_t task) {
         const int64_t r0 = task * tb, r1 = std::min(d.n, r0 + tb);
-        const int64_t per = (r1 - r0) * kNumSub;
-        std::vector<float> dots(static_cast<size_t>(kMaxBatch * per));
-        for (int64_t s = 0; s < d.stages; ++s) {
-          Call c = make_call(s, 0, r0, r1, b0, nb);
-          c.gtable = gt.data<float>();
-          for (int b = 0; b < nb; ++b) c.dots[b] = dots.data() + b * per;
-          uk.fused_batch(c);
-          for (int b = 0; b < nb; ++b) {
-            float* yb = y + (b0 + b) * 2 * d.n;
-            scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
-          }
-        }
+        std::vector<float> dots(static_cast<size_t>(kMaxBatch * (r1 - r0) * kNumSub));
+        fused_rows(uk.fused_batch, gt.data<float>(), r0, r1, b0, nb, dots.data());
       });
     }
     return;
@@ -168,19 +169,10 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
     // read and decoded once for the whole group.
     parallel_for(tasks, nthreads, [&](int64_t task) {
       const int64_t r0 = task * t, r1 = std::min(d.n, r0 + t);
-      const int64_t per = (r1 - r0) * kNumSub;
-      std::vector<float> dots(static_cast<size_t>(kMaxBatch * per));
+      std::vector<float> dots(static_cast<size_t>(kMaxBatch * (r1 - r0) * kNumSub));
       for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
         const int nb = int(std::min<int64_t>(kMaxBatch, batch - b0));
-        for (int64_t s = 0; s < d.stages; ++s) {
-          Call c = make_call(s, 0, r0, r1, b0, nb);
-          for (int b = 0; b < nb; ++b) c.dots[b] = dots.data() + b * per;
-          uk.fused(c);
-          for (int b = 0; b < nb; ++b) {
-            float* yb = y + (b0 + b) * 2 * d.n;
-            scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
-          }
-        }
+        fused_rows(uk.fused, nullptr, r0, r1, b0, nb, dots.data());
       }
     });
     return;

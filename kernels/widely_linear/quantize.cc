@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
+#include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernel.h"
 
 namespace cpukern::widely_linear {
@@ -13,17 +15,15 @@ std::string idx(int64_t r, int64_t c) {
   return "[" + std::to_string(r) + ", " + std::to_string(c) + "]";
 }
 
-int64_t words_for(int64_t m) { return (m + 15) / 16; }
+using ternary_codes::words_for;
 
-// Writes one ternary value into the public 2-bit format.
+// Writes one ternary value into the public 2-bit format (row zeroed before).
 inline void put(uint32_t* row, int64_t j, int v) {
-  if (v > 0) row[j >> 4] |= 2u << (2 * (j & 15));
-  if (v < 0) row[j >> 4] |= 1u << (2 * (j & 15));
+  row[j >> 4] |= ternary_codes::encode(v, int(j & 15));
 }
 
 inline int code_at(const uint32_t* row, int64_t j) {
-  const uint32_t c = (row[j >> 4] >> (2 * (j & 15))) & 3u;
-  return c == 2u ? 1 : c == 1u ? -1 : 0;
+  return ternary_codes::decode(row[j >> 4], int(j & 15));
 }
 
 // One stage for one complex tensor (U or W), in place on the residual (re, im).
@@ -113,7 +113,7 @@ void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32
 void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words,
                      int64_t m) {
   check_arg(stages >= 1, "stages", "must be >= 1, got " + std::to_string(stages));
-  check_arg(m >= 1 && m <= (int64_t(1) << 46), "m",
+  check_arg(m >= 1 && m <= limits::kMaxElements, "m",
             "must be in [1, 2**46], got " + std::to_string(m));  // before ceil(m/16) can overflow
   check_arg(n >= 1, "planes", "must have n >= 1 rows, got " + std::to_string(n));
   check_arg(words == words_for(m), "planes",
@@ -122,13 +122,12 @@ void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t 
   checked_mul(checked_mul(checked_mul(stages, 4, "planes"), n, "planes"), words * 16, "planes");
   check_arg(planes != nullptr, "planes", "must not be null");
   // Bits of codes past m in the last word must be zero.
-  const uint32_t tail_mask = (m % 16) ? ~((1u << (2 * (m % 16))) - 1u) : 0u;
+  const uint32_t tail_mask = ternary_codes::past_mask(int((m - 1) % 16) + 1);
   const int64_t rows = stages * 4 * n;
   for (int64_t row = 0; row < rows; ++row) {
     const uint32_t* w = planes + row * words;
     for (int64_t j = 0; j < words; ++j) {
-      const uint32_t v = w[j];
-      const uint32_t bad = v & (v >> 1) & 0x55555555u;  // code 0b11
+      const uint32_t bad = ternary_codes::invalid_codes(w[j]);
       if (bad) {
         const int lane = __builtin_ctz(bad) / 2;
         throw_arg("planes", "invalid code 0b11 at stage " + std::to_string(row / (4 * n)) +

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/common/registry.h"
 #include "kernels/widely_linear/widely_linear.h"
@@ -76,33 +77,54 @@ struct Call {
   float* dots[kMaxBatch] = {};
 };
 
+using PackFn = void (*)(const uint32_t* planes, const Dims& d, void* out);
+
+// A kernel layout of the packed planes: its size, where rows start, and the per-call
+// activation tables its kernels read. Packers write it; micro-kernels read it.
+struct Layout {
+  const char* name;  // "t2p16x4" (the public layout), "g3r8x4", "g4r16x4"
+  // Bytes of the layout for these dims.
+  size_t (*packed_size)(const Dims& d);
+  // Loc of plane `plane` of the tile holding row r0 of `stage` (portable, may multiply).
+  Loc (*locate)(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
+  // Optional (null when unused): a per-call activation table, table_floats(d) floats
+  // (64-byte aligned), built once per batch row from x.src and passed on as Acts::table;
+  // and the batch group's interleaved table for Ukernel::fused_batch (Call::gtable), built
+  // from the rows' own tables.
+  int64_t (*table_floats)(const Dims& d);
+  void (*build_table)(const Acts& x, const Dims& d, float* table);
+  int64_t (*table_floats_batch)(const Dims& d);
+  void (*build_table_batch)(const Acts* x, int nb, const Dims& d, float* table);
+};
+
+namespace layouts {
+extern const Layout t2p16x4, g3r8x4, g4r16x4;  // ukernels/layouts.cc
+}  // namespace layouts
+
 struct Ukernel {
   const char* name;       // fused micro-kernel, e.g. "widely_linear_f32_g3r8x4_8x1__avx2"
   const char* gemv_name;  // its single sub-GEMV micro-kernel (unfused schedule)
+  const Layout* layout;   // what prepare() packs the planes into (by a packer of packers())
   int rows_per_tile;      // row ranges given to fused/gemv are multiples of this
-  // Bytes of the kernel layout for these dims.
-  size_t (*packed_size)(const Dims& d);
-  // Public planes (stages, 4, n, words) -> kernel layout (out has packed_size bytes, zeroed).
-  void (*pack)(const uint32_t* planes, const Dims& d, void* out);
-  // Loc of plane `plane` of the tile holding row r0 of `stage` (portable, may multiply).
-  Loc (*locate)(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
-  // Optional (both null when unused): a per-call activation table, table_floats(d) floats
-  // (64-byte aligned), built once per batch row from x.src and passed on as Acts::table.
-  int64_t (*table_floats)(const Dims& d);
-  void (*build_table)(const Acts& x, const Dims& d, float* table);
   // All 8 sub-GEMVs of the call's rows in one pass over their bytes (loc: plane 0).
   void (*fused)(const Call& c);
   // The one sub-GEMV c.k (other dots entries untouched), summed in the fused order.
   void (*gemv)(const Call& c);
-  // Optional (all null when unused): a fused kernel for 2..kMaxBatch batch rows, bitwise
-  // equal to `fused`, reading a per-call table of the whole batch group (table_floats_batch
-  // floats, 64-byte aligned, built by build_table_batch from the rows' own tables) passed
-  // as Call::gtable. It wants row ranges of about batch_rows rows (a multiple of
-  // rows_per_tile).
-  int64_t (*table_floats_batch)(const Dims& d) = nullptr;
-  void (*build_table_batch)(const Acts* x, int nb, const Dims& d, float* table) = nullptr;
+  // Optional (null when unused): a fused kernel for 2..kMaxBatch batch rows, bitwise equal
+  // to `fused`, reading Call::gtable. It wants row ranges of about batch_rows rows (a
+  // multiple of rows_per_tile).
   void (*fused_batch)(const Call& c) = nullptr;
   int batch_rows = 0;
+};
+
+// A packer: public planes (stages, 4, n, words) -> `layout` (out has packed_size bytes,
+// zeroed). Every packer of a layout writes the same bytes.
+struct Packer {
+  const char* name;
+  const Layout* layout;
+  uint64_t required;  // an isa:: set
+  PackFn pack;
+  bool supported() const { return cpu_has(required); }
 };
 
 // Portable scale epilogue (O4: scales applied once per row, after the reductions).
@@ -111,15 +133,16 @@ struct Ukernel {
 void scale_epilogue(const float* dots, const float* scales, int64_t n, int64_t r0, int64_t r1,
                     bool first, float* y_re, float* y_im);
 
-// A registry row. Same layout as the generic row; PreparedLayer points at one.
-struct Variant : cpukern::Variant<Ukernel> {};
-
+// The registry rows (ukernels.inc), the SIMDe rows (tests only; defined in :simde) and the
+// packers, all from the kernel list.
 const Registry<Ukernel>& registry();
-// The Variant for a row of registry().variants().
-const Variant& variant_of(const cpukern::Variant<Ukernel>& row);
+const std::vector<Variant>& simde_variants();
+const std::vector<Packer>& packers();
+// The packer prepare() uses for `layout` on this CPU.
+const Packer& packer_for(const Layout& layout);
 
-// prepare() with an explicit variant (tests use this for flavours outside the table, such
-// as the SIMDe build of the AVX-512 kernel). `v` must outlive the layer.
+// prepare() with an explicit variant (tests use this for the SIMDe rows). `v` must outlive
+// the layer.
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
                                                   const float* scales, bool scales_per_row,
                                                   int64_t stages, int64_t n, int64_t words,
@@ -129,11 +152,5 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
 // "scales".
 void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words, int64_t m);
 void validate_scales(const float* scales, bool per_row, int64_t stages, int64_t n);
-
-// Shared by every ukernel whose layout is the public one (t2p16x4): a copy; rows of
-// `words` uint32, planes n rows apart.
-size_t public_layout_size(const Dims& d);
-void public_layout_pack(const uint32_t* planes, const Dims& d, void* out);
-Loc public_layout_locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0);
 
 }  // namespace cpukern::widely_linear

@@ -23,11 +23,13 @@ void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32
 void dense(const uint32_t* planes, const float* scales, bool scales_per_row, int64_t stages,
            int64_t n, int64_t words, int64_t m, float* a);
 
-struct Variant;  // registry row (see ukernel.h)
+struct Ukernel;  // the micro-kernel interface (ukernel.h)
+using Variant = cpukern::Variant<Ukernel>;  // a registry row
 
 struct PreparedLayer {
   const Variant* variant = nullptr;
   std::string isa;
+  std::string packer;  // the packer prepare() chose for the variant's layout
   int64_t stages = 0, n = 0, m = 0;
   std::vector<float> scales;  // (stages, 4, n), per row always
   AlignedBuffer data;         // the variant's layout

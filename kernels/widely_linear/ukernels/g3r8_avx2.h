@@ -1,7 +1,7 @@
 // The AVX2 vector traits of the g3r8x4 lookup kernels (lookup_impl.h): 8 rows per ymm,
 // 3-column groups, 8-entry subset-sum tables looked up with vpermps (which reads only bits
 // 0..2 of each index lane, so a pattern is a plain right shift of the chunk lane).
-// Internal linkage: the avx2 and avx2_bmi2 libraries compile this with different flags.
+// Internal linkage: inlined into each kernel file.
 #pragma once
 #include <immintrin.h>
 

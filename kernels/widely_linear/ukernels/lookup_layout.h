@@ -1,5 +1,6 @@
-// The lookup kernel layouts (g3r8x4, g4r16x4): geometry and the packer, shared by the
-// portable packer (lookup_layout.cc, no BMI2) and the pext packer of the avx2_bmi2 row.
+// The lookup kernel layouts (g3r8x4, g4r16x4): geometry and the packing loop, shared by
+// the portable packers and the pext packer (widely_linear_pack_*.cc; sizes, locate and
+// tables: layouts.cc).
 //
 // Lanes = R rows; columns in groups of G; per group a 2^G-entry table of the subset sums of
 // its G activations, looked up by each row's G-bit "+1" pattern and G-bit "-1" pattern
@@ -15,6 +16,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernel.h"
 
 namespace cpukern::widely_linear::lookup {
@@ -26,18 +28,11 @@ struct Geometry {
 };
 inline constexpr Geometry kG3R8{8, 3, 5, 15}, kG4R16{16, 4, 4, 16};
 
-// The 16-bit "+1" and "-1" masks of one public word, without BMI2: even / odd bits
-// gathered by the classic shift-and-mask unshuffle (AMD Zen 1/2 microcode pext).
+// The 16-bit "+1" and "-1" masks of one public word, without BMI2 (AMD Zen 1/2 microcode
+// pext).
 struct SplitPortable {
-  static uint32_t even(uint32_t x) {
-    x &= 0x55555555u;
-    x = (x | (x >> 1)) & 0x33333333u;
-    x = (x | (x >> 2)) & 0x0F0F0F0Fu;
-    x = (x | (x >> 4)) & 0x00FF00FFu;
-    return (x | (x >> 8)) & 0x0000FFFFu;
-  }
-  static uint32_t pos(uint32_t w) { return even(w >> 1); }
-  static uint32_t neg(uint32_t w) { return even(w); }
+  static uint32_t pos(uint32_t w) { return ternary_codes::add_mask(w); }
+  static uint32_t neg(uint32_t w) { return ternary_codes::sub_mask(w); }
 };
 
 // Public planes -> lanes. Per (stage, plane, row) the row's "+1" and "-1" bit streams are

@@ -3,6 +3,7 @@
 // call; the activations of a column are shared by all 8 (O2); -x is a source choice (O3);
 // the 8 sums per batch row stay in locals until written once per row (O4). Every dot
 // product is summed in column order.
+#include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
@@ -22,9 +23,9 @@ CPUKERN_WL_FUSED(widely_linear_f32_t2p16x4_1x1__scalar) {
         const int ka = kPlaneSubA[q], kb = kPlaneSubB[q];
         const int sa = kSubSrc[ka], sb = kSubSrc[kb];
         for (int l = 0; l < 16; ++l) {
-          const uint32_t code = (w >> (2 * l)) & 3u;
-          if (!code) continue;
-          const int flip = code == 1u;  // "-1": the negated source
+          const int v = ternary_codes::decode(w, l);
+          if (!v) continue;
+          const int flip = v < 0;  // the negated source
           for (int b = 0; b < c.nb; ++b) {
             acc[b][ka] += c.x[b].src[sa ^ flip][col + l];
             acc[b][kb] += c.x[b].src[sb ^ flip][col + l];

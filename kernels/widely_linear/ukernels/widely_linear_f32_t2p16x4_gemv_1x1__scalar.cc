@@ -1,5 +1,6 @@
 // Reference single sub-GEMV (the naive schedule): one plane times one source, scalar,
 // summed in column order exactly like the fused reference kernel.
+#include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
@@ -14,9 +15,9 @@ CPUKERN_WL_GEMV(widely_linear_f32_t2p16x4_gemv_1x1__scalar) {
       const uint32_t w = plane[j];
       if (!w) continue;
       for (int l = 0; l < 16; ++l) {
-        const uint32_t code = (w >> (2 * l)) & 3u;
-        if (!code) continue;
-        const int flip = code == 1u;
+        const int v = ternary_codes::decode(w, l);
+        if (!v) continue;
+        const int flip = v < 0;
         for (int b = 0; b < c.nb; ++b) acc[b] += c.x[b].src[s ^ flip][col + l];
       }
     }

@@ -1,12 +1,13 @@
-// The g3r8x4 packer of the avx2_bmi2 row: the public words are split into their 16-bit
-// "+1" / "-1" masks with pext (two instructions instead of the portable unshuffle); the
-// bytes are identical to g3r8::pack's (tested).
+// The g3r8x4 packer for CPUs with fast pext: the public words are split into their 16-bit
+// "+1" / "-1" masks with two pext instead of the portable unshuffle; the bytes are
+// identical to widely_linear_pack_g3r8x4__scalar's (tested). prepare() picks it for the
+// avx2 row where the CPU has isa::avx2_bmi2.
 #include <immintrin.h>
 
 #include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
-namespace cpukern::widely_linear::g3r8 {
+namespace cpukern::widely_linear {
 namespace {
 
 struct SplitPext {
@@ -16,8 +17,8 @@ struct SplitPext {
 
 }  // namespace
 
-void pack_bmi2(const uint32_t* planes, const Dims& d, void* out) {
+CPUKERN_WL_PACK(widely_linear_pack_g3r8x4__avx2_bmi2) {
   lookup::pack_lanes<SplitPext>(lookup::kG3R8, planes, d, out);
 }
 
-}  // namespace cpukern::widely_linear::g3r8
+}  // namespace cpukern::widely_linear

@@ -1,9 +1,12 @@
 // Tests of the widely-linear (Fairy2i) layer: phase quantisation on hand-derived cases,
-// every variant against dense(...) @ x in float64, thread/batch/schedule invariance, and
-// argument validation.
+// every variant of the kernel list against dense(...) @ x in float64, thread/batch/schedule
+// invariance, the packers, and argument validation.
+// Built twice: over the registry rows (widely_linear_test) and, with CPUKERN_TEST_SIMDE,
+// over the SIMDe rows (widely_linear_simde_test, any host).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -13,14 +16,18 @@
 
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/isa.h"
+#include "kernels/common/limits.h"
+#include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernel.h"
-#include "kernels/widely_linear/ukernels/ukernels.h"
+#include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/widely_linear.h"
+#include "tests/cc/common/variant_params.h"
 
 namespace cpukern::widely_linear {
 namespace {
 
-int64_t words_for(int64_t m) { return (m + 15) / 16; }
+using ternary_codes::words_for;
 
 // ---------------------------------------------------------------- phase_quantize
 
@@ -164,67 +171,23 @@ Layer random_layer(std::mt19937& rng, int64_t S, int64_t n, int64_t m, bool per_
   return L;
 }
 
-// Variants outside the registry table, run through the same test body: both AVX-512
-// kernels built against SIMDe (any host).
-//   simde_avx512       the avx512 lookup kernel (g4r16x4);
-//   simde_avx512_bmi2  the avx512_bmi2 pext / masked add-sub kernel (t2p16x4).
-Variant make_variant(const char* name, uint64_t required, Ukernel uk) {
-  Variant r;
-  r.name = name;
-  r.required = required;
-  r.priority = -1;
-  r.ukernel = uk;
-  return r;
-}
-
-const Variant* extra_variant(const std::string& name) {
-  static const std::vector<Variant> rows = {
-      make_variant("simde_avx512", 0,
-                   Ukernel{"widely_linear_f32_g4r16x4_16x1__simde_avx512",
-                           "widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512", 16,
-                           g4r16::packed_size, g4r16::pack, g4r16::locate, g4r16::table_floats,
-                           g4r16::build_table, widely_linear_f32_g4r16x4_16x1__simde_avx512,
-                           widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512,
-                           g4r16::table_floats_batch, g4r16::build_table_batch,
-                           widely_linear_f32_g4r16x4_signed_1x8__simde_avx512, 256}),
-      make_variant("simde_avx512_bmi2", 0,
-                   Ukernel{"widely_linear_f32_t2p16x4_1x1__simde_avx512",
-                           "widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512", 4,
-                           public_layout_size, public_layout_pack, public_layout_locate, nullptr,
-                           nullptr, widely_linear_f32_t2p16x4_1x1__simde_avx512,
-                           widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512}),
-  };
-  for (const auto& v : rows)
-    if (name == v.name) return &v;
-  return nullptr;
-}
-
 class VariantTest : public ::testing::TestWithParam<std::string> {
  protected:
-  // Returns null (after GTEST_SKIP) when the variant cannot run here.
-  std::shared_ptr<const PreparedLayer> prep(const Layer& L) {
-    if (const Variant* v = extra_variant(GetParam()))
-      return prepare_with(*v, L.planes.data(), L.scales.data(), L.per_row, L.S, L.n, L.words,
-                          L.m);
-    return prepare(L.planes.data(), L.scales.data(), L.per_row, L.S, L.n, L.words, L.m,
-                   GetParam());
+  const Variant& variant() const {
+    return *cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+  }
+  std::shared_ptr<const PreparedLayer> prep(const Layer& L, int64_t words, int64_t m,
+                                            int64_t S) const {
+    return prepare_with(variant(), L.planes.data(), L.scales.data(), L.per_row, S, L.n, words,
+                        m);
+  }
+  std::shared_ptr<const PreparedLayer> prep(const Layer& L) const {
+    return prep(L, L.words, L.m, L.S);
   }
   void SetUp() override {
-    std::vector<const cpukern::Variant<Ukernel>*> rows;
-    for (const auto& v : registry().variants()) rows.push_back(&v);
-    if (const Variant* v = extra_variant(GetParam())) rows.push_back(v);
-    for (const auto* vp : rows) {
-      const auto& v = *vp;
-      if (GetParam() != v.name) continue;
-      if (!v.supported()) {
-        std::string need;
-        for (const auto& f : feature_names(v.required & ~cpu_info().features)) need += f + " ";
-        GTEST_SKIP() << "variant " << GetParam() << " needs CPU features this CPU lacks: "
-                     << need;
-      }
-      return;
-    }
-    GTEST_SKIP() << "variant " << GetParam() << " is not built for this architecture";
+    ASSERT_NE(cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam()),
+              nullptr);
+    CPUKERN_SKIP_IF_UNSUPPORTED(variant());
   }
 };
 
@@ -293,7 +256,7 @@ TEST_P(VariantTest, MatchesDenseAndIsDeterministic) {
 TEST_P(VariantTest, BatchedKernelBitwise) {
   std::mt19937 rng(77);
   std::normal_distribution<float> nd;
-  for (const auto nm : {std::pair<int64_t, int64_t>{600, 200}, {37, 1000}}) {
+  for (const auto& nm : {std::pair<int64_t, int64_t>{600, 200}, {37, 1000}}) {
     const Layer L = random_layer(rng, 2, nm.first, nm.second, true, true);
     auto layer = prep(L);
     for (int64_t B : {int64_t(4), int64_t(7)}) {
@@ -317,12 +280,7 @@ TEST_P(VariantTest, Errors) {
   std::mt19937 rng(5);
   Layer L = random_layer(rng, 2, 3, 20, false, true);
   auto P = [&](const Layer& l, int64_t words, int64_t m, int64_t S) {
-    return [&, words, m, S] {
-      if (const Variant* v = extra_variant(GetParam()))
-        prepare_with(*v, l.planes.data(), l.scales.data(), l.per_row, S, l.n, words, m);
-      else
-        prepare(l.planes.data(), l.scales.data(), l.per_row, S, l.n, words, m, GetParam());
-    };
+    return [&, words, m, S] { prep(l, words, m, S); };
   };
   expect_arg_error(P(L, 1, 20, 2), "planes");   // words != ceil(m/16)
   expect_arg_error(P(L, 2, 0, 2), "m");
@@ -340,50 +298,92 @@ TEST_P(VariantTest, Errors) {
   auto layer = prep(L);
   std::vector<float> x(2 * 20, 1.0f), y(2 * 3, 42.0f);
   expect_arg_error([&] { run(*layer, x.data(), 1, true, -1, y.data()); }, "threads");
+  expect_arg_error([&] { run(*layer, x.data(), 1, true, limits::kMaxThreads + 1, y.data()); },
+                   "threads");
   expect_arg_error([&] { run(*layer, nullptr, 1, true, 1, y.data()); }, "x");
   expect_arg_error([&] { run(*layer, x.data(), -1, true, 1, y.data()); }, "x");
   for (float v : y) EXPECT_EQ(v, 42.0f);  // nothing written
 }
 
 INSTANTIATE_TEST_SUITE_P(All, VariantTest,
-                         ::testing::Values("reference", "avx2", "avx2_bmi2", "avx512_bmi2",
-                                           "avx512", "simde_avx512", "simde_avx512_bmi2"),
+                         ::testing::ValuesIn(cpukern::testing::test_variant_names(
+                             registry(), simde_variants())),
                          [](const auto& info) { return info.param; });
 
-// The lookup layouts' packers: bytes equal to a direct per-column construction, and the
-// pext packer of avx2_bmi2 equal to the portable one.
-TEST(LookupLayout, PackersAgree) {
-  std::mt19937 rng(99);
-  for (int64_t m : {1, 15, 16, 17, 31, 45, 100}) {
-    const Layer L = random_layer(rng, 2, 11, m, false, false);
-    const Dims d{2, 11, m, L.words};
-    for (int geo = 0; geo < 2; ++geo) {
-      const int R = geo ? 16 : 8, G = geo ? 4 : 3, K = geo ? 4 : 5, ns = geo ? 16 : 15;
-      const size_t bytes = geo ? g4r16::packed_size(d) : g3r8::packed_size(d);
-      std::vector<uint32_t> got(bytes / 4, 0), want(bytes / 4, 0);
-      (geo ? g4r16::pack : g3r8::pack)(L.planes.data(), d, got.data());
-      const int64_t T = (d.n + R - 1) / R, C = ((m + G - 1) / G + K - 1) / K;
-      for (int64_t s = 0; s < 2; ++s)
-        for (int p = 0; p < 4; ++p)
-          for (int64_t r = 0; r < d.n; ++r)
-            for (int64_t c = 0; c < m; ++c) {
-              const uint32_t code =
-                  (L.planes[((s * 4 + p) * d.n + r) * d.words + c / 16] >> (2 * (c % 16))) & 3u;
-              if (!code) continue;
-              const int64_t g = c / G;
-              const int shift = int(G * (g % K) + c % G) + (code == 1u ? ns : 0);
-              want[(((s * T + r / R) * C + g / K) * 4 + p) * R + r % R] |= 1u << shift;
-            }
-      ASSERT_EQ(got, want) << "geo " << geo << " m " << m;
-#if defined(__x86_64__)
-      if (!geo && cpu_has(kBMI2)) {
-        std::vector<uint32_t> pext(bytes / 4, 0);
-        g3r8::pack_bmi2(L.planes.data(), d, pext.data());
-        ASSERT_EQ(pext, want) << "m " << m;
-      }
+#if !defined(CPUKERN_TEST_SIMDE)
+// Through the public prepare(): the layer records the registry row and its packer.
+TEST_P(VariantTest, PrepareByName) {
+  std::mt19937 rng(3);
+  const Layer L = random_layer(rng, 1, 5, 40, false, true);
+  auto layer = prepare(L.planes.data(), L.scales.data(), false, 1, L.n, L.words, L.m, GetParam());
+  EXPECT_EQ(layer->variant, &variant());
+  EXPECT_EQ(layer->isa, GetParam());
+  EXPECT_EQ(layer->packer, packer_for(*variant().ukernel.layout).name);
+}
 #endif
+
+#if !defined(CPUKERN_TEST_SIMDE)
+// The bytes of `layout` built directly, column by column (lookup layouts), or the public
+// planes themselves (t2p16x4).
+std::vector<uint32_t> expected_layout(const Layout& layout, const Layer& L, const Dims& d) {
+  if (std::string(layout.name) == "t2p16x4") return L.planes;
+  const lookup::Geometry q = std::string(layout.name) == "g3r8x4" ? lookup::kG3R8 : lookup::kG4R16;
+  std::vector<uint32_t> want(layout.packed_size(d) / 4, 0);
+  const int64_t T = q.tiles(d), C = q.chunks(d);
+  for (int64_t s = 0; s < d.stages; ++s)
+    for (int p = 0; p < 4; ++p)
+      for (int64_t r = 0; r < d.n; ++r)
+        for (int64_t c = 0; c < d.m; ++c) {
+          const int v =
+              ternary_codes::decode(L.planes[((s * 4 + p) * d.n + r) * d.words + c / 16], c % 16);
+          if (!v) continue;
+          const int64_t g = c / q.G;
+          const int shift = int(q.G * (g % q.K) + c % q.G) + (v < 0 ? q.neg_shift : 0);
+          want[(((s * T + r / q.R) * C + g / q.K) * 4 + p) * q.R + r % q.R] |= 1u << shift;
+        }
+  return want;
+}
+
+// Every packer of the kernel list (e.g. g3r8x4's portable and pext packers) writes the
+// bytes of a direct per-column construction, so all packers of a layout agree.
+TEST(Packers, AllWriteTheLayout) {
+  std::mt19937 rng(99);
+  int checked = 0;
+  for (const Packer& p : packers()) {
+    if (!p.supported()) {
+      std::cout << "skipped packer " << p.name << ": needs " << joined(missing_features(p.required))
+                << "\n";
+      continue;
+    }
+    for (int64_t m : {1, 15, 16, 17, 31, 45, 100})
+      for (int64_t n : {1, 11, 17}) {
+        const Layer L = random_layer(rng, 2, n, m, false, false);
+        const Dims d{2, n, m, L.words};
+        std::vector<uint32_t> got(p.layout->packed_size(d) / 4, 0);
+        p.pack(L.planes.data(), d, got.data());
+        ASSERT_EQ(got, expected_layout(*p.layout, L, d)) << p.name << " n " << n << " m " << m;
+      }
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+// prepare() uses, per layout, the supported packer with the most features.
+TEST(Packers, PrepareChoosesTheFastestSupported) {
+  for (const Packer& p : packers()) {
+    const Packer& chosen = packer_for(*p.layout);
+    EXPECT_TRUE(chosen.supported());
+    EXPECT_EQ(chosen.layout, p.layout);
+    if (p.supported()) {
+      EXPECT_GE(__builtin_popcountll(chosen.required), __builtin_popcountll(p.required))
+          << p.name << " vs " << chosen.name;
     }
   }
+#if defined(__x86_64__)
+  EXPECT_STREQ(packer_for(layouts::g3r8x4).name,
+               cpu_has(isa::avx2_bmi2) ? "widely_linear_pack_g3r8x4__avx2_bmi2"
+                                       : "widely_linear_pack_g3r8x4__scalar");
+#endif
 }
 
 TEST(Registry, TableAndSelection) {
@@ -391,28 +391,34 @@ TEST(Registry, TableAndSelection) {
   ASSERT_FALSE(vs.empty());
   EXPECT_EQ(vs[0].name, "reference");
   int selected = 0;
+  std::map<std::string, int> prio;
   for (const auto& v : vs) {
     selected += v.selected;
+    prio[v.name] = v.priority;
     EXPECT_NE(v.ukernel.find("widely_linear_f32_"), std::string::npos);
   }
+  EXPECT_EQ(prio.size(), vs.size());  // names are unique
   EXPECT_EQ(selected, 1);
   expect_arg_error([] { registry().select("no_such_isa"); }, "isa");
 #if defined(__x86_64__)
-  ASSERT_EQ(vs.size(), 5u);
-  // Names as in ternary_gemv; priorities from the speed measured on Zen 4 (registry.cc):
-  // avx512 > avx2_bmi2 > avx2 > avx512_bmi2 (the paper's pext kernel) > reference.
-  std::map<std::string, int> prio;
-  for (const auto& v : vs) prio[v.name] = v.priority;
-  ASSERT_EQ(prio.size(), 5u);
-  EXPECT_GT(prio["avx512"], prio["avx2_bmi2"]);
-  EXPECT_GT(prio["avx2_bmi2"], prio["avx2"]);
-  EXPECT_GT(prio["avx2"], prio["avx512_bmi2"]);
-  EXPECT_GT(prio["avx512_bmi2"], prio["reference"]);
+  // Priorities from the speed measured on Zen 4 (ukernels.inc):
+  // avx512 > avx2 > avx512_bmi2 (the paper's pext kernel) > reference.
+  EXPECT_GT(prio.at("avx512"), prio.at("avx2"));
+  EXPECT_GT(prio.at("avx2"), prio.at("avx512_bmi2"));
+  EXPECT_GT(prio.at("avx512_bmi2"), prio.at("reference"));
+  EXPECT_EQ(prio.count("avx2_bmi2"), 0u);  // its pext packer is now a packer of avx2
   for (const auto& v : vs) {
-    if (v.name == "avx512") EXPECT_EQ(v.required, std::vector<std::string>{"avx512f"});
+    if (v.name == "avx512") {
+      EXPECT_EQ(v.required, std::vector<std::string>{"avx512f"});
+    }
+  }
+  // The old name still selects the avx2 row (where the CPU runs it).
+  if (cpu_has(isa::avx2)) {
+    EXPECT_STREQ(registry().select("avx2_bmi2").name, "avx2");
   }
 #endif
 }
+#endif  // !CPUKERN_TEST_SIMDE
 
 }  // namespace
 }  // namespace cpukern::widely_linear

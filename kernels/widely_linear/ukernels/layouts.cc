@@ -1,10 +1,28 @@
-// The lookup kernel layouts g3r8x4 and g4r16x4 (see lookup_layout.h): sizes, the portable
-// packer (no BMI2), locate() and the per-call activation table.
+// The kernel layouts (ukernel.h Layout): the public layout t2p16x4 and the lookup layouts
+// g3r8x4 / g4r16x4 (lookup_layout.h): sizes, locate() and the per-call activation tables.
+// Portable; run at prepare time or once per call, never in a micro-kernel's loop.
 #include "kernels/widely_linear/ukernels/lookup_layout.h"
 
-#include "kernels/widely_linear/ukernels/ukernels.h"
-
 namespace cpukern::widely_linear {
+namespace {
+
+size_t public_size(const Dims& d) {
+  return size_t(d.stages) * 4 * size_t(d.n) * size_t(d.words) * sizeof(uint32_t);
+}
+
+// Rows of `words` uint32, planes n rows apart.
+Loc public_locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {
+  const int64_t row_bytes = d.words * int64_t(sizeof(uint32_t));
+  Loc l;
+  l.w = static_cast<const char*>(data) + ((stage * 4 + plane) * d.n + r0) * row_bytes;
+  l.tile_stride = row_bytes;
+  l.plane_stride = d.n * row_bytes;
+  l.inner = d.words;
+  return l;
+}
+
+}  // namespace
+
 namespace lookup {
 namespace {
 
@@ -72,31 +90,29 @@ void build_table_batch(const Geometry& q, const Acts* x, int nb, const Dims& d, 
     }
 }
 
+// The Layout of geometry Q: its functions bound to Q.
+template <const Geometry& Q>
+constexpr Layout make(const char* name) {
+  return Layout{
+      name,
+      [](const Dims& d) { return packed_size(Q, d); },
+      [](const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {
+        return locate(Q, data, d, stage, plane, r0);
+      },
+      [](const Dims& d) { return table_floats(Q, d); },
+      [](const Acts& x, const Dims& d, float* t) { build_table(Q, x, d, t); },
+      [](const Dims& d) { return table_floats_batch(Q, d); },
+      [](const Acts* x, int nb, const Dims& d, float* t) { build_table_batch(Q, x, nb, d, t); },
+  };
+}
+
 }  // namespace
 }  // namespace lookup
 
-#define CPUKERN_WL_LOOKUP_LAYOUT(ns, Q)                                                      \
-  namespace ns {                                                                            \
-  size_t packed_size(const Dims& d) { return lookup::packed_size(lookup::Q, d); }           \
-  void pack(const uint32_t* planes, const Dims& d, void* out) {                             \
-    lookup::pack_lanes<lookup::SplitPortable>(lookup::Q, planes, d, out);                   \
-  }                                                                                         \
-  Loc locate(const void* data, const Dims& d, int64_t stage, int plane, int64_t r0) {       \
-    return lookup::locate(lookup::Q, data, d, stage, plane, r0);                            \
-  }                                                                                         \
-  int64_t table_floats(const Dims& d) { return lookup::table_floats(lookup::Q, d); }        \
-  void build_table(const Acts& x, const Dims& d, float* table) {                            \
-    lookup::build_table(lookup::Q, x, d, table);                                            \
-  }                                                                                         \
-  int64_t table_floats_batch(const Dims& d) {                                               \
-    return lookup::table_floats_batch(lookup::Q, d);                                        \
-  }                                                                                         \
-  void build_table_batch(const Acts* x, int nb, const Dims& d, float* table) {              \
-    lookup::build_table_batch(lookup::Q, x, nb, d, table);                                  \
-  }                                                                                         \
-  }
-
-CPUKERN_WL_LOOKUP_LAYOUT(g3r8, kG3R8)
-CPUKERN_WL_LOOKUP_LAYOUT(g4r16, kG4R16)
+namespace layouts {
+const Layout t2p16x4{"t2p16x4", public_size, public_locate, nullptr, nullptr, nullptr, nullptr};
+const Layout g3r8x4 = lookup::make<lookup::kG3R8>("g3r8x4");
+const Layout g4r16x4 = lookup::make<lookup::kG4R16>("g4r16x4");
+}  // namespace layouts
 
 }  // namespace cpukern::widely_linear

@@ -1,9 +1,0 @@
-// One sub-GEMV (plane . source table) of the naive unfused schedule over the g3r8x4 bytes,
-// summed in the fused kernel's order (identical results), up to 4 batch rows per pass.
-#include "kernels/widely_linear/ukernels/g3r8_avx2.h"
-
-namespace cpukern::widely_linear {
-
-CPUKERN_WL_GEMV(widely_linear_f32_g3r8x4_gemv_8x1__avx2_bmi2) { lookup_impl::gemv<G3R8Avx2>(c); }
-
-}  // namespace cpukern::widely_linear

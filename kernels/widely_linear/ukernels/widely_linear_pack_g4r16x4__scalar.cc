@@ -1,0 +1,11 @@
+// The portable g4r16x4 packer.
+#include "kernels/widely_linear/ukernels/lookup_layout.h"
+#include "kernels/widely_linear/ukernels/ukernels.h"
+
+namespace cpukern::widely_linear {
+
+CPUKERN_WL_PACK(widely_linear_pack_g4r16x4__scalar) {
+  lookup::pack_lanes<lookup::SplitPortable>(lookup::kG4R16, planes, d, out);
+}
+
+}  // namespace cpukern::widely_linear
