@@ -12,7 +12,7 @@ from typing import Any
 
 from cpukern import _ext
 from cpukern import moe, ternary
-from cpukern._arrays import MAX_THREADS
+from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
 from cpukern._ext import get_num_threads
 
 __version__ = "0.1.0"
@@ -30,8 +30,9 @@ def cpu_info() -> dict[str, Any]:
 
 
 def kernels(op: str) -> list[dict[str, Any]]:
-    """Every variant of `op` compiled in: name, micro-kernel, required features, whether
-    this CPU can run it and whether it is the one selected by default.
+    """Every variant of `op` compiled in: name, micro-kernel, required features, the ones of
+    them this CPU lacks ("missing"), whether this CPU can run it and whether it is the one
+    selected by default.
 
     op: "ternary_gemv", "widely_linear" or "fused_moe".
     """
@@ -42,15 +43,12 @@ def kernels(op: str) -> list[dict[str, Any]]:
 
 
 def set_num_threads(n: int) -> None:
-    """Default thread count for ops called with threads=None: 1 <= n <= 4096, or 0 to restore
-    the default (all cores). The pool itself runs at most 256 threads."""
-    import numpy as np
-
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n: expected an integer thread count, got {type(n).__name__} {n!r}")
-    if not 0 <= n <= MAX_THREADS:
-        raise ValueError(f"n: expected 1 <= n <= {MAX_THREADS} threads, or 0 for the default, got {n}")
-    _ext.set_num_threads(int(n))
+    """Default thread count for ops called with threads=None: 1 <= n <= MAX_THREADS (4096), or
+    0 to restore the default (all cores); anything else is a ValueError naming n. The pool
+    itself runs at most MAX_POOL_THREADS (256) threads. Both limits come from the one table in
+    C++ (kernels/common/limits.h, cpukern._ext.limits)."""
+    _ext.set_num_threads(c_int(n, "n", 32))
 
 
-__all__ = ["cpu_info", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__"]
+__all__ = ["cpu_info", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__",
+           "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

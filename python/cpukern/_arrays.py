@@ -1,9 +1,13 @@
-"""Argument checks shared by every op: one wording everywhere, no silent copies.
+"""Argument normalisation shared by every op: one wording everywhere, no silent copies.
 
-Every public function validates its arguments here (and the extension checks again) before any
-kernel runs or any output is written. Messages are one line: "<arg>: expected ..., got ...".
-Arrays are taken as they are: a wrong dtype, a non-contiguous layout or a byte-swapped array is
-a TypeError (never a silent copy); a wrong shape is a ValueError.
+Shape and range rules belong to C++ (the extension and the kernels check them, with the limits
+of kernels/common/limits.h, exported as _ext.limits). This layer only normalises what Python
+hands over before any kernel runs or any output is written: numpy arrays / torch tensors
+(dtype, layout, the number of dimensions needed to call the extension, writeable out=),
+scalars (int, not bool; representable in the C type) and new result arrays. Messages are one
+line: "<arg>: expected ..., got ...". Arrays are taken as they are: a wrong dtype, a
+non-contiguous layout or a byte-swapped array is a TypeError (never a silent copy); a wrong
+shape is a ValueError.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from typing import Any, Iterable, Optional
 import ml_dtypes
 import numpy as np
 
+from cpukern import _ext
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
-# The largest element count (of any buffer, or any single dimension) the library accepts:
-# 2**46, as kernels/common/errors.h (checked_mul). All index arithmetic is 64-bit below it.
-MAX_ELEMS = 1 << 46
-# The largest explicit thread count (the pool itself runs at most 256 threads).
-MAX_THREADS = 4096
+# From the one limits table (kernels/common/limits.h), never restated here.
+# The largest element count (of any buffer, or any single dimension) the library accepts.
+MAX_ELEMS: int = _ext.limits["max_elements"]
+# The largest explicit threads= (the pool itself runs at most MAX_POOL_THREADS threads).
+MAX_THREADS: int = _ext.limits["max_threads"]
+MAX_POOL_THREADS: int = _ext.limits["max_pool_threads"]
 
 _NUMPY_DTYPES = {
     "float32": np.dtype(np.float32),
@@ -102,7 +109,7 @@ def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] 
         allowed = " or ".join(str(n) for n in ndims)
         raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
     if any(s > MAX_ELEMS for s in shape_of(a)):  # only a zero-size array can be this large
-        raise ValueError(f"{name}: expected dimensions of at most 2**46, got {describe(a)}")
+        raise ValueError(f"{name}: expected dimensions of at most {MAX_ELEMS}, got {describe(a)}")
     if writeable and not is_torch(a) and not a.flags.writeable:
         raise TypeError(f"{name}: expected a writeable array, got a read-only {describe(a)}")
     if dtype == "bfloat16" and not is_torch(a):
@@ -129,7 +136,7 @@ def empty(like: Any, shape: tuple[int, ...], dtype: str, name: str = "out") -> A
     ValueError and a failed allocation a MemoryError, both naming `name`."""
     n = _elements(shape)
     if n > MAX_ELEMS or any(int(s) > MAX_ELEMS for s in shape):
-        raise ValueError(f"{name}: expected a result of at most 2**46 elements, got shape "
+        raise ValueError(f"{name}: expected a result of at most {MAX_ELEMS} elements, got shape "
                          f"{_shape_str(shape)}")
     try:
         if is_torch(like):
@@ -180,14 +187,23 @@ def str_arg(v: Any, name: str, choices: tuple[str, ...]) -> str:
     return v
 
 
+def c_int(v: Any, name: str, bits: int = 64) -> int:
+    """A Python or numpy integer (bool refused: TypeError) that fits the extension's C integer
+    type of `bits` bits (ValueError otherwise). The range rules are C++'s."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise ValueError(f"{name}: expected an integer of at most {bits} bits, got {v}")
+    return v
+
+
 def threads_arg(threads: Any) -> int:
+    """threads=None -> 0 (the default); an integer goes to C++ unchanged, which accepts 0 or
+    1..MAX_THREADS (limits::resolve_threads) and names `threads` otherwise."""
     if threads is None:
         return 0
-    if (isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer))
-            or not 1 <= threads <= MAX_THREADS):
-        raise ValueError(f"threads: expected None or an integer >= 1 (at most {MAX_THREADS}), "
-                         f"got {threads!r}")
-    return int(threads)
+    return c_int(threads, "threads", 32)
 
 
 def isa_arg(isa: Any) -> str:

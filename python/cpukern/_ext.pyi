@@ -1,14 +1,17 @@
 from typing import Annotated
 
+import numpy
 from numpy.typing import NDArray
 
 
 def cpu_info() -> dict:
     """Architecture and detected CPU features."""
 
+limits: dict = ...
+
 def set_num_threads(n: int) -> None:
     """
-    Default thread count for ops called with threads=None (n <= 0: all cores).
+    Default thread count for ops called with threads=None: 0 (all cores) or 1..4096; the pool runs at most 256 threads.
     """
 
 def get_num_threads() -> int: ...
@@ -96,7 +99,7 @@ class PackedExperts:
 
 def moe_variants() -> list: ...
 
-def moe_route(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: int, arg2: bool, arg3: Annotated[NDArray, dict(device='cpu')], arg4: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+def moe_route(router_logits: Annotated[NDArray, dict(device='cpu', writable=False)], topk: int, renormalize: bool) -> tuple[Annotated[NDArray[numpy.float32], dict(shape=(None, None))], Annotated[NDArray[numpy.int32], dict(shape=(None, None))]]: ...
 
 def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
 

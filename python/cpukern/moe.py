@@ -11,8 +11,8 @@ from typing import Any, Optional
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (MAX_ELEMS, bf16_bits, bool_arg, check_array, check_shape, describe,
-                             empty, int_arg, isa_arg, out_or_new, shape_of, str_arg, threads_arg)
+from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, describe, is_torch, isa_arg,
+                             out_or_new, shape_of, str_arg, threads_arg)
 
 PackedExperts = _ext.PackedExperts
 
@@ -28,16 +28,13 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     renormalize divides the k weights by their sum.
     """
     logits = check_array(router_logits, "router_logits", "float32", (2,))
-    t, e = shape_of(logits)
-    if e < 1:
-        raise ValueError(f"router_logits: expected at least one expert (E >= 1), got {describe(logits)}")
-    if e > 2**31 - 1:
-        raise ValueError(f"router_logits: expected E < 2**31 experts (int32 ids), got {describe(logits)}")
-    topk = int_arg(topk, "topk", 1, e)
+    topk = c_int(topk, "topk")  # E >= 1, 1 <= topk <= E: checked by the extension
     renormalize = bool_arg(renormalize, "renormalize")
-    weights = empty(logits, (t, topk), "float32", "topk")
-    ids = empty(logits, (t, topk), "int32", "topk")
-    _ext.moe_route(logits, topk, renormalize, weights, ids)
+    weights, ids = _ext.moe_route(logits, topk, renormalize)
+    if is_torch(router_logits):
+        import torch
+
+        return torch.from_numpy(weights), torch.from_numpy(ids)
     return weights, ids
 
 
@@ -79,32 +76,12 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     nthreads = threads_arg(threads)
     xb = bf16_bits(x, "x", (2,))
     t, h = shape_of(xb)
-    e, o13, i13 = w13.shape
-    e2, o2, i2 = w2.shape
-    if i13 != h:
-        raise ValueError(f"x: expected hidden size H = {i13} (w13's in-features), got {describe(x)}")
-    if o2 != h:
-        raise ValueError(f"w2: expected out-features H = {h} (x's hidden size), got shape {w2.shape}")
-    if e2 != e:
-        raise ValueError(f"w2: expected E = {e} experts like w13, got shape {w2.shape}")
-    if o13 != 2 * i2:
-        raise ValueError(f"w13: expected 2 * I = {2 * i2} out-features (w2 has I = {i2}), got shape "
-                         f"{w13.shape}")
+    # Shapes (x / w13 / w2 / topk_ids / topk_weights / biases agree, 1 <= topk <= E,
+    # skip_weighted only with topk == 1): checked by the extension and moe::fused_moe.
     ti = check_array(topk_ids, "topk_ids", "int32", (2,))
-    topk = shape_of(ti)[1]
-    if shape_of(ti)[0] != t or not 1 <= topk <= e:
-        raise ValueError(f"topk_ids: expected shape ({t}, topk) with 1 <= topk <= E = {e}, got "
-                         f"{describe(ti)}")
-    if skip_weighted and topk != 1:
-        raise ValueError(f"skip_weighted: expected topk == 1 when True, got topk = {topk}")
     tw = check_array(topk_weights, "topk_weights", "float32", (2,))
-    check_shape(tw, "topk_weights", (t, topk))
     b13 = None if w13_bias is None else bf16_bits(w13_bias, "w13_bias", (2,))
-    if b13 is not None:
-        check_shape(b13, "w13_bias", (e, o13))
     b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias", (2,))
-    if b2 is not None:
-        check_shape(b2, "w2_bias", (e, h))
     y = out_or_new(out, x, (t, h), "bfloat16", (2,))
     yb = bf16_bits(y, "out")
     _ext.moe_fused_moe(xb, w13, w2, tw, ti, activation, b13, b2, skip_weighted, nthreads, yb)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/registry.h"
 
 namespace cpukern::ext {
@@ -93,21 +94,16 @@ void check_shape(const Array& a, const char* arg, std::initializer_list<int64_t>
                        describe_array(a));
 }
 
-// A size argument (k, m, stages, topk): lo <= v <= 2**46, the largest extent any buffer may
-// have (kernels/common/errors.h), so that all index arithmetic stays far from int64 overflow.
+// A size argument (k, m, stages): lo <= v <= limits::kMaxElements, the largest extent any
+// buffer may have, so that all index arithmetic stays far from int64 overflow.
 inline void check_extent(int64_t v, const char* arg, int64_t lo) {
-  constexpr int64_t kMax = int64_t(1) << 46;
-  if (v < lo || v > kMax)
-    throw_arg(arg, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(kMax) +
-                       "], got " + std::to_string(v));
+  if (v < lo || v > limits::kMaxElements)
+    throw_arg(arg, "expected an integer in [" + std::to_string(lo) + ", " +
+                       std::to_string(limits::kMaxElements) + "], got " + std::to_string(v));
 }
 
-// threads: 0 (the default) or 1..4096.
-inline void check_threads(int threads) {
-  if (threads < 0 || threads > 4096)
-    throw_arg("threads", "expected None or an integer >= 1 (at most 4096), got " +
-                             std::to_string(threads));
-}
+// threads= is not checked here: each op resolves it with limits::resolve_threads (0 = the
+// default, 1..kMaxThreads), before any output is written.
 
 // `out` must not share memory with any input.
 void check_no_overlap(const OutArray& out, const char* out_arg,

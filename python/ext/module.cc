@@ -6,6 +6,7 @@
 #include <new>
 
 #include "kernels/common/cpu_features.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/registry.h"
 #include "kernels/common/thread_pool.h"
 #include "python/ext/arrays.h"
@@ -69,6 +70,7 @@ nb::list variants_to_list(const std::vector<VariantInfo>& infos) {
     d["name"] = v.name;
     d["ukernel"] = v.ukernel;
     d["requires"] = v.required;
+    d["missing"] = v.missing;
     d["priority"] = v.priority;
     d["supported"] = v.supported;
     d["selected"] = v.selected;
@@ -79,8 +81,23 @@ nb::list variants_to_list(const std::vector<VariantInfo>& infos) {
 
 void bind_common(nb::module_& m) {
   m.def("cpu_info", &cpu_info_dict, "Architecture and detected CPU features.");
-  m.def("set_num_threads", &set_num_threads, nb::arg("n"),
-        "Default thread count for ops called with threads=None (n <= 0: all cores).");
+  // The one limits table (kernels/common/limits.h); the Python layer reads it from here.
+  nb::dict lim;
+  lim["max_elements"] = limits::kMaxElements;
+  lim["max_threads"] = limits::kMaxThreads;
+  lim["max_pool_threads"] = limits::kMaxPoolThreads;
+  m.attr("limits") = lim;
+  static const std::string set_doc =
+      "Default thread count for ops called with threads=None: 0 (all cores) or 1.." +
+      std::to_string(limits::kMaxThreads) + "; the pool runs at most " +
+      std::to_string(limits::kMaxPoolThreads) + " threads.";
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        limits::resolve_threads(n, "n");
+        set_num_threads(n);
+      },
+      nb::arg("n"), set_doc.c_str());
   m.def("get_num_threads", &get_num_threads);
 }
 

@@ -82,7 +82,6 @@ void bind_ternary(nb::module_& m) {
       "ternary_gemv",
       [](const PreparedWeights& w, const InArray& x, std::optional<InArray> scale,
          const std::string& act, int threads, const OutArray& out) {
-        check_threads(threads);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         const int64_t k = int64_t(x.shape(x.ndim() - 1));

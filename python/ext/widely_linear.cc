@@ -95,7 +95,6 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_run", [](const PreparedLayer& layer, const InArray& x, bool fused, int threads,
                                 const OutArray& out) {
-    check_threads(threads);
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer.m)

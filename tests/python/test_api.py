@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -95,9 +96,61 @@ def test_set_num_threads():
     assert cpukern.get_num_threads() == cpukern.cpu_info()["num_cores"] or old >= 1
 
 
-def test_threads_argument_is_validated():
-    w = cpukern.ternary.pack(np.ones((2, 16), np.int8))
-    x = np.ones(16, np.float32)
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="threads: expected None or an integer >= 1"):
-            cpukern.ternary.gemv(w, x, threads=bad)
+def _every_op_call():
+    """One small call per op with a threads= argument: name -> f(threads)."""
+    from cpukern import moe, ternary
+
+    rng = np.random.default_rng(1)
+    w = ternary.pack(rng.integers(-1, 2, size=(8, 40)).astype(np.int8))
+    x = rng.standard_normal(40).astype(np.float32)
+    planes, scales = ternary.phase_quantize(rng.standard_normal((8, 64)).astype(np.float32), 2)
+    layer = ternary.prepare_widely_linear(planes, scales, 32)
+    xw = rng.standard_normal(64).astype(np.float32)
+    bf = ml_dtypes.bfloat16
+    p13 = moe.prepack(rng.standard_normal((4, 16, 16)).astype(bf))
+    p2 = moe.prepack(rng.standard_normal((4, 16, 8)).astype(bf))
+    xb = rng.standard_normal((3, 16)).astype(bf)
+    tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
+    return {
+        "ternary_gemv": lambda t: ternary.gemv(w, x, threads=t),
+        "widely_linear": lambda t: ternary.widely_linear(layer, xw, threads=t),
+        "fused_moe": lambda t: moe.fused_moe(xb, p13, p2, tw, ids, threads=t),
+    }
+
+
+def test_limits_come_from_the_extension():
+    lim = cpukern._ext.limits
+    assert lim == {"max_elements": 2**46, "max_threads": 4096, "max_pool_threads": 256}
+    assert (cpukern.MAX_ELEMS, cpukern.MAX_THREADS, cpukern.MAX_POOL_THREADS) == (
+        lim["max_elements"], lim["max_threads"], lim["max_pool_threads"])
+
+
+@pytest.mark.parametrize("op", ["ternary_gemv", "widely_linear", "fused_moe"])
+def test_one_thread_semantics_for_every_op(op):
+    """0 or None = the default, 1..MAX_THREADS explicit, anything else a ValueError from C++
+    (limits::resolve_threads) naming threads; a non-integer is a TypeError."""
+    call = _every_op_call()[op]
+    want = np.asarray(call(None)).view(np.uint8)
+    for ok in (0, 1, 3, cpukern.MAX_THREADS, np.int32(2)):
+        assert np.array_equal(np.asarray(call(ok)).view(np.uint8), want), ok
+    limit = cpukern.MAX_THREADS
+    for bad in (-1, limit + 1, 1 << 16, 2**31 - 1):
+        with pytest.raises(ValueError, match=rf"^threads: expected 0 \(the default\) or 1\.\.{limit}, got {bad}$"):
+            call(bad)
+    with pytest.raises(ValueError, match="^threads: "):
+        call(2**40)
+    for bad in (1.5, True, "2"):
+        with pytest.raises(TypeError, match="^threads: "):
+            call(bad)
+
+
+def test_set_num_threads_limits():
+    try:
+        cpukern.set_num_threads(cpukern.MAX_THREADS)
+        assert cpukern.get_num_threads() in (cpukern.MAX_THREADS, cpukern.MAX_POOL_THREADS)
+        limit = cpukern.MAX_THREADS
+        for bad in (-1, limit + 1):
+            with pytest.raises(ValueError, match=rf"^n: expected 0 \(the default\) or 1\.\.{limit}, got {bad}$"):
+                cpukern.set_num_threads(bad)
+    finally:
+        cpukern.set_num_threads(0)

@@ -1,0 +1,53 @@
+"""PyTorch integration: custom ops (torch.library, namespace ``cpukern``) and nn.Modules.
+
+Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
+torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
+``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``_weight_cache`` (the prepared-weight
+cache below).
+
+Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
+trace them without graph breaks; no autograd: inference only):
+
+``torch.ops.cpukern.ternary_gemv(packed, x, scale=None, act="fp32", isa="") -> Tensor``
+    packed: uint32 or int32 (M, ceil(K/16)) in cpukern.ternary's packed format (int32 is
+    viewed as uint32, no copy); x: float32 (K,) or (B, K); scale: None or float32 (M,) or (1,).
+    Returns float32 (M,) or (B, M).
+``torch.ops.cpukern.widely_linear(planes, scales, x, isa="") -> Tensor``
+    planes: uint32/int32 (S, 4, n, ceil(m/16)); scales float32 (S, 4) or (S, 4, n);
+    x float32 (2m,) or (B, 2m). Returns float32 (2n,) or (B, 2n).
+``torch.ops.cpukern.fused_moe(x, w13, w2, topk_weights, topk_ids, activation="silu",
+w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
+    cpukern.moe.fused_moe over bf16 expert weights w13 (E, 2I, H) and w2 (E, H, I).
+``torch.ops.cpukern.prepack_moe_weight(weight, packed_weight, isa) -> ()``
+``torch.ops.cpukern.cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
+topk_id, skip_weighted, act, isa) -> ()``
+    vLLM's argument order and meaning (vllm._custom_ops); ``isa`` may be one of cpukern's
+    variant names (forced) or "", "auto" or a vLLM name ("amx", "vec", "neon": automatic).
+
+Prepared weights (the kernels' own layouts: cpukern.ternary.prepare, moe.prepack) are not
+tensors, so the op schemas take the plain weight tensors and each op keeps the prepared form
+in a cache keyed by the weight tensor: its identity, data_ptr, shape and version counter
+(``tensor._version``). The first call with given weights converts them (O(weights)); later
+calls reuse the conversion; an in-place change through torch (``copy_``, ``load_state_dict``)
+bumps the version and the next call converts again. The entry is dropped when the weight
+tensor object is garbage collected. Writes that bypass torch's version counter (through a
+numpy view, ``.data`` tricks, or another process) are not seen: call ``clear_cache()``.
+
+vLLM's ``prepack_moe_weight(weight, packed_weight, isa)`` fills ``packed_weight`` (same shape
+and dtype as ``weight``, as vLLM allocates it with ``empty_like``) with the weights and packs
+them into the cache keyed by ``packed_weight``; ``cpu_fused_moe`` looks the packing up there
+(and packs again if the entry is missing or stale, e.g. after loading a state dict). The
+packed layout pads rows and columns to the micro-kernel's tile, so in general it does not fit
+in a tensor of the weight's shape; keeping the bf16 weights in ``packed_weight`` keeps that
+tensor self-describing (it can be saved, loaded and re-packed for another CPU) at the cost
+of holding the weights twice (the tensor and the packing).
+"""
+
+from __future__ import annotations
+
+from cpukern.torch._weight_cache import cache_info, clear_cache
+from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
+from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
+from cpukern.torch.modules import FusedMoE, TernaryLinear, WidelyLinear
+
+__all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE", "clear_cache", "cache_info"]

@@ -1,0 +1,123 @@
+"""torch.library ops of cpukern (namespace ``cpukern``) and their fake implementations:
+ternary_gemv, widely_linear, fused_moe (see the cpukern.torch docstring). vLLM-order ops:
+cpukern.torch.vllm."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from cpukern import moe as _moe
+from cpukern import ternary as _ternary
+from cpukern.torch._weight_cache import _CACHE, _fingerprint
+
+__all__ = ["ternary_gemv", "widely_linear", "fused_moe"]
+
+_VLLM_ISAS = ("", "auto", "amx", "vec", "neon")
+
+
+def _isa(isa: Optional[str]) -> Optional[str]:
+    """A forced variant name, or None for automatic selection ("" or a vLLM name)."""
+    if isa is None or isa in _VLLM_ISAS:
+        return None
+    return isa
+
+
+def _u32(t: Tensor, name: str) -> Tensor:
+    if t.dtype == torch.int32:
+        return t.view(torch.uint32)
+    if t.dtype != torch.uint32:
+        raise TypeError(f"{name}: expected a uint32 or int32 tensor, got {t.dtype} tensor of shape "
+                        f"{tuple(t.shape)}")
+    return t
+
+
+def _check_2d_or_1d(x: Tensor, name: str) -> None:
+    if x.dim() not in (1, 2):
+        raise ValueError(f"{name}: expected 1 or 2 dimensions, got shape {tuple(x.shape)}")
+
+
+@torch.library.custom_op("cpukern::ternary_gemv", mutates_args=())
+def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act: str = "fp32",
+                 isa: str = "") -> Tensor:
+    """y[..., m] = scale[m] * sum_k w[m, k] x[..., k] (see cpukern.ternary.gemv)."""
+    _check_2d_or_1d(x, "x")
+    k = int(x.shape[-1])
+    p = _u32(packed, "packed")
+
+    def build() -> Any:
+        s = scale
+        if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
+            s = s.reshape(1).expand(p.shape[0]).contiguous()
+        return _ternary.prepare(p, k, s, isa=_isa(isa))
+
+    prepared = _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)), build)
+    return _ternary.gemv(prepared, x, act=act)
+
+
+@ternary_gemv.register_fake
+def _(packed, x, scale=None, act="fp32", isa=""):
+    torch._check(packed.dim() == 2, lambda: "packed: expected 2 dimensions (M, words)")
+    torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
+    torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
+    return x.new_empty(tuple(x.shape[:-1]) + (packed.shape[0],), dtype=torch.float32)
+
+
+@torch.library.custom_op("cpukern::widely_linear", mutates_args=())
+def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, isa: str = "") -> Tensor:
+    """y = U x + W conj(x) as a real layer (see cpukern.ternary.widely_linear)."""
+    _check_2d_or_1d(x, "x")
+    m = int(x.shape[-1]) // 2
+    p = _u32(planes, "planes")
+    layer = _CACHE.get(planes, (m, _fingerprint(scales), _isa(isa)),
+                       lambda: _ternary.prepare_widely_linear(p, scales, m, isa=_isa(isa)))
+    return _ternary.widely_linear(layer, x)
+
+
+@widely_linear.register_fake
+def _(planes, scales, x, isa=""):
+    torch._check(planes.dim() in (3, 4), lambda: "planes: expected (S, 4, n, words)")
+    torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
+    torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
+    return x.new_empty(tuple(x.shape[:-1]) + (2 * planes.shape[-2],), dtype=torch.float32)
+
+
+def _packed_experts(w: Tensor, name: str, isa: Optional[str]) -> Any:
+    if w.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I), got {w.dtype} tensor of "
+                        f"shape {tuple(w.shape)}")
+    return _CACHE.get(w, (isa,), lambda: _moe.prepack(w, isa=isa))
+
+
+def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
+                    topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
+                    w2_bias: Optional[Tensor], skip_weighted: bool, isa: str) -> None:
+    forced = _isa(isa)
+    p13 = _packed_experts(w13, "w13", forced)
+    p2 = _packed_experts(w2, "w2", forced)
+    if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
+        topk_ids = topk_ids.to(torch.int32)
+    _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
+                   w2_bias=w2_bias, skip_weighted=skip_weighted, out=out)
+
+
+@torch.library.custom_op("cpukern::fused_moe", mutates_args=())
+def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
+              activation: str = "silu", w13_bias: Optional[Tensor] = None,
+              w2_bias: Optional[Tensor] = None, skip_weighted: bool = False,
+              isa: str = "") -> Tensor:
+    """bf16 fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16."""
+    out = torch.empty_like(x)
+    _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                    skip_weighted, isa)
+    return out
+
+
+@fused_moe.register_fake
+def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_bias=None,
+      skip_weighted=False, isa=""):
+    torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
+    torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
+    return torch.empty_like(x)

@@ -1,0 +1,76 @@
+"""vLLM-order ops (vllm._custom_ops): ``cpukern::prepack_moe_weight(weight, packed_weight,
+isa)`` and ``cpukern::cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
+topk_id, skip_weighted, act, isa)``; see the cpukern.torch docstring."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from cpukern import moe as _moe
+from cpukern.torch._weight_cache import _CACHE, _version
+from cpukern.torch.ops import _fused_moe_into, _isa
+
+__all__ = ["prepack_moe_weight", "cpu_fused_moe"]
+
+
+@torch.library.custom_op("cpukern::prepack_moe_weight", mutates_args=("packed_weight",))
+def prepack_moe_weight(weight: Tensor, packed_weight: Tensor, isa: str) -> None:
+    """vLLM order: packs bf16 weight (E, O, I) for cpu_fused_moe; packed_weight: a tensor of
+    the same shape and dtype (torch.empty_like(weight)) that receives the weights and keys the
+    packing."""
+    if weight.dtype != torch.bfloat16 or packed_weight.dtype != torch.bfloat16:
+        raise TypeError(f"weight, packed_weight: expected bfloat16 tensors, got {weight.dtype} and "
+                        f"{packed_weight.dtype}")
+    if weight.dim() != 3 or tuple(packed_weight.shape) != tuple(weight.shape):
+        raise ValueError(f"packed_weight: expected shape {tuple(weight.shape)} (E, O, I) like "
+                         f"weight, got {tuple(packed_weight.shape)}")
+    if not packed_weight.is_contiguous():
+        raise TypeError("packed_weight: expected a contiguous tensor")
+    if packed_weight.data_ptr() != weight.data_ptr():
+        packed_weight.copy_(weight)
+    # Pack now (the load-time cost belongs here). The custom-op machinery bumps the version
+    # of packed_weight once more after this returns: the first cpu_fused_moe adopts the
+    # packing if the version is the one seen here or the next (see _adopt).
+    _PENDING[id(packed_weight)] = (packed_weight.data_ptr(), tuple(packed_weight.shape),
+                                   _version(packed_weight), _isa(isa),
+                                   _moe.prepack(packed_weight, isa=_isa(isa)))
+    weakref.finalize(packed_weight, _PENDING.pop, id(packed_weight), None)
+
+
+@prepack_moe_weight.register_fake
+def _(weight, packed_weight, isa):
+    return None
+
+
+# Packings made by prepack_moe_weight, adopted by the first cpu_fused_moe call on that tensor.
+_PENDING: dict[int, tuple] = {}
+
+
+def _adopt(w: Tensor, isa: Optional[str]) -> None:
+    pending = _PENDING.pop(id(w), None)
+    if pending is None:
+        return
+    ptr, shape, version, pisa, packed = pending
+    if (ptr == w.data_ptr() and shape == tuple(w.shape) and pisa == isa
+            and _version(w) in (version, version + 1)):
+        _CACHE.get(w, (isa,), lambda: packed)
+
+
+@torch.library.custom_op("cpukern::cpu_fused_moe", mutates_args=("output",))
+def cpu_fused_moe(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
+                  w13_bias: Optional[Tensor], w2_bias: Optional[Tensor], topk_weights: Tensor,
+                  topk_id: Tensor, skip_weighted: bool, act: str, isa: str) -> None:
+    """vLLM order: output (T, H) bf16 <- fused MoE of input with the packed w13, w2."""
+    for w in (w13, w2):
+        _adopt(w, _isa(isa))
+    _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, act, w13_bias, w2_bias,
+                    skip_weighted, isa)
+
+
+@cpu_fused_moe.register_fake
+def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, isa):
+    return None
