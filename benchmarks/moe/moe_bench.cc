@@ -1,4 +1,4 @@
-// Fused MoE layers of real models, every variant this CPU runs, T in {1, 16, 64, 256},
+// Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, T in {1, 16, 64, 256},
 // threads 1 and all. Counters: ms per call, TFLOP/s, GB/s of expert weights touched (each
 // distinct routed expert's w13 + w2 read once). The reference variant (scalar) runs T=1 only.
 #include <benchmark/benchmark.h>
@@ -109,10 +109,10 @@ void run(benchmark::State& state, const Layer* l, std::string isa, int64_t t, in
 int register_all() {
   const int all = std::max(1, cpu_info().num_cores);
   for (const Layer& l : kLayers)
-    for (const auto& v : list_variants()) {
-      if (!v.supported) continue;
+    for (const Variant& v : registry().variants()) {
+      if (!v.supported()) continue;
       for (int64_t t : {1, 16, 64, 256}) {
-        if (v.name == "reference" && t > 1) continue;
+        if (v.name == std::string("reference") && t > 1) continue;
         for (int th : {1, all}) {
           if (th == all && all == 1 && th != 1) continue;
           const std::string name = std::string("moe/") + l.name + "/" + v.name +
@@ -137,7 +137,7 @@ namespace cpukern::moe {
 namespace {
 
 void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k, int64_t cols) {
-  const Ukernel& uk = variant_row(registry().select(isa.c_str())).ukernel;
+  const Ukernel& uk = registry().select(isa).ukernel;
   const int64_t panels = (cols + uk.nr - 1) / uk.nr;
   std::vector<bf16_t> w(size_t(panels * uk.nr * k)), a(size_t(m * k));
   fill_random(w, 0.05f, 7);
@@ -161,18 +161,18 @@ void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k,
 }
 
 int register_ukernels() {
-  for (const auto& v : list_variants()) {
-    if (!v.supported || v.name == "reference") continue;
+  for (const Variant& v : registry().variants()) {
+    if (!v.supported() || v.name == std::string("reference")) continue;
     for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
       benchmark::RegisterBenchmark(
-          ("ukernel/" + v.name + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(),
+          ("ukernel/" + std::string(v.name) + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(),
           run_ukernel, v.name, m, 2880, 128)
           ->UseRealTime()
           ->MinTime(0.1);
     // Weights streamed from memory (94 MB, past the caches): decode and a T=64 expert.
     for (int64_t m : {1, 8})
       benchmark::RegisterBenchmark(
-          ("ukernel/" + v.name + "/m:" + std::to_string(m) + "/k:2880/cols:16384").c_str(),
+          ("ukernel/" + std::string(v.name) + "/m:" + std::to_string(m) + "/k:2880/cols:16384").c_str(),
           run_ukernel, v.name, m, 2880, 16384)
           ->UseRealTime()
           ->MinTime(0.3);

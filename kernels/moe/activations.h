@@ -13,6 +13,8 @@
 #include "kernels/moe/moe.h"
 
 namespace cpukern::moe::act {
+// Internal linkage: each ISA's translation unit keeps its own copy (no ODR merge across flags).
+namespace {
 
 template <int W>
 struct Vec {
@@ -190,4 +192,5 @@ void activation_rows(Activation a, int64_t m, int64_t n, const float* g, const f
   }
 }
 
+}  // namespace
 }  // namespace cpukern::moe::act

@@ -15,6 +15,7 @@
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
@@ -37,7 +38,7 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
   check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
-  const Variant& v = variant_row(registry().select(isa.c_str()));
+  const Variant& v = registry().select(isa);
   const Ukernel& uk = v.ukernel;
   const int64_t per = uk.packed_size(o, i);
   auto p = std::make_shared<PackedExperts>();
@@ -166,8 +167,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   check_arg(w13.o == 2 * w2.i, "w13",
             "out-features must be 2 * w2's in-features (" + std::to_string(2 * w2.i) + "), got " +
                 std::to_string(w13.o));
-  check_arg(threads >= -1 && threads <= 4096, "threads",
-            "expected -1, 0 (default) or 1..4096, got " + std::to_string(threads));
+  const int64_t nthreads = limits::resolve_threads(threads);
   const int64_t e = w13.e;
   check_arg(topk >= 1 && topk <= e, "topk",
             "must be in [1, " + std::to_string(e) + "], got " + std::to_string(topk));
@@ -189,7 +189,6 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
 
   const Ukernel& uk = w13.variant->ukernel;
   const int64_t I = w2.i, H = h;
-  const int64_t nthreads = threads <= 0 ? get_num_threads() : threads;
   const bool interleaved = activation == Activation::kSwigluOai;
 
   // A reference to this thread's scratch: the lambdas below run on other threads.

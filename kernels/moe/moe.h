@@ -21,11 +21,11 @@ Activation parse_activation(const std::string& name);  // else throws naming "ac
 void route(const float* logits, int64_t t, int64_t e, int64_t topk, bool renormalize,
            float* weights, int32_t* ids);
 
-struct Variant;  // registry row (see ukernel.h)
+struct Ukernel;  // the micro-kernel interface (ukernel.h)
 
 // Expert weights (e, o, i) bf16 in nn.Linear [out, in] order, packed for one kernel family.
 struct PackedExperts {
-  const Variant* variant = nullptr;
+  const cpukern::Variant<Ukernel>* variant = nullptr;  // the registry row
   std::string isa;
   int64_t e = 0, o = 0, i = 0;
   AlignedBuffer data;

@@ -1,49 +1,33 @@
-// The fused-MoE registry: one table, rows per architecture.
+// The fused-MoE registry: its rows are the kernel list's (ukernels/ukernels.inc).
 #include <vector>
 
+#include "kernels/common/kernel_list.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
+#include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {
-namespace {
 
-Variant row(const char* name, uint64_t required, int priority, const Ukernel& uk) {
-  Variant v;
-  v.name = name;
-  v.required = required;
-  v.priority = priority;
-  v.ukernel = uk;
-  return v;
-}
-
-const std::vector<Variant>& table() {
-  static const std::vector<Variant> rows = {
-#if defined(__x86_64__)
-      row("avx512_bf16", kAVX512F | kAVX512BW | kAVX512VL | kAVX512BF16, 30, kUkernelAvx512Bf16),
-      row("avx2", kAVX2 | kFMA, 20, kUkernelAvx2Fma),
-#endif
-#if defined(__aarch64__)
-      row("neon_bf16_bfmmla", kNEON | kBF16, 30, kUkernelNeonBfmmla),
-      row("neon", kNEON, 20, kUkernelNeonFma),
-#endif
-      row("reference", 0, 0, kUkernelScalar),
-  };
-  return rows;
-}
-
-}  // namespace
+#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel) \
+  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, ukernel}, )
 
 const Registry<Ukernel>& registry() {
-  static const Registry<Ukernel> r("fused_moe", std::vector<cpukern::Variant<Ukernel>>(
-                                              table().begin(), table().end()));
+  static const Registry<Ukernel> r("fused_moe", {
+#include "kernels/moe/ukernels/ukernels.inc"
+                                                });
   return r;
 }
 
-const Variant& variant_row(const cpukern::Variant<Ukernel>& v) {
-  const auto& vs = registry().variants();
-  return table()[size_t(&v - vs.data())];
+// No MoE micro-kernel is built against SIMDe yet, so there is no :simde library and no row.
+// (With a simde row, a :simde library compiles this file again with isa = "simde_avx512" and
+// this definition moves under #if defined(CPUKERN_SIMDE), as in the other ops.)
+const std::vector<Variant>& simde_variants() {
+  static const std::vector<Variant> rows;
+  return rows;
 }
 
 std::vector<VariantInfo> list_variants() { return registry().info(); }
+
+#undef CPUKERN_VARIANT
 
 }  // namespace cpukern::moe

@@ -2,9 +2,11 @@
 //
 // A ukernel is stateless: a tile shape, a weight packer (one expert, nn.Linear [o][i] order),
 // an A (token rows) packer, a GEMM over a range of NR-column panels, and an activation hook
-// compiled with the variant's ISA flags. The driver (driver.cc) is written once against it.
+// compiled with the variant's ISA flags. The driver (driver.cc) is written once against it;
+// micro-kernel files build theirs from a register tile with make_ukernel (gemm_loop.h).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/registry.h"
@@ -46,23 +48,13 @@ struct Ukernel {
                      bf16_t* out, int64_t ldo);
 };
 
-// The registry row (moe.h forward-declares it): a plain cpukern::Variant<Ukernel>.
-struct Variant : cpukern::Variant<Ukernel> {};
+// The registry row is the variant; prepared weights point at it.
+using Variant = cpukern::Variant<Ukernel>;
 
-// The op's registry, and the rows of its table in the same order as registry().variants().
+// The op's registry, built from the kernel list (ukernels/ukernels.inc), and the rows of
+// micro-kernels built only for tests against SIMDe (none for MoE yet).
 const Registry<Ukernel>& registry();
-const Variant& variant_row(const cpukern::Variant<Ukernel>& v);
-
-// Each ukernel file exports its Ukernel table entry.
-extern const Ukernel kUkernelScalar;
-#if defined(__x86_64__)
-extern const Ukernel kUkernelAvx2Fma;
-extern const Ukernel kUkernelAvx512Bf16;
-#endif
-#if defined(__aarch64__)
-extern const Ukernel kUkernelNeonFma;
-extern const Ukernel kUkernelNeonBfmmla;
-#endif
+const std::vector<Variant>& simde_variants();
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

@@ -1,70 +1,94 @@
 #!/usr/bin/env python3
-"""Checks that the AArch64 BFMMLA micro-kernels really contain `bfmmla` instructions.
+"""Checks the AArch64 MoE micro-kernel archives against the kernel list.
 
-Usage: check_bfmmla.py [--objdump PATH] [--absent] FILE...
+Usage: check_bfmmla.py [--objdump PATH] UKERNELS_INC ARCHIVE...
 
-Disassembles each object file or archive (aarch64-linux-gnu-objdump -d -C) and, per function
-whose name contains "kernel_8x8" or "kernel_4x16" (the BFMMLA micro-kernels), counts `bfmmla`
-instructions. Fails unless every such function has at least one, and unless at least one such
-function was found. With --absent, fails instead if ANY function in the files contains a
-bfmmla/bfdot/bfcvt instruction (for the libraries that must run on CPUs without FEAT_BF16).
+The archives are the ISA libraries, libukernels_<isa>.a. For every row of the kernel list
+(kernels/moe/ukernels/ukernels.inc) whose isa is neon_bf16, the archive member compiled from
+the row's file (<ukernel>.o) must contain `bfmmla` in its GEMM code (the blocked loop or the
+BFMMLA register kernels); for every row whose isa is neon, the member must be in
+libukernels_neon.a, and that library must contain no BF16 instruction at all (it runs on CPUs
+without FEAT_BF16). Fails when no row was checked.
 """
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
 
+ROW = re.compile(r"^CPUKERN_VARIANT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(-?\d+)\s*,\s*(\w+)\s*\)",
+                 re.M)
+MEMBER = re.compile(r"^(\S+?)(?:\.pic)?\.o:\s+file format")
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{8}\s+)?(\S+)")
 BF16 = re.compile(r"^(bfmmla|bfdot|bfmlal[bt]|bfcvt\w*)$")
-KERNELS = ("kernel_8x8", "kernel_4x16")
+GEMM = ("blocked_gemm", "bfmmla::")
 
 
 def functions(objdump, path):
+    """{member: {function: [mnemonics]}} of an archive (or object file)."""
     out = subprocess.run([objdump, "-d", "-C", path], check=True, capture_output=True,
                          text=True).stdout
-    name, insns = None, []
+    members, member, name = {}, os.path.basename(path), None
     for line in out.splitlines():
+        m = MEMBER.match(line)
+        if m:
+            member, name = m.group(1), None
+            continue
         m = FUNC.match(line)
         if m:
-            if name is not None:
-                yield name, insns
-            name, insns = m.group(1), []
+            name = m.group(1)
+            members.setdefault(member, {})[name] = []
             continue
         m = INSN.match(line)
         if m and name is not None:
-            insns.append(m.group(1))
-    if name is not None:
-        yield name, insns
+            members[member][name].append(m.group(1))
+    return members
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--objdump", default=shutil.which("aarch64-linux-gnu-objdump") or "objdump")
-    ap.add_argument("--absent", action="store_true")
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("kernel_list")
+    ap.add_argument("archives", nargs="+")
     args = ap.parse_args()
-    checked, ok = 0, True
-    for path in args.files:
-        for name, insns in functions(args.objdump, path):
+    rows = ROW.findall(open(args.kernel_list).read())
+    libs = {}
+    for path in args.archives:
+        m = re.match(r"libukernels_(\w+?)(?:\.pic)?\.a$", os.path.basename(path))
+        if m:
+            libs[m.group(1)] = functions(args.objdump, path)
+    ok, checked = True, 0
+    for arch, name, isa, _, ukernel in rows:
+        if isa not in ("neon_bf16", "neon"):
+            continue
+        checked += 1
+        funcs = libs.get(isa, {}).get(ukernel)
+        if funcs is None:
+            print(f"FAIL {name}: no member {ukernel}.o in libukernels_{isa}.a")
+            ok = False
+            continue
+        if isa == "neon":
+            print(f"ok   {name}: {ukernel}.o in libukernels_neon.a")
+            continue
+        counts = {f: sum(1 for i in insns if i == "bfmmla") for f, insns in funcs.items()
+                  if any(g in f for g in GEMM)}
+        for f, n in sorted(counts.items()):
+            print(f"     {ukernel}: {f[:100]}: {n} bfmmla")
+        good = sum(counts.values()) > 0
+        print(f"{'ok  ' if good else 'FAIL'} {name}: {sum(counts.values())} bfmmla in its GEMM")
+        ok &= good
+    for member, funcs in libs.get("neon", {}).items():
+        for f, insns in funcs.items():
             n = sum(1 for i in insns if BF16.match(i))
-            if args.absent:
-                if n:
-                    print(f"FAIL {path}: {name}: {n} BF16 instructions in a no-BF16 library")
-                    ok = False
-                checked += 1
-                continue
-            if not any(k in name for k in KERNELS):
-                continue
-            b = sum(1 for i in insns if i == "bfmmla")
-            checked += 1
-            print(f"{'ok  ' if b else 'FAIL'} {name}: {b} bfmmla")
-            ok &= b > 0
+            if n:
+                print(f"FAIL libukernels_neon.a {member}: {f}: {n} BF16 instructions")
+                ok = False
     if checked == 0:
-        print("FAIL: no function checked")
+        print("FAIL: no neon / neon_bf16 row checked")
         return 1
-    print(("PASS" if ok else "FAIL") + f": {checked} functions checked")
+    print(("PASS" if ok else "FAIL") + f": {checked} rows checked")
     return 0 if ok else 1
 
 

@@ -4,35 +4,20 @@
 // keep separate even/odd-k accumulators to hide the FMA latency.
 #include <arm_neon.h>
 
-#include <algorithm>
+#include <type_traits>
 
-#include "kernels/moe/activations.h"
-#include "kernels/moe/ukernel.h"
+#include "kernels/common/unroll.h"
+#include "kernels/moe/gemm_loop.h"
 #include "kernels/moe/ukernels/pack_kpairs.h"
+#include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {
 namespace {
 
-constexpr int kMR = 4, kNR = 16, kKR = 2;
-
-int64_t packed_size(int64_t o, int64_t i) {
-  return (o + kNR - 1) / kNR * kNR * round_up(i, kKR) * 2;
-}
-void pack(const bf16_t* w, int64_t o, int64_t i, void* dst) {
-  pack_kpairs<kNR>(w, o, i, round_up(i, kKR), dst);
-}
-// A rows fp32 [m][round_up(k, 4)] so that one vector holds two k pairs.
-int64_t packed_a_size(int64_t m, int64_t k) { return m * round_up(k, 4) * 4; }
-void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k, void* dst) {
-  pack_a_f32(a, lda, rows, m, k, round_up(k, 4), static_cast<float*>(dst));
-}
-
-// GCC keeps per-row accumulator arrays in registers only when the row loops are unrolled
-// before scalar replacement; without the pragma it spills them to the stack every k step.
-#define CPUKERN_UNROLL _Pragma("GCC unroll 16")
+constexpr int kNR = 16;
 
 template <int M, bool kDual>
-inline void tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w, float* c,
+inline void fma_tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w, float* c,
                  int64_t ldc, bool accumulate) {
   const uint32x4_t mask = vdupq_n_u32(0xffff0000u);
   float32x4_t acc[M][4], odd[kDual ? M : 1][4];
@@ -78,37 +63,23 @@ inline void tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w, flo
     }
 }
 
-void gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
-          float* c, int64_t ldc, bool accumulate) {
-  const float* a = static_cast<const float*>(a_packed);
-  const int64_t kp = round_up(k, kKR), lda = round_up(k, 4), kh = kp / 2;
-  const uint32_t* wp = static_cast<const uint32_t*>(w);
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint32_t* panel = wp + p * kNR * kh;
-    float* cp = c + (p - p0) * kNR;
-    for (int64_t r = 0; r < m; r += kMR) {
-      const float* ar = a + r * lda;
-      float* cr = cp + r * ldc;
-      switch (std::min<int64_t>(kMR, m - r)) {
-        case 1: tile<1, true>(ar, lda, kh, panel, cr, ldc, accumulate); break;
-        case 2: tile<2, true>(ar, lda, kh, panel, cr, ldc, accumulate); break;
-        case 3: tile<3, false>(ar, lda, kh, panel, cr, ldc, accumulate); break;
-        default: tile<4, false>(ar, lda, kh, panel, cr, ldc, accumulate); break;
-      }
-    }
+struct Tile : TileDefaults {
+  static constexpr int kMR = 4, kNR = moe::kNR, kKR = 2, kAStep = 2, kActW = 4;
+  using A = float;  // rows fp32 [m][round_up(k, 4)]: one vector holds two k pairs
+  static int64_t a_stride(int64_t k) { return round_up(k, 4); }
+  static int64_t rows(int64_t rem) { return std::min<int64_t>(kMR, rem); }
+  static constexpr auto pack = pack_kpairs<kNR>;
+  static constexpr auto pack_a = pack_a_f32<4>;
+  template <int M>
+  static void tile(const float* a, int64_t lda, int64_t nk, const bf16_t* w, int64_t, int,
+                   float* c, int64_t ldc, bool accumulate, int64_t) {
+    fma_tile<M, (M <= 2)>(a, lda, nk, reinterpret_cast<const uint32_t*>(w), c, ldc, accumulate);
   }
-}
-
-void activation(Activation act, int64_t m, int64_t n, const float* g, const float* u, int64_t ldc,
-                bool interleaved, const bf16_t* bg, const bf16_t* bu, bf16_t* out, int64_t ldo) {
-  act::activation_rows<4>(act, m, n, g, u, ldc, interleaved, bg, bu, out, ldo);
-}
+};
 
 }  // namespace
 
-const Ukernel kUkernelNeonFma = {
-    "moe_gemm_f32_f32_bf16p16x2_4x16__neon_fma", "bf16p16x2", kMR, kNR, kKR,
-    packed_size, pack, packed_a_size, pack_a, gemm, activation,
-};
+const Ukernel moe_gemm_f32_f32_bf16p16x2_4x16__neon_fma =
+    make_ukernel<Tile>("moe_gemm_f32_f32_bf16p16x2_4x16__neon_fma", "bf16p16x2");
 
 }  // namespace cpukern::moe

@@ -1,8 +1,10 @@
-// Packer shared by the widen+FMA and dot-product kernels ("bf16p<NR>x2" layouts): per panel of
-// NR output columns, per pair of k, NR 32-bit words each holding (w[col][k], w[col][k+1]) as
-// (low, high) halves: [ceil(o/NR)][Kp/2][NR][2] bf16, K padded to kp with zeros, missing
-// columns zero. One 32-bit word then widens to two fp32 lanes with a shift and a mask, and is
-// exactly the operand pair vdpbf16ps consumes.
+// Packers shared by the widen+FMA, dot-product and scalar kernels.
+//
+// pack_kpairs<NR> ("bf16p<NR>x2" layouts): per panel of NR output columns, per pair of k, NR
+// 32-bit words each holding (w[col][k], w[col][k+1]) as (low, high) halves:
+// [ceil(o/NR)][Kp/2][NR][2] bf16, K padded to even with zeros, missing columns zero. One 32-bit
+// word then widens to two fp32 lanes with a shift and a mask, and is exactly the operand pair
+// vdpbf16ps consumes.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -10,11 +12,12 @@
 #include "kernels/common/bf16.h"
 
 namespace cpukern::moe {
+namespace {  // internal linkage: compiled per ISA
 
 template <int NR>
-inline void pack_kpairs(const bf16_t* w, int64_t o, int64_t i, int64_t kp, void* dst) {
+void pack_kpairs(const bf16_t* w, int64_t o, int64_t i, void* dst) {
   bf16_t* d = static_cast<bf16_t*>(dst);
-  const int64_t panels = (o + NR - 1) / NR;
+  const int64_t kp = (i + 1) / 2 * 2, panels = (o + NR - 1) / NR;
   for (int64_t p = 0; p < panels; ++p) {
     bf16_t* dp = d + p * NR * kp;
     for (int64_t kk = 0; kk < kp / 2; ++kk) {
@@ -28,15 +31,18 @@ inline void pack_kpairs(const bf16_t* w, int64_t o, int64_t i, int64_t kp, void*
   }
 }
 
-// A rows widened to fp32, [m][kp], zero past k.
-inline void pack_a_f32(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
-                       int64_t kp, float* d) {
+// A rows widened to fp32, [m][round_up(k, KP)], zero past k.
+template <int KP>
+void pack_a_f32(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                void* dst) {
+  const int64_t kp = (k + KP - 1) / KP * KP;
   for (int64_t r = 0; r < m; ++r) {
     const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
-    float* dr = d + r * kp;
+    float* dr = static_cast<float*>(dst) + r * kp;
     for (int64_t j = 0; j < k; ++j) dr[j] = bf16_to_f32(src[j]);
     for (int64_t j = k; j < kp; ++j) dr[j] = 0.0f;
   }
 }
 
+}  // namespace
 }  // namespace cpukern::moe

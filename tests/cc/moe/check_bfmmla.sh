@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs tests/static/check_bfmmla.py ($1) on the aarch64 archives of //kernels/moe:
-# $2 = libukernels_neon_bf16.a (must contain bfmmla), $3 = libukernels_neon.a (must not).
+# Runs tests/static/check_bfmmla.py ($1) with the kernel list ($2) on the aarch64 ISA
+# libraries of //kernels/moe ($3...): each neon_bf16 row's object must contain bfmmla, the
+# neon library none.
 set -euo pipefail
-python3 "$1" "$2"
-python3 "$1" --absent "$3"
+python3 "$@"

@@ -7,35 +7,33 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/kernel_list.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
+#include "kernels/moe/ukernels/ukernels.h"
+#include "tests/cc/common/variant_params.h"
 
 namespace cpukern::moe {
 namespace {
 
+using cpukern::testing::find_test_variant;
+
+// The variants under test: the kernel list's rows (ukernels/ukernels.inc).
 std::vector<std::string> variant_names() {
-  std::vector<std::string> v;
-  for (const auto& row : registry().variants()) v.push_back(row.name);
-  return v;
+  return cpukern::testing::test_variant_names(registry(), simde_variants());
 }
 
-// Returns "" when the variant runs here, else why not.
-std::string skip_reason(const std::string& name) {
-  for (const auto& row : registry().variants()) {
-    if (name != row.name) continue;
-    if (row.supported()) return "";
-    std::string need;
-    for (const auto& f : feature_names(row.required & ~cpu_info().features))
-      need += (need.empty() ? "" : ", ") + f;
-    return "variant " + name + " needs CPU features this CPU lacks: " + need;
-  }
-  return "unknown variant " + name;
+const Variant& test_variant(const std::string& name) {
+  const Variant* v = find_test_variant(registry(), simde_variants(), name);
+  if (!v) throw std::runtime_error("no variant " + name);
+  return *v;
 }
 
 std::vector<bf16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
@@ -217,8 +215,7 @@ class MoeVariantTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MoeVariantTest, MatchesFloat64ModelAndIsThreadInvariant) {
   const Param& prm = GetParam();
-  const std::string why = skip_reason(prm.variant);
-  if (!why.empty()) GTEST_SKIP() << why;
+  CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(prm.variant));
   const Problem p = make_problem(prm.c, 1234u + uint32_t(prm.c.h * 7 + prm.c.i));
   const std::vector<bf16_t> got = run(p, prm.variant, 1);
   const std::vector<double> want = model(p);
@@ -255,8 +252,7 @@ INSTANTIATE_TEST_SUITE_P(All, MoeVariantTest, ::testing::ValuesIn(params()),
 // Each variant vs the reference variant (the oracle) on one mid-size case.
 class MoeVsReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeVsReference, AgreesWithReference) {
-  const std::string why = skip_reason(GetParam());
-  if (!why.empty()) GTEST_SKIP() << why;
+  CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(GetParam()));
   for (Activation a : {Activation::kSilu, Activation::kSwigluOai}) {
     const Problem p = make_problem({8, 4, 176, 176, 7, a, true, false, false, false}, 99u);
     const auto got = run(p, GetParam(), 2), ref = run(p, "reference", 1);
@@ -272,13 +268,14 @@ INSTANTIATE_TEST_SUITE_P(All, MoeVsReference, ::testing::ValuesIn(variant_names(
 // The micro-kernel itself: ragged shapes, a sub-range of panels, accumulate mode.
 class MoeUkernelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
-  const std::string why = skip_reason(GetParam());
-  if (!why.empty()) GTEST_SKIP() << why;
-  const Ukernel& uk = registry().find(GetParam()).ukernel;
+  const Variant& v = test_variant(GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  const Ukernel& uk = v.ukernel;
   std::mt19937 rng(7);
-  for (int64_t k : {45, 301})  // 301: past one K block, a partial last block
+  // 301: past one K block, a partial last block; o 37 and 45: even and odd panel counts.
+  for (int64_t o : {37, 45})
+  for (int64_t k : {45, 301})
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
-    const int64_t o = 37;
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k)));
@@ -305,22 +302,37 @@ INSTANTIATE_TEST_SUITE_P(All, MoeUkernelTest, ::testing::ValuesIn(variant_names(
 TEST(MoeRegistry, NamesAndDefault) {
   const auto vs = list_variants();
   ASSERT_FALSE(vs.empty());
-  int selected = 0;
+  int selected = 0, best = -1;
   bool has_ref = false;
   for (const auto& v : vs) {
     selected += v.selected;
     has_ref |= v.name == "reference";
+    if (v.supported) best = std::max(best, v.priority);
     EXPECT_EQ(v.ukernel.rfind("moe_gemm_f32_", 0), 0u) << v.ukernel;
     EXPECT_NE(v.ukernel.find("__"), std::string::npos) << v.ukernel;
   }
   EXPECT_EQ(selected, 1);
   EXPECT_TRUE(has_ref);
-#if defined(__aarch64__)
-  EXPECT_EQ(vs[0].name, "neon_bf16_bfmmla");
-  if (cpu_has(kNEON | kBF16)) {
-    EXPECT_TRUE(vs[0].selected || std::getenv("CPUKERN_ISA"));
-  }
-#endif
+  // The default is the highest-priority row this CPU runs (unless CPUKERN_ISA forces one).
+  for (const auto& v : vs)
+    if (v.selected && !std::getenv("CPUKERN_ISA")) EXPECT_EQ(v.priority, best) << v.name;
+}
+
+// Each row of the kernel list is in the registry with its symbol's Ukernel, named after it.
+TEST(MoeRegistry, RowsAreTheKernelList) {
+  size_t n = 0;
+#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_) \
+  CPUKERN_ON(arch_, {                                            \
+    const Variant& v = registry().variants().at(n++);            \
+    EXPECT_STREQ(v.name, #name_);                                \
+    EXPECT_EQ(v.required, isa::isa_) << #name_;                  \
+    EXPECT_EQ(v.priority, priority_) << #name_;                  \
+    EXPECT_STREQ(v.ukernel.name, #ukernel_);                     \
+    EXPECT_STREQ(ukernel_.name, #ukernel_);                      \
+  })
+#include "kernels/moe/ukernels/ukernels.inc"
+#undef CPUKERN_VARIANT
+  EXPECT_EQ(n, registry().variants().size());
 }
 
 TEST(MoeRoute, SoftmaxTopkTiesAndRenormalize) {
@@ -383,6 +395,8 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   EXPECT_EQ(call(*w13, *w2, ids, 5, false, 1, h).rfind("topk:", 0), 0u);
   EXPECT_EQ(call(*w13, *w2, ids, k, true, 1, h).rfind("skip_weighted:", 0), 0u);
   EXPECT_EQ(call(*w13, *w2, ids, k, false, -5, h).rfind("threads:", 0), 0u);
+  EXPECT_EQ(call(*w13, *w2, ids, k, false, -1, h).rfind("threads:", 0), 0u);  // 0 = default
+  EXPECT_EQ(call(*w13, *w2, ids, k, false, 4097, h).rfind("threads:", 0), 0u);
   std::vector<int32_t> bad_ids = {0, 1, 2, 4, 1, 2};
   EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
   bad_ids[3] = -1;

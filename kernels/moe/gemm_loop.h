@@ -1,0 +1,93 @@
+// The blocked GEMM of every fused-MoE micro-kernel (Ukernel::gemm), written once over tile
+// traits T. Each micro-kernel file instantiates it (make_ukernel<T>) so that it compiles with
+// that file's ISA flags; T provides only the register tile and the packers:
+//   kMR, kNR, kKR   rows per tile, columns per weight panel, k per step
+//   kNP             panels one tile call may cover (a wider tile for few rows)
+//   kBlockK         K blocking when a chunk has several row blocks
+//   A, kARows       packed A element type; packed_a rows come in groups of kARows
+//   a_stride(k)     A elements from row r to row r + 1 (row blocks start at r * a_stride)
+//   kAStep          A elements per k step, from the start of a row block
+//   rows(rem)       the next row block's height with rem rows left (the row split)
+//   tile<M>(a, lda, nk, w, panel, np, c, ldc, accumulate, pf)
+//                   C[M][np * kNR] (= or +=) nk k steps of A x np panels (panel = bf16 from
+//                   one panel to the next); pf > 0: prefetch pf bytes ahead of w
+//   pack, pack_a, kActW (the activation's vector width)
+// Every weight layout is [panel][k step][kNR][kKR] bf16, zero-padded.
+// Each output element is one tile's k-ordered sum (continued across K blocks through C, which
+// is exact), so the loop order below does not change any result.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/moe/activations.h"
+#include "kernels/moe/ukernel.h"
+
+namespace cpukern::moe {
+
+// K block: a panel's next kKBlock k (NR x 256 bf16: 8 KiB at NR = 16) stay in L1 while every
+// row block of the chunk uses them, and the block after is prefetched meanwhile, so a panel
+// streams from memory once however many rows the expert has.
+inline constexpr int64_t kKBlock = 256;
+
+struct TileDefaults {
+  static constexpr int kNP = 1, kARows = 1;
+  static constexpr bool kBlockK = false;
+};
+
+template <class T, int M = 1, class... Args>
+inline void tile_rows(int64_t mb, Args... args) {
+  if constexpr (M < T::kMR) {
+    if (mb != M) return tile_rows<T, M + 1>(mb, args...);
+  }
+  T::template tile<M>(args...);
+}
+
+template <class T>
+void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
+                  int64_t p1, float* c, int64_t ldc, bool accumulate) {
+  const auto* a = static_cast<const typename T::A*>(a_packed);
+  const auto* wb = static_cast<const bf16_t*>(w);
+  const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
+  const int64_t step = int64_t(T::kNR) * T::kKR, panel = ks * step;
+  // One row block: no K blocking (a decode GEMV streams each panel in one pass, and the
+  // hardware prefetcher keeps up with a plain stream).
+  const int64_t kb = T::kBlockK && m > T::kMR ? kKBlock / T::kKR : ks;
+  const int64_t pf = kb < ks ? kb * step * 2 : 0;
+  for (int64_t p = p0; p < p1; p += T::kNP) {
+    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
+    float* cp = c + (p - p0) * T::kNR;
+    for (int64_t k0 = 0; k0 < ks; k0 += kb) {
+      const int64_t nk = std::min(kb, ks - k0);
+      const bf16_t* wk = wb + p * panel + k0 * step;
+      for (int64_t r = 0, mb; r < m; r += mb) {
+        mb = T::rows(m - r);
+        tile_rows<T>(mb, a + r * lda + k0 * T::kAStep, lda, nk, wk, panel, np, cp + r * ldc, ldc,
+                     accumulate || k0 > 0, pf);
+      }
+    }
+  }
+}
+
+template <class T>
+int64_t packed_size(int64_t o, int64_t i) {
+  return round_up(o, T::kNR) * round_up(i, T::kKR) * 2;
+}
+template <class T>
+int64_t packed_a_size(int64_t m, int64_t k) {
+  return round_up(m, T::kARows) * T::a_stride(k) * int64_t(sizeof(typename T::A));
+}
+template <class T>
+void activation(Activation act, int64_t m, int64_t n, const float* g, const float* u, int64_t ldc,
+                bool interleaved, const bf16_t* bg, const bf16_t* bu, bf16_t* out, int64_t ldo) {
+  act::activation_rows<T::kActW>(act, m, n, g, u, ldc, interleaved, bg, bu, out, ldo);
+}
+
+// The Ukernel of tile traits T (`name` = the symbol's name, `layout` = the packing family).
+template <class T>
+constexpr Ukernel make_ukernel(const char* name, const char* layout) {
+  return {name,           layout,         T::kMR,           T::kNR,
+          T::kKR,         packed_size<T>, T::pack,          packed_a_size<T>,
+          T::pack_a,      blocked_gemm<T>, activation<T>};
+}
+
+}  // namespace cpukern::moe

@@ -1,0 +1,13 @@
+// Declarations of every fused-MoE micro-kernel, expanded from the kernel list.
+#pragma once
+#include "kernels/common/kernel_list.h"
+#include "kernels/moe/ukernel.h"
+
+namespace cpukern::moe {
+
+#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel) \
+  CPUKERN_DECLARE(arch, extern const Ukernel ukernel;)
+#include "kernels/moe/ukernels/ukernels.inc"
+#undef CPUKERN_VARIANT
+
+}  // namespace cpukern::moe
