@@ -1,6 +1,6 @@
-// Google benchmark of the widely-linear layer, registered from the registry: every variant
-// this CPU supports x layer shapes x stages x batch x threads (1, 2) x fused/unfused, and
-// prepare() per variant.
+// Google benchmark of the widely-linear layer, registered from the kernel list: every
+// variant this CPU supports x layer shapes x stages x batch x threads (1, 2) x
+// fused/unfused, prepare() per variant, and every supported packer alone.
 // Counter GB/s = bytes of the prepared planes per call / time (the unfused schedule reads
 // them twice, so at equal GB/s it is doing twice the memory traffic).
 #include <benchmark/benchmark.h>
@@ -14,6 +14,7 @@
 
 #include "kernels/common/thread_pool.h"
 #include "kernels/common/cpu_features.h"
+#include "kernels/widely_linear/ukernel.h"
 #include "kernels/widely_linear/widely_linear.h"
 
 namespace {
@@ -79,7 +80,7 @@ void bench(benchmark::State& state, std::string isa, int64_t rows, int64_t cols,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Prepare (pack into the variant's layout), to compare the packers of avx2 / avx2_bmi2.
+// Prepare (validation, scales, and the packer prepare() picks for the variant's layout).
 void bench_prepare(benchmark::State& state, std::string isa, int64_t rows, int64_t cols,
                    int64_t S) {
   const int64_t n = rows / 2, m = cols / 2;
@@ -91,7 +92,28 @@ void bench_prepare(benchmark::State& state, std::string isa, int64_t rows, int64
   }
 }
 
+// One packer of the kernel list (e.g. g3r8x4's portable and pext packers).
+void bench_pack(benchmark::State& state, const cpukern::widely_linear::Packer* p, int64_t rows,
+                int64_t cols, int64_t S) {
+  const int64_t n = rows / 2, m = cols / 2;
+  const Planes& planes = planes_for(n, m, S);
+  const cpukern::widely_linear::Dims d{S, n, m, (m + 15) / 16};
+  std::vector<uint8_t> out(p->layout->packed_size(d));
+  for (auto _ : state) {
+    p->pack(planes.planes.data(), d, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 void register_all() {
+  for (const auto& p : cpukern::widely_linear::packers()) {
+    if (!p.supported()) continue;
+    benchmark::RegisterBenchmark(
+        (std::string("widely_linear_pack/") + p.name + "/4096x4096/S1").c_str(), bench_pack, &p,
+        4096, 4096, 1)
+        ->Unit(benchmark::kMillisecond);
+  }
   const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
   for (const auto& v : cpukern::widely_linear::list_variants()) {
     if (!v.supported) continue;
