@@ -1,20 +1,21 @@
-// The ternary GEMV driver, written once for every variant: validation, weight preparation,
-// activation preparation (fp32 tables or int8 quantisation), row tiling over the thread
-// pool, and the scale epilogue.
+// The ternary GEMV driver, written once for every variant: validation, weight preparation
+// (each layout by its best packer; the int8 layout at first use), activation preparation
+// (fp32 tables or int8 quantisation), row tiling over the thread pool, and the scale epilogue.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
 
 namespace cpukern::ternary {
 namespace {
-
-constexpr int kMaxThreadsArg = 1 << 16;
 
 std::string s(int64_t v) { return std::to_string(v); }
 
@@ -39,21 +40,39 @@ AlignedBuffer& scratch(int i) {
 }  // namespace
 
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t words, int64_t k,
-                                                       const float* scale) {
+                                                       int64_t m, int64_t k, const float* scale) {
   auto p = std::make_shared<PreparedWeights>();
   p->variant = &v;
   p->isa = v.name;
   p->m = m;
   p->k = k;
   if (scale) p->scale.assign(scale, scale + m);
-  const int64_t off = i8_offset(v, m, k);
-  p->data.resize(size_t(off + v.ukernel.i8.packed_size(m, k)));
-  if (m > 0 && k > 0) {
-    v.ukernel.f32.pack(packed, m, k, p->data.data());
-    v.ukernel.i8.pack(packed, m, k, p->data.data<char>() + off);
-  }
+  p->data.resize(size_t(v.ukernel.f32.packed_size(m, k)));
+  if (m > 0 && k > 0) packer_for(v.ukernel.f32.layout).pack(packed, m, k, p->data.data());
   return p;
+}
+
+const void* PreparedWeights::i8_data() const {
+  std::call_once(i8_once_, [this] {
+    const F32Ukernel& f = variant->ukernel.f32;
+    const I8Ukernel& q = variant->ukernel.i8;
+    if (std::strcmp(f.layout, q.layout) == 0) {  // one layout serves both modes
+      i8_ptr_ = data.data();
+      return;
+    }
+    i8_buf_.resize(size_t(q.packed_size(m, k)));
+    if (m > 0 && k > 0) {
+      // The public words are restored from the fp32 layout (the caller's copy may be gone).
+      const Packer& from = packer_for(f.layout);
+      if (!from.unpack) throw std::logic_error(std::string(from.name) + " has no unpack");
+      std::vector<uint32_t> words(size_t(m * words_for(k)));
+      from.unpack(data.data(), m, k, words.data());
+      packer_for(q.layout).pack(words.data(), m, k, i8_buf_.data());
+    }
+    i8_ptr_ = i8_buf_.data();
+    i8_bytes_ = int64_t(i8_buf_.size());
+  });
+  return i8_ptr_;
 }
 
 std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
@@ -61,30 +80,29 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
                                                const std::string& isa) {
   check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
-  check_arg(k <= (int64_t(1) << 46), "k", "expected k <= 2**46, got " + s(k));  // no overflow below
+  check_arg(k <= limits::kMaxElements, "k", "expected k <= 2**46, got " + s(k));
   check_arg(words == words_for(k), "packed",
             "expected ceil(k/16) = " + s(words_for(k)) + " words per row for k = " + s(k) +
                 ", got " + s(words));
   checked_mul(m, words * 16, "packed");
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
-  const Variant& v = select_variant(isa);  // throws naming "isa"
+  const Variant& v = registry().select(isa);  // throws naming "isa"
   for (int64_t r = 0; r < m; ++r)
     for (int64_t wi = 0; wi < words; ++wi) {
       const uint32_t word = packed[r * words + wi];
-      const uint32_t bad = word & (word >> 1) & 0x55555555u;  // code 0b11
-      if (bad) {
+      if (const uint32_t bad = ternary_codes::invalid_codes(word)) {
         const int c = __builtin_ctz(bad) / 2;
         throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
                                 "] (word [" + s(r) + ", " + s(wi) + "])");
       }
-      const int64_t valid = std::min<int64_t>(16, k - wi * 16);
-      if (valid < 16 && (word >> (2 * valid)) != 0) {
-        const int c = int(valid) + __builtin_ctz(word >> (2 * valid)) / 2;
+      const int valid = int(std::min<int64_t>(16, k - wi * 16));
+      if (const uint32_t past = word & ternary_codes::past_mask(valid)) {
+        const int c = __builtin_ctz(past) / 2;
         throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
                                 " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
       }
     }
-  return prepare_variant(v, packed, m, words, k, scale);
+  return prepare_variant(v, packed, m, k, scale);
 }
 
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
@@ -123,13 +141,11 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
             "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
   check_arg(act == Act::kF32 || act == Act::kInt8, "act", "expected fp32 or int8");
-  check_arg(threads <= kMaxThreadsArg, "threads",
-            "must be <= " + s(kMaxThreadsArg) + ", got " + s(threads));
+  const int nthreads = limits::resolve_threads(threads);
   if (scale_len == 0 && !w.scale.empty()) {
     scale = w.scale.data();
     scale_len = m;
   }
-  const int nthreads = threads > 0 ? threads : get_num_threads();
   if (batch == 0 || m == 0) return;
 
   if (act == Act::kInt8) {
@@ -170,7 +186,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       std::memset(acc, 0, size_t(batch * m * 4));
     } else {
       const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
-      const char* wbase = w.data.data<char>() + i8_offset(v, m, k);
+      const char* wbase = static_cast<const char*>(w.i8_data());
       const int64_t rb = uk.row_bytes(k);
       parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
         const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);

@@ -2,17 +2,20 @@
 // Every function validates its arguments and throws cpukern::InvalidArgument naming the
 // argument before touching any output.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/registry.h"
+#include "kernels/common/ternary_codes.h"
 
 namespace cpukern::ternary {
 
-inline int64_t words_for(int64_t k) { return (k + 15) / 16; }
+using ternary_codes::words_for;
 
 // Public packed format: weight j of a row goes to word j/16, bits 2*(j%16)+1 (+1) and
 // 2*(j%16) (-1); zero is 00; code 11 is invalid; codes past k are zero.
@@ -27,16 +30,27 @@ void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* p
 enum class Act { kF32, kInt8 };
 Act parse_act(const std::string& act);  // "fp32" | "int8", else throws naming "act"
 
-struct Variant;  // registry row (see ukernel.h)
+struct TernaryGemvUkernel;  // see ukernel.h
+using Variant = cpukern::Variant<TernaryGemvUkernel>;  // a registry row
 
-// Weights converted once into one variant's layout.
+// Weights converted once into one variant's layouts. Shared across threads: the int8 layout
+// is packed (once) at the first int8 gemv, so fp32-only use stores the fp32 layout alone.
 struct PreparedWeights {
-  const Variant* variant = nullptr;
-  std::string isa;
+  const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
+  std::string isa;                   // its name
   int64_t m = 0, k = 0;
   std::vector<float> scale;  // (m,) or empty (no scale)
-  AlignedBuffer data;        // the variant's layout
-  int64_t nbytes() const { return int64_t(data.size()); }
+  AlignedBuffer data;        // the fp32 micro-kernel's layout
+  // The int8 micro-kernel's layout (packs it on first use; thread-safe).
+  const void* i8_data() const;
+  // Bytes held now: the fp32 layout, plus the int8 one once packed.
+  int64_t nbytes() const { return int64_t(data.size()) + i8_bytes_.load(); }
+
+ private:
+  mutable std::once_flag i8_once_;
+  mutable AlignedBuffer i8_buf_;
+  mutable const void* i8_ptr_ = nullptr;
+  mutable std::atomic<int64_t> i8_bytes_{0};
 };
 
 // packed: (m, words), words == words_for(k), every code valid and codes past k zero.
@@ -47,7 +61,8 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
 
 // y[b, r] = s[r] * sum_j w[r, j] * x[b, j] for b < batch.
 // x: (batch, k) float32 row-major; y: (batch, m). scale: scale_len 0 -> the prepared scale
-// (or 1 when it has none); 1 -> one scalar; m -> per row. threads <= 0: the default.
+// (or 1 when it has none); 1 -> one scalar; m -> per row. threads: 0 = the default,
+// 1..limits::kMaxThreads explicit (limits::resolve_threads).
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y);
 

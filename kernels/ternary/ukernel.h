@@ -1,17 +1,18 @@
 // Ternary GEMV micro-kernel interface (internal). One registry row = one fp32 micro-kernel
-// plus one int8 micro-kernel for the same ISA. Micro-kernels are stateless: they convert
-// the public packed weights into their own layout once (pack), and compute raw sums over a
-// range of rows for a batch of activations (run). The driver (gemv.cc) does validation,
-// row tiling over the thread pool, int8 quantisation and the scale epilogue.
+// plus one int8 micro-kernel. Micro-kernels are stateless and read weights in their own
+// layout, written once by a packer (a module of its own: several packers may write one
+// layout, prepare picks the best this CPU runs). The driver (driver.cc) does validation,
+// packing, row tiling over the thread pool, int8 quantisation and the scale epilogue.
 //
 // Naming grammar: <op>_<out>_<lhs-layout>_<MR>x<NR>__<isa>, where op = ternary_gemv,
-// out = f32 | i8 (activation/accumulation mode), lhs-layout = the weight layout word (the
-// packer lives with its kernel and uses the same word), MR = rows per tile, NR = 1 (GEMV).
-// Activations are dense row-major, so the rhs-layout word is omitted. Layout words:
+// out = f32 | i8 (activation/accumulation mode), lhs-layout = the weight layout word, MR =
+// rows per tile, NR = 1 (GEMV); packers: ternary_pack_<layout>__<isa>. Activations are dense
+// row-major, so the rhs-layout word is omitted. Layout words (ukernels/layouts.h):
 //   t2p16     public format: 16 weights per uint32, 2 bits each, rows in order
 //   t2p16r16  public words interleaved across 16-row tiles (word w of rows 0..15 adjacent)
 //   lut3r8    8-row tiles; per 30 columns one 8x uint32 "add" pattern vector and one
 //             "subtract" pattern vector, 3 bits per group of 3 columns (10 groups per lane)
+//   lut27r16  16-row tiles; per 18 columns 16 uint32 lanes of six 5-bit base-3 codes
 //   q2b128    per row, per 128 columns 32 bytes; byte i holds (w+1) of columns i, i+32,
 //             i+64, i+96 in bits 0-1, 2-3, 4-5, 6-7
 //   q2b256    the same with 256 columns per 64 bytes
@@ -24,11 +25,36 @@
 //    tests/static/check_no_multiply.py): all offsets they need are passed in precomputed.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/registry.h"
 #include "kernels/ternary/ternary.h"
 
 namespace cpukern::ternary {
+
+// ---- packers ------------------------------------------------------------------------------
+struct Packer {
+  const char* name;  // ternary_pack_<layout>__<isa>
+  // Public words (m, words_for(k)) -> the layout, into zeroed memory of the micro-kernel's
+  // packed_size(m, k).
+  void (*pack)(const uint32_t* packed, int64_t m, int64_t k, void* dst);
+  // The inverse (the int8 layout is packed lazily from the fp32 one); nullptr for layouts
+  // only int8 micro-kernels read.
+  void (*unpack)(const void* src, int64_t m, int64_t k, uint32_t* packed);
+};
+
+struct PackerRow {
+  uint64_t required;   // isa:: set of the library the packer comes from
+  const char* layout;  // the layout word it writes (as micro-kernels name it)
+  Packer packer;
+  bool supported() const { return cpu_has(required); }
+};
+
+// Every packer of the kernel list (CPUKERN_PACKER lines, in list order).
+const std::vector<PackerRow>& packers();
+// The packer prepare uses for `layout`: the last supported line of the list (lines of one
+// layout go from portable to most specific). Throws if none (a list without its packer).
+const Packer& packer_for(const char* layout);
 
 // ---- fp32 mode ----------------------------------------------------------------------------
 // Precomputed geometry (computed by the ukernel's `geometry` function, outside run).
@@ -50,11 +76,10 @@ struct F32Args {
 
 struct F32Ukernel {
   const char* name;
-  int mr;  // rows per tile
+  const char* layout;  // the weight layout it reads (its packers write it)
+  int mr;              // rows per tile
   F32Geometry (*geometry)(int64_t m, int64_t k);
-  // Bytes of the packed layout for (m, k); pack writes it into zeroed memory.
-  int64_t (*packed_size)(int64_t m, int64_t k);
-  void (*pack)(const uint32_t* packed, int64_t m, int64_t k, void* dst);
+  int64_t (*packed_size)(int64_t m, int64_t k);  // bytes of the layout for (m, k)
   // Converts one row of activations (k floats) into the kernel's form (geo.x_bytes).
   void (*xprep)(const float* x, const F32Geometry* geo, void* dst);
   // y[b, r] = sum_j w[r, j] x[b, j] (raw sums, no scale).
@@ -81,10 +106,10 @@ struct I8Args {
 
 struct I8Ukernel {
   const char* name;
+  const char* layout;
   int mr;
   int64_t (*packed_size)(int64_t m, int64_t k);
   int64_t (*row_bytes)(int64_t k);  // bytes per row (the layouts are row-major)
-  void (*pack)(const uint32_t* packed, int64_t m, int64_t k, void* dst);
   // y[b, r] = sum_j w[r, j] q[b, j], exact in int32.
   void (*run)(const I8Args* args);
 };
@@ -95,33 +120,22 @@ struct TernaryGemvUkernel {
   I8Ukernel i8;
 };
 
-struct Variant : cpukern::Variant<TernaryGemvUkernel> {};
-
-// The registry table (registry.cc) and lookups.
+// A registry row (registry.cc, from ukernels/ukernels.inc).
+using Variant = cpukern::Variant<TernaryGemvUkernel>;
 const Registry<TernaryGemvUkernel>& registry();
-// isa "" -> the default; otherwise by name (throws naming "isa").
-const Variant& select_variant(const std::string& isa);
+// The SIMDe build of the AVX-512 micro-kernels as rows (only in the :simde library; tests).
+const std::vector<Variant>& simde_variants();
 
-// Internal entry point: prepare for an explicit variant (used by prepare() and by tests
-// of variants outside the registry, e.g. the SIMDe build of the AVX-512 micro-kernels).
+// Internal entry point: prepare for an explicit row (prepare() and tests of rows outside
+// the registry, e.g. simde_variants()). The weights must be valid (prepare checks them).
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t words, int64_t k,
-                                                       const float* scale);
+                                                       int64_t m, int64_t k, const float* scale);
 
-// Offset of the int8 layout inside PreparedWeights::data (the fp32 layout comes first).
-inline int64_t i8_offset(const Variant& v, int64_t m, int64_t k) {
-  return (v.ukernel.f32.packed_size(m, k) + 63) / 64 * 64;
-}
-
-// Scale epilogue (portable, in its own file): y[b, r] *= s(r), s = scale[r] (len m),
-// scale[0] (len 1) or 1 (len 0).
+// Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0).
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
                         int64_t scale_len);
 // y[b, r] = float(acc[b, r]) * dq[b] * s(r).
 void scale_epilogue_i8(const int32_t* acc, const float* dq, int64_t batch, int64_t m,
                        const float* scale, int64_t scale_len, float* y);
-
-// Variants of the SIMDe build (only in the :simde library; for tests on any host).
-const Variant* simde_variants(int* count);
 
 }  // namespace cpukern::ternary

@@ -34,7 +34,7 @@ isa_flags() {
     avx2_bmi2) echo "-mavx2 -mfma -mbmi2" ;;
     avx512) echo "-mavx512f -mavx512bw -mavx512vl -mfma" ;;
     avx512_bmi2) echo "-mavx512f -mavx512bw -mavx512vl -mbmi2 -mfma" ;;
-    avx512_vnni) echo "-mavx512f -mavx512bw -mavx512vl -mavx512vnni -mbmi2 -mfma" ;;
+    avx512_vnni) echo "-mavx512f -mavx512bw -mavx512vl -mfma -mavx512vnni" ;;
     avx512_bf16) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma" ;;
     neon | neon_fma) echo "" ;;
     neon_dotprod) echo "-march=armv8.2-a+dotprod" ;;
@@ -60,7 +60,7 @@ sources_common() {
 
 sources_ternary_unpack() {
   sources_common
-  echo "kernels/ternary/gemv.cc"
+  echo "kernels/ternary/driver.cc"
   echo "kernels/ternary/pack.cc"
   echo "kernels/ternary/registry.cc"
   local f isa flags

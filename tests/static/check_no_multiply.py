@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Fails if a fp32-mode ternary GEMV micro-kernel contains a multiply instruction.
 
-Usage: check_no_multiply.py [--pattern SUBSTR]... [--regex RE]... [--exclude SUBSTR]... FILE...
+Usage: check_no_multiply.py [--pattern SUBSTR]... [--regex RE]... [--exclude SUBSTR]...
+                            [--require SUBSTR]... [--require-from LIST --require-regex RE
+                            [--require-suffix S]...] FILE...
 
 Disassembles each object file or archive with `objdump -d -C` (demangled), selects the
 functions whose name contains one of the patterns or matches (re.search) one of the
@@ -12,6 +14,9 @@ vpmull*/vpmul*/vpmadd*/pmadd*/vpdp*, imul/mul/mulx. The packers (run once at pre
 time) and the scale epilogue (its own file) are not micro-kernel inner loops and are not
 selected. Prints every function it checked; fails too when nothing was checked, or when a
 --require substring matches none of the checked functions (a kernel that must be checked).
+--require-from reads more required names from a kernel list (kernels/<op>/ukernels/
+ukernels.inc): every distinct match of --require-regex in it (group 1 if the regex has a
+group), once per --require-suffix (default: the name alone).
 """
 import argparse
 import re
@@ -57,8 +62,28 @@ def main():
     ap.add_argument("--exclude", action="append", default=["_pack", "geometry", "packed_size"])
     ap.add_argument("--require", action="append", default=[],
                     help="substring that must match a checked function (repeatable)")
+    ap.add_argument("--require-from", action="append", default=[],
+                    help="kernel list file to read required names from (repeatable)")
+    ap.add_argument("--require-regex", action="append", default=[],
+                    help="regex of the names to require in --require-from files (repeatable)")
+    ap.add_argument("--require-suffix", action="append", default=[],
+                    help="suffix appended to each name read from a list (repeatable)")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
+    if args.require_from and not args.require_regex:
+        ap.error("--require-from needs --require-regex")
+    listed = []
+    for path in args.require_from:
+        text = open(path).read()
+        for rx in args.require_regex:
+            for m in re.finditer(rx, text):
+                name = m.group(1) if m.re.groups else m.group(0)
+                if name not in listed:
+                    listed.append(name)
+        if not listed:
+            print(f"FAIL: --require-regex matched nothing in {path}")
+            return 1
+    args.require += [n + sfx for n in listed for sfx in (args.require_suffix or [""])]
     regexes = [re.compile(r) for r in (args.regex or [])]
     patterns = args.pattern or ([] if regexes else [r"ternary_gemv_f32_"])
     # Local helpers (anonymous namespace, templates) of fp32 ukernel files are selected too:

@@ -2,7 +2,7 @@
 // and AVX-512BW (q2b256, zmm). The including file defines Q2B_NAME, Q2B_BITS (256 or 512)
 // and optionally Q2B_VNNI (512 only: vpdpbusd instead of vpmaddubsw + vpmaddwd).
 //
-// Layout: per row, per block of C = Q2B_BITS/2 columns, C/4 bytes; byte i holds (w + 1) in
+// Layout (packers: ternary_pack_q2b*): per row, per block of C = Q2B_BITS/2 columns, C/4 bytes; byte i holds (w + 1) in
 // {0, 1, 2} of columns i, i + C/4, i + C/2, i + 3C/4 in bits 0-1, 2-3, 4-5, 6-7. Decode is a
 // shift and an and per quarter; vpmaddubsw(u8 weights+1, s8 activations) gives int16 pair
 // sums (|.| <= 508), four quarters and up to 8 blocks are summed in int16 (|.| <= 16256),
@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
 #ifndef Q2B_VNNI
@@ -64,25 +65,8 @@ constexpr int64_t kVB = Q2B_BITS / 8;  // bytes per vector = packed bytes per bl
 constexpr int64_t kCols = 4 * kVB;     // columns per block
 constexpr int64_t kI16Blocks = 8;      // blocks summed in int16 before widening
 
-int64_t row_bytes(int64_t k) { return (k + kCols - 1) / kCols * kVB; }
+int64_t row_bytes(int64_t k) { return layouts::q2b_row_bytes(k, kCols); }
 int64_t packed_size(int64_t m, int64_t k) { return m * row_bytes(k); }
-
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
-  const int64_t words = words_for(k), rb = row_bytes(k);
-  uint8_t* out = static_cast<uint8_t*>(dst);
-  for (int64_t r = 0; r < m; ++r) {
-    uint8_t* row = out + r * rb;
-    // Columns past k get code 1 (w = 0); x is zero there anyway.
-    std::memset(row, 0x55, size_t(rb));
-    for (int64_t j = 0; j < k; ++j) {
-      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
-      const uint32_t v = code == 2u ? 2u : code == 1u ? 0u : 1u;
-      const int64_t blk = j / kCols, c = j % kCols, quarter = c / kVB, i = c % kVB;
-      uint8_t& byte = row[blk * kVB + i];
-      byte = uint8_t((byte & ~(3u << (2 * quarter))) | (v << (2 * quarter)));
-    }
-  }
-}
 
 #if Q2B_VNNI
 // VNNI: vpdpbusd(acc, u8 weights+1, s8 activations) sums 4 byte products straight into
@@ -183,6 +167,7 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel Q2B_NAME = {Q2B_NAME_STR, 4, packed_size, row_bytes, pack, run};
+const I8Ukernel Q2B_NAME = {Q2B_NAME_STR, Q2B_BITS == 512 ? "q2b256" : "q2b128", 4, packed_size,
+                            row_bytes, run};
 
 }  // namespace cpukern::ternary

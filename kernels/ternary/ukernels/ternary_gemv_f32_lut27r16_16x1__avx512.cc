@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
 #if defined(CPUKERN_SIMDE)
@@ -38,8 +39,7 @@
 namespace cpukern::ternary {
 namespace {
 
-constexpr int64_t kGroups = 6;      // groups of 3 columns per block (6 x 5 bits per lane)
-constexpr int64_t kBlockCols = 18;  // columns per block
+constexpr int64_t kGroups = layouts::kLut27r16Cols / 3;  // groups of 3 columns per block
 constexpr int64_t kTabFloats = 32;  // table floats per group (27 used)
 constexpr int64_t kBlockTabFloats = kGroups * kTabFloats;
 constexpr int64_t kChunk = 28;      // blocks per accuracy chunk (504 columns, 168 terms)
@@ -49,7 +49,7 @@ constexpr int64_t kPassBytes = 512 * 1024;
 
 F32Geometry geometry(int64_t m, int64_t k) {
   F32Geometry g;
-  g.p0 = (k + kBlockCols - 1) / kBlockCols;  // blocks
+  g.p0 = layouts::lut27r16_blocks(k);
   g.p1 = k;
   g.tile_bytes = g.p0 * 64;
   g.x_bytes = g.p0 * kBlockTabFloats * 4;
@@ -57,29 +57,6 @@ F32Geometry geometry(int64_t m, int64_t k) {
 }
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 15) / 16 * geometry(m, k).tile_bytes; }
-
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
-  const int64_t words = words_for(k), nblk = geometry(m, k).p0;
-  uint32_t* out = static_cast<uint32_t*>(dst);
-  // Every code starts at 13 (all three weights zero), padding rows and columns included.
-  uint32_t zero_codes = 0;
-  for (int g = 0; g < kGroups; ++g) zero_codes |= 13u << (5 * g);
-  const int64_t ntiles = (m + 15) / 16;
-  for (int64_t i = 0; i < ntiles * nblk * 16; ++i) out[i] = zero_codes;
-  static const uint32_t kPow3[3] = {1, 3, 9};
-  for (int64_t r = 0; r < m; ++r) {
-    uint32_t* lanes = out + (r / 16) * nblk * 16 + r % 16;
-    for (int64_t j = 0; j < k; ++j) {
-      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
-      if (code == 0) continue;
-      const int64_t blk = j / kBlockCols, c = j % kBlockCols, g = c / 3;
-      // Weight 0 has digit 1; +1 adds one unit (digit 2), -1 removes one (digit 0).
-      uint32_t& lane = lanes[blk * 16];
-      const uint32_t unit = kPow3[c % 3] << (5 * g);
-      lane = code == 2u ? lane + unit : lane - unit;
-    }
-  }
-}
 
 // Lane masks of the 32-entry table: entry c has weight (c / 3^i) % 3 - 1 on column i.
 struct Masks {
@@ -260,6 +237,7 @@ void L27_RUN(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel L27_NAME = {L27_NAME_STR, 16, geometry, packed_size, pack, L27_XPREP, L27_RUN};
+const F32Ukernel L27_NAME = {L27_NAME_STR, "lut27r16", 16, geometry, packed_size, L27_XPREP,
+                             L27_RUN};
 
 }  // namespace cpukern::ternary

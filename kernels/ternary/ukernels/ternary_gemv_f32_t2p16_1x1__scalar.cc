@@ -1,21 +1,9 @@
 // Reference fp32 micro-kernel (the oracle): public t2p16 layout, one row at a time.
 // Each row's sum is accumulated in double (adds and subtracts only) and rounded once.
-#include <cstring>
-
 #include "kernels/ternary/ukernels/ukernels.h"
 
 namespace cpukern::ternary {
 namespace {
-
-// The odd bits (1, 3, ..., 31) of v compressed into 16 bits (a portable pext by
-// 0xAAAAAAAA): shifts, ands and ors only.
-inline uint32_t odd_bits(uint32_t v) {
-  v = (v >> 1) & 0x55555555u;
-  v = (v | (v >> 1)) & 0x33333333u;
-  v = (v | (v >> 2)) & 0x0f0f0f0fu;
-  v = (v | (v >> 4)) & 0x00ff00ffu;
-  return (v | (v >> 8)) & 0x0000ffffu;
-}
 
 F32Geometry geometry(int64_t m, int64_t k) {
   F32Geometry g;
@@ -27,10 +15,6 @@ F32Geometry geometry(int64_t m, int64_t k) {
 }
 
 int64_t packed_size(int64_t m, int64_t k) { return m * words_for(k) * 4; }
-
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
-  std::memcpy(dst, packed, size_t(packed_size(m, k)));
-}
 
 void ternary_gemv_f32_t2p16_1x1__scalar_xprep(const float* x, const F32Geometry* geo, void* dst) {
   float* d = static_cast<float*>(dst);
@@ -51,8 +35,8 @@ void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
       double add = 0.0, sub = 0.0;
       const float* xw = x;
       for (int64_t i = 0; i < words; ++i, xw += 16) {
-        for (uint32_t m = odd_bits(w[i]); m; m &= m - 1) add += double(xw[__builtin_ctz(m)]);
-        for (uint32_t m = odd_bits(w[i] << 1); m; m &= m - 1) sub += double(xw[__builtin_ctz(m)]);
+        for (uint32_t m = ternary_codes::add_mask(w[i]); m; m &= m - 1) add += double(xw[__builtin_ctz(m)]);
+        for (uint32_t m = ternary_codes::sub_mask(w[i]); m; m &= m - 1) sub += double(xw[__builtin_ctz(m)]);
       }
       const double acc = add - sub;
       *yb = float(acc);
@@ -63,7 +47,7 @@ void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
 }  // namespace
 
 const F32Ukernel ternary_gemv_f32_t2p16_1x1__scalar = {
-    "ternary_gemv_f32_t2p16_1x1__scalar", 1, geometry, packed_size, pack,
+    "ternary_gemv_f32_t2p16_1x1__scalar", "t2p16", 1, geometry, packed_size,
     ternary_gemv_f32_t2p16_1x1__scalar_xprep, ternary_gemv_f32_t2p16_1x1__scalar_run};
 
 }  // namespace cpukern::ternary

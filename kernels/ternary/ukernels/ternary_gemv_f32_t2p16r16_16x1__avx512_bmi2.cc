@@ -37,14 +37,6 @@ F32Geometry geometry(int64_t m, int64_t k) {
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 15) / 16 * words_for(k) * 64; }
 
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
-  const int64_t words = words_for(k);
-  uint32_t* out = static_cast<uint32_t*>(dst);
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t w = 0; w < words; ++w)
-      out[(r / 16) * words * 16 + w * 16 + r % 16] = packed[r * words + w];
-}
-
 void T16_XPREP(const float* x, const F32Geometry* geo, void* dst) {
   float* d = static_cast<float*>(dst);
   const int64_t n = geo->x_bytes >> 2, k = geo->p1;
@@ -125,6 +117,7 @@ void T16_RUN(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel T16_NAME = {T16_NAME_STR, 16, geometry, packed_size, pack, T16_XPREP, T16_RUN};
+const F32Ukernel T16_NAME = {T16_NAME_STR, "t2p16r16", 16, geometry, packed_size, T16_XPREP,
+                             T16_RUN};
 
 }  // namespace cpukern::ternary

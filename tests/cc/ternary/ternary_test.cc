@@ -1,18 +1,21 @@
-// Table-driven tests of every ternary GEMV variant against a float64 reference.
-// Built twice: natively over the registry (ternary_test), and with CPUKERN_TEST_SIMDE over
-// the SIMDe build of the AVX-512 micro-kernels (ternary_simde_test, any host).
+// Table-driven tests of every ternary GEMV variant (and packer) of the kernel list against a
+// float64 reference. Built twice: natively over the registry (ternary_test), and with
+// CPUKERN_TEST_SIMDE over the SIMDe rows of the AVX-512 micro-kernels (ternary_simde_test).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/isa.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
+#include "tests/cc/common/variant_params.h"
 
 namespace cpukern::ternary {
 namespace {
@@ -81,45 +84,18 @@ Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vec
   return ref;
 }
 
-// The variants under test: the registry (native build) or the SIMDe rows.
-std::vector<std::string> variant_names() {
-  std::vector<std::string> names;
-#if defined(CPUKERN_TEST_SIMDE)
-  int n = 0;
-  const Variant* v = simde_variants(&n);
-  for (int i = 0; i < n; ++i) names.push_back(v[i].name);
-#else
-  for (const auto& v : registry().variants()) names.push_back(v.name);
-#endif
-  return names;
-}
-
 class VariantTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-#if defined(CPUKERN_TEST_SIMDE)
-    int n = 0;
-    const Variant* vs = simde_variants(&n);
-    for (int i = 0; i < n; ++i)
-      if (GetParam() == vs[i].name) variant_ = &vs[i];
-#else
-    for (const auto& v : registry().variants())
-      if (GetParam() == v.name) {
-        if (!v.supported()) {
-          std::string need;
-          for (const auto& f : feature_names(v.required & ~cpu_info().features)) need += f + " ";
-          GTEST_SKIP() << "variant " << v.name << " needs CPU features this CPU lacks: " << need;
-        }
-        variant_ = &select_variant(v.name);
-      }
-#endif
+    variant_ = cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
     ASSERT_NE(variant_, nullptr);
+    CPUKERN_SKIP_IF_UNSUPPORTED(*variant_);
   }
 
   std::shared_ptr<const PreparedWeights> prep(const std::vector<uint32_t>& p, int64_t m,
                                               int64_t k, const float* scale) {
 #if defined(CPUKERN_TEST_SIMDE)
-    return prepare_variant(*variant_, p.data(), m, words_for(k), k, scale);
+    return prepare_variant(*variant_, p.data(), m, k, scale);
 #else
     return prepare(p.data(), m, words_for(k), k, scale, variant_->name);
 #endif
@@ -282,7 +258,92 @@ TEST_P(VariantTest, EmptyShapes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, VariantTest, ::testing::ValuesIn(variant_names()),
+// The int8 layout is packed at the first int8 call, once, even when threads race for it.
+TEST_P(VariantTest, Int8LayoutPackedLazilyOnce) {
+  std::mt19937 rng(11);
+  const int64_t m = 37, k = 301, batch = 2;
+  const auto w = make_weights(m, k, Fill::kRandom, rng);
+  const auto p = pack_weights(w, m, k);
+  const auto pw = prep(p, m, k, nullptr);
+  const auto& uk = variant_->ukernel;
+  EXPECT_EQ(pw->nbytes(), uk.f32.packed_size(m, k));
+  const auto x = random_x(batch * k, rng, true);
+  const Ref ref = reference(w, m, k, x, batch, {});
+  std::vector<std::vector<float>> ys(4, std::vector<float>(size_t(batch * m), NAN));
+  std::vector<std::thread> ts;
+  for (auto& y : ys)
+    ts.emplace_back([&] { gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, 1, y.data()); });
+  for (auto& t : ts) t.join();
+  for (const auto& y : ys) ASSERT_EQ(0, std::memcmp(ys[0].data(), y.data(), y.size() * 4));
+  const bool shared = std::string(uk.f32.layout) == uk.i8.layout;
+  EXPECT_EQ(pw->nbytes(), uk.f32.packed_size(m, k) + (shared ? 0 : uk.i8.packed_size(m, k)));
+  // Small-integer activations with max |x| = 8: q = x * 127/8 is not exact, so compare
+  // against the int8 bound.
+  for (int64_t i = 0; i < batch * m; ++i)
+    ASSERT_LE(std::fabs(double(ys[0][size_t(i)]) - ref.y[size_t(i)]),
+              ref.nnz_amax[size_t(i)] / 254.0 * 1.0001 + 1e-5 * ref.abs_sum[size_t(i)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, VariantTest,
+    ::testing::ValuesIn(cpukern::testing::test_variant_names(registry(), simde_variants())),
+    [](const auto& info) { return info.param; });
+
+// Every packer of the kernel list writes the same bytes as the first (portable) packer of
+// its layout, and unpack restores the public words.
+class PackerTest : public ::testing::TestWithParam<std::string> {};
+
+// packed_size of `layout`, from a micro-kernel that reads it and that this CPU may call
+// (SIMDe rows first: portable code).
+int64_t (*layout_size(const char* layout))(int64_t, int64_t) {
+  std::vector<const Variant*> rows;
+  for (const auto& v : simde_variants()) rows.push_back(&v);
+  for (const auto& v : registry().variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Variant* v : rows) {
+    if (std::string(v->ukernel.f32.layout) == layout) return v->ukernel.f32.packed_size;
+    if (std::string(v->ukernel.i8.layout) == layout) return v->ukernel.i8.packed_size;
+  }
+  return nullptr;
+}
+
+TEST_P(PackerTest, SameBytesAsPortablePackerAndRoundTrip) {
+  const PackerRow* row = nullptr;
+  const PackerRow* first = nullptr;
+  for (const auto& r : packers())
+    if (GetParam() == r.packer.name) row = &r;
+  ASSERT_NE(row, nullptr);
+  for (const auto& r : packers())
+    if (!first && std::string(r.layout) == row->layout) first = &r;
+  if (!row->supported())
+    GTEST_SKIP() << row->packer.name << " needs CPU features this CPU lacks: "
+                 << joined(missing_features(row->required));
+  const auto size = layout_size(row->layout);
+  if (!size) GTEST_SKIP() << "no micro-kernel this CPU runs reads layout " << row->layout;
+  std::mt19937 rng(21);
+  for (int64_t k : {1, 16, 29, 30, 31, 257, 1000})
+    for (int64_t m : {1, 8, 9, 17}) {
+      const auto p = pack_weights(make_weights(m, k, Fill::kRandom, rng), m, k);
+      std::vector<char> a(size_t(size(m, k))), b(a.size());
+      row->packer.pack(p.data(), m, k, a.data());
+      first->packer.pack(p.data(), m, k, b.data());
+      ASSERT_EQ(a, b) << row->packer.name << " vs " << first->packer.name << " k=" << k
+                      << " m=" << m;
+      if (!row->packer.unpack) continue;
+      std::vector<uint32_t> back(size_t(m * words_for(k)) + 1, 0xFFFFFFFFu);
+      back.back() = p.back();
+      row->packer.unpack(a.data(), m, k, back.data());
+      ASSERT_EQ(back, p) << row->packer.name << " unpack k=" << k << " m=" << m;
+    }
+}
+
+std::vector<std::string> packer_names() {
+  std::vector<std::string> names;
+  for (const auto& r : packers()) names.push_back(r.packer.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Packers, PackerTest, ::testing::ValuesIn(packer_names()),
                          [](const auto& info) { return info.param; });
 
 #if !defined(CPUKERN_TEST_SIMDE)
@@ -323,6 +384,8 @@ TEST(TernaryApi, GemvValidatesBeforeWriting) {
   expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act(7), 1, y.data()); }, "act");
   expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, 1 << 20, y.data()); },
                    "threads");
+  expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kF32, -1, y.data()); },
+                   "threads");
   x[3] = NAN;
   expect_arg_error([&] { gemv(*pw, x.data(), 2, nullptr, 0, Act::kInt8, 1, y.data()); }, "x");
   for (float v : y) EXPECT_EQ(v, 7.0f);
@@ -347,6 +410,20 @@ TEST(TernaryApi, ListVariants) {
   }
   EXPECT_EQ(selected, 1);
   EXPECT_TRUE(has_ref);
+}
+
+// "avx2_bmi2" was a row (the avx2 kernels with the pext packer): the name still selects avx2,
+// whose prepare picks the pext packer where pext is fast.
+TEST(TernaryApi, Avx2Bmi2IsAnAliasOfAvx2) {
+  for (const auto& v : list_variants()) EXPECT_NE(v.name, "avx2_bmi2");
+#if defined(__x86_64__)
+  if (!cpu_has(isa::avx2)) GTEST_SKIP() << "no AVX2";
+  std::vector<uint32_t> p = {0x2u, 0x4u};
+  EXPECT_EQ(prepare(p.data(), 2, 1, 2, nullptr, "avx2_bmi2")->isa, "avx2");
+  EXPECT_STREQ(packer_for("lut3r8").name, cpu_has(isa::avx2_bmi2)
+                                               ? "ternary_pack_lut3r8__avx2_bmi2"
+                                               : "ternary_pack_lut3r8__scalar");
+#endif
 }
 #endif
 

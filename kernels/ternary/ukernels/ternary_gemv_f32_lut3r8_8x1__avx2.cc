@@ -1,6 +1,4 @@
-// The lut3r8 fp32 micro-kernel for AVX2 (8 rows per tile), shared by the avx2 and
-// avx2_bmi2 rows; included once by each of their files, which set LUT3_NAME (the ukernel
-// name) and LUT3_USE_PEXT (whether the packer may use BMI2 pext).
+// fp32 ternary GEMV, lut3r8 layout, 8-row tiles, AVX2 (packers: ternary_pack_lut3r8__*).
 //
 // Multiplication-free: per group of 3 columns the activations' 8 subset sums form a table
 // T[s] = sum_{i in s} x_i in one ymm register; each lane (row) holds its 3-bit "add" pattern
@@ -14,21 +12,18 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
-
-#define LUT3_CAT2(a, b) a##b
-#define LUT3_CAT(a, b) LUT3_CAT2(a, b)
 
 namespace cpukern::ternary {
 namespace {
 
-constexpr int64_t kGroups = 10;   // groups of 3 columns per block
-constexpr int64_t kBlockCols = 30;
-constexpr int64_t kChunk = 51;    // blocks per chunk
+constexpr int64_t kGroups = layouts::kLut3r8Cols / 3;  // groups of 3 columns per block
+constexpr int64_t kChunk = 51;                          // blocks per chunk
 
 F32Geometry geometry(int64_t m, int64_t k) {
   F32Geometry g;
-  g.p0 = (k + kBlockCols - 1) / kBlockCols;  // blocks
+  g.p0 = layouts::lut3r8_blocks(k);
   g.p1 = k;
   g.tile_bytes = g.p0 * 64;
   g.x_bytes = g.p0 * kGroups * 32;
@@ -37,45 +32,7 @@ F32Geometry geometry(int64_t m, int64_t k) {
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 7) / 8 * geometry(m, k).tile_bytes; }
 
-// 16-bit add / subtract masks of one public word.
-inline void split_word(uint32_t word, uint32_t* pos, uint32_t* neg) {
-#if LUT3_USE_PEXT
-  *pos = _pext_u32(word, 0xAAAAAAAAu);
-  *neg = _pext_u32(word, 0x55555555u);
-#else
-  uint32_t p = 0, n = 0;
-  for (int s = 0; s < 16; ++s) {
-    p |= ((word >> (2 * s + 1)) & 1u) << s;
-    n |= ((word >> (2 * s)) & 1u) << s;
-  }
-  *pos = p;
-  *neg = n;
-#endif
-}
-
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
-  const int64_t words = words_for(k), nblk = geometry(m, k).p0;
-  uint32_t* out = static_cast<uint32_t*>(dst);
-  for (int64_t r = 0; r < m; ++r) {
-    uint32_t* tile = out + (r / 8) * nblk * 16;
-    const int lane = int(r % 8);
-    for (int64_t wi = 0; wi < words; ++wi) {
-      uint32_t pos, neg;
-      split_word(packed[r * words + wi], &pos, &neg);
-      for (int s = 0; s < 16 && (pos | neg); ++s, pos >>= 1, neg >>= 1) {
-        if (!((pos | neg) & 1u)) continue;
-        const int64_t j = wi * 16 + s;
-        const int64_t blk = j / kBlockCols, c = j % kBlockCols;
-        const int bit = int(c);  // group c/3, position c%3 -> bit 3*(c/3) + c%3 == c
-        uint32_t* lanes = tile + blk * 16;
-        if (pos & 1u) lanes[lane] |= 1u << bit;
-        if (neg & 1u) lanes[8 + lane] |= 1u << bit;
-      }
-    }
-  }
-}
-
-void LUT3_CAT(LUT3_NAME, _xprep)(const float* x, const F32Geometry* geo, void* dst) {
+void ternary_gemv_f32_lut3r8_8x1__avx2_xprep(const float* x, const F32Geometry* geo, void* dst) {
   float* t = static_cast<float*>(dst);
   const int64_t k = geo->p1;
   const int64_t ngroups = geo->p0 * kGroups;
@@ -219,7 +176,7 @@ __attribute__((always_inline)) inline void tiles_outer(const F32Args* a) {
   }
 }
 
-void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
+void ternary_gemv_f32_lut3r8_8x1__avx2_run(const F32Args* a) {
   if (a->batch == 1) return tiles_outer<4, 1>(a);
   if (a->batch == 2) return tiles_outer<2, 2>(a);
   const int64_t nblk_all = a->geo->p0;
@@ -247,8 +204,8 @@ void LUT3_CAT(LUT3_NAME, _run)(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel LUT3_NAME = {
-    LUT3_CAT(LUT3_NAME, _str), 8, geometry, packed_size, pack,
-    LUT3_CAT(LUT3_NAME, _xprep), LUT3_CAT(LUT3_NAME, _run)};
+const F32Ukernel ternary_gemv_f32_lut3r8_8x1__avx2 = {
+    "ternary_gemv_f32_lut3r8_8x1__avx2", "lut3r8", 8, geometry, packed_size,
+    ternary_gemv_f32_lut3r8_8x1__avx2_xprep, ternary_gemv_f32_lut3r8_8x1__avx2_run};
 
 }  // namespace cpukern::ternary

@@ -1,0 +1,31 @@
+// Geometry of the weight layouts (ukernel.h lists them), shared by each layout's micro-kernels
+// and packers.
+#pragma once
+#include <cstdint>
+
+namespace cpukern::ternary::layouts {
+
+// lut3r8: 8-row tiles; per block of 30 columns 16 uint32 (8 add lanes, then 8 subtract
+// lanes); bit c of a lane = column c of the block (group c/3, bit c%3 of its pattern).
+inline constexpr int64_t kLut3r8Rows = 8;
+inline constexpr int64_t kLut3r8Cols = 30;
+inline constexpr int64_t lut3r8_blocks(int64_t k) { return (k + kLut3r8Cols - 1) / kLut3r8Cols; }
+
+// lut27r16: 16-row tiles; per block of 18 columns 16 uint32 lanes of six 5-bit codes
+// (w0 + 1) + 3 (w1 + 1) + 9 (w2 + 1), one per group of 3 columns; 13 = three zeros.
+inline constexpr int64_t kLut27r16Rows = 16;
+inline constexpr int64_t kLut27r16Cols = 18;
+inline constexpr int64_t lut27r16_blocks(int64_t k) {
+  return (k + kLut27r16Cols - 1) / kLut27r16Cols;
+}
+
+// t2p16r16: the public words of 16-row tiles, word w of rows 0..15 adjacent.
+inline constexpr int64_t kT2p16r16Rows = 16;
+
+// q2b<C>: per row, per block of C columns C/4 bytes; byte i holds (w + 1) of columns
+// i + q C/4 in bits 2q, 2q+1 (q = 0..3).
+inline constexpr int64_t q2b_row_bytes(int64_t k, int64_t cols) {
+  return (k + cols - 1) / cols * (cols / 4);
+}
+
+}  // namespace cpukern::ternary::layouts
