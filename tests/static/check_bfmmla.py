@@ -23,7 +23,7 @@ MEMBER = re.compile(r"^(\S+?)(?:\.pic)?\.o:\s+file format")
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{8}\s+)?(\S+)")
 BF16 = re.compile(r"^(bfmmla|bfdot|bfmlal[bt]|bfcvt\w*)$")
-GEMM = ("blocked_gemm", "bfmmla::")
+GEMM = re.compile(r"blocked_gemm<|bfmmla::(\(anonymous namespace\)::)?kernel<")  # the loop, the register kernels
 
 
 def functions(objdump, path):
@@ -73,7 +73,7 @@ def main():
             print(f"ok   {name}: {ukernel}.o in libukernels_neon.a")
             continue
         counts = {f: sum(1 for i in insns if i == "bfmmla") for f, insns in funcs.items()
-                  if any(g in f for g in GEMM)}
+                  if GEMM.search(f)}
         for f, n in sorted(counts.items()):
             print(f"     {ukernel}: {f[:100]}: {n} bfmmla")
         good = sum(counts.values()) > 0
