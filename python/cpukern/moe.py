@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
 from cpukern import _ext
 from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, describe, is_torch, isa_arg,
                              out_or_new, shape_of, str_arg, threads_arg)
@@ -60,7 +58,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     the same isa. activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
-    weights were packed for.
+    weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
     """
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, PackedExperts):

@@ -137,8 +137,8 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     act="int8": each row of x is quantised to int8 with absmax (q = round(127 x / max|x|)),
     integer dot products, one rescale per output: |y - y_exact| <= |scale| * max|x| / 254 *
     sum_k |w_k| + the fp32 bound above.
-    threads: None = the default (cpukern.set_num_threads, else all cores); results are the
-    same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
+    threads: None or 0 = the default (cpukern.set_num_threads, else all cores), or
+    1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
     x = check_array(x, "x", "float32", (1, 2))
     act = str_arg(act, "act", ("fp32", "int8"))
