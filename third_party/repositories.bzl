@@ -38,6 +38,20 @@ def _python_repo_impl(ctx):
         _link_or_empty(ctx, host_include, "aarch64/include")
         _link_or_empty(ctx, amd64 + "/usr/include", "x86_64/usr_include")
 
+    # The target interpreter of each architecture, for the wheel's tags and the stable-ABI
+    # switch (python/wheel.bzl: python_abi): the host interpreter's own version; the cross
+    # root's CPython 3.11 (Debian bookworm; python.BUILD globs its python3.11 headers).
+    r = ctx.execute([python, "-c", "import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], " +
+                                   "int(bool(sysconfig.get_config_var('Py_GIL_DISABLED'))))"])
+    if r.return_code != 0:
+        fail("cannot query %s for its version: %s" % (python, r.stderr))
+    host_major, host_minor, host_ft = r.stdout.strip().split(" ")
+    host_info = "struct(version = (%s, %s), free_threaded = %s)" % (host_major, host_minor, host_ft == "1")
+    cross_info = "struct(version = (3, 11), free_threaded = False)"
+    host_arch, cross_arch = ("x86_64", "aarch64") if _host_is_x86(ctx) else ("aarch64", "x86_64")
+    ctx.file("python_info.bzl", "# Written by cpukern_python_repository.\nPYTHON = {\n" +
+             '    "%s": %s,\n    "%s": %s,\n}\n' % (host_arch, host_info, cross_arch, cross_info))
+
     r = ctx.execute([python, "-c", "import nanobind; print(nanobind.source_dir().rsplit('/', 1)[0])"])
     if r.return_code != 0:
         fail("nanobind is not installed for %s (run ./bazelw): %s" % (python, r.stderr))
