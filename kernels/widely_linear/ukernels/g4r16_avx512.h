@@ -3,14 +3,9 @@
 // each index lane). Needs only AVX-512F. Compiles natively or against SIMDe (CPUKERN_SIMDE);
 // internal linkage, since both builds exist in one test binary.
 #pragma once
-#include "kernels/common/simd_x86.h"
+#include "kernels/widely_linear/ukernels/avx512.h"
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
 #include "kernels/widely_linear/ukernels/signed_impl.h"
-
-// GCC 12's AVX-512 intrinsics use "undefined" sources that it then warns about.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace cpukern::widely_linear {
 namespace {

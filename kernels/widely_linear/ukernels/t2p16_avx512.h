@@ -6,13 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/simd_x86.h"
-#include "kernels/widely_linear/ukernels/ukernels.h"
-
-// GCC 12's _mm512_extractf64x4_pd uses an "undefined" source it then warns about.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/widely_linear/ukernels/avx512.h"
 
 namespace cpukern::widely_linear {
 namespace {
