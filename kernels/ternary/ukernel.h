@@ -64,6 +64,22 @@ struct F32Geometry {
   int64_t p0 = 0, p1 = 0;  // kernel-specific (block counts etc.)
 };
 
+// Kernels that read public words (t2p16, t2p16r16): blocks of 16 columns, activations
+// zero-padded to whole words.
+inline F32Geometry word_geometry(int64_t k, int64_t tile_bytes_per_word) {
+  F32Geometry g;
+  g.p0 = words_for(k);
+  g.p1 = k;
+  g.tile_bytes = g.p0 * tile_bytes_per_word;
+  g.x_bytes = g.p0 * 64;
+  return g;
+}
+inline void xprep_padded(const float* x, const F32Geometry* geo, void* dst) {
+  float* d = static_cast<float*>(dst);
+  const int64_t n = geo->x_bytes >> 2, k = geo->p1;
+  for (int64_t j = 0; j < n; ++j) d[j] = j < k ? x[j] : 0.0f;
+}
+
 struct F32Args {
   const void* w;       // packed weights of the first tile of the range
   int64_t rows;        // rows to compute: a multiple of mr, or the remaining rows up to m

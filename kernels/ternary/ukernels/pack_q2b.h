@@ -17,7 +17,8 @@ void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
     // Columns past k get code 1 (w = 0); x is zero there anyway.
     std::memset(row, 0x55, size_t(rb));
     for (int64_t j = 0; j < k; ++j) {
-      const uint32_t v = uint32_t(ternary_codes::decode(packed[r * words + j / 16], int(j % 16)) + 1);
+      const int w = ternary_codes::decode(packed[r * words + j / 16], int(j % 16));
+      const uint32_t v = uint32_t(w + 1);
       const int64_t c = j % kCols, quarter = c / kVB;
       uint8_t& byte = row[(j / kCols) * kVB + c % kVB];
       byte = uint8_t((byte & ~(3u << (2 * quarter))) | (v << (2 * quarter)));

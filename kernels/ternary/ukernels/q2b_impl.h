@@ -2,8 +2,8 @@
 // and AVX-512BW (q2b256, zmm). The including file defines Q2B_NAME, Q2B_BITS (256 or 512)
 // and optionally Q2B_VNNI (512 only: vpdpbusd instead of vpmaddubsw + vpmaddwd).
 //
-// Layout (packers: ternary_pack_q2b*): per row, per block of C = Q2B_BITS/2 columns, C/4 bytes; byte i holds (w + 1) in
-// {0, 1, 2} of columns i, i + C/4, i + C/2, i + 3C/4 in bits 0-1, 2-3, 4-5, 6-7. Decode is a
+// Layout (written by ternary_pack_q2b*): per row, per block of C = Q2B_BITS/2 columns, C/4
+// bytes; byte i holds (w + 1) in {0, 1, 2} of columns i, i + C/4, i + C/2, i + 3C/4 in bits 0-1, 2-3, 4-5, 6-7. Decode is a
 // shift and an and per quarter; vpmaddubsw(u8 weights+1, s8 activations) gives int16 pair
 // sums (|.| <= 508), four quarters and up to 8 blocks are summed in int16 (|.| <= 16256),
 // then vpmaddwd with ones widens to int32. sum_j w_j q_j = sum_j (w_j + 1) q_j - sum_j q_j.

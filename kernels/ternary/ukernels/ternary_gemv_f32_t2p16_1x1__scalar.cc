@@ -5,21 +5,12 @@
 namespace cpukern::ternary {
 namespace {
 
-F32Geometry geometry(int64_t m, int64_t k) {
-  F32Geometry g;
-  g.p0 = words_for(k);
-  g.p1 = k;
-  g.tile_bytes = g.p0 * 4;
-  g.x_bytes = g.p0 * 64;  // zero-padded to whole words
-  return g;
-}
+F32Geometry geometry(int64_t m, int64_t k) { return word_geometry(k, 4); }
 
 int64_t packed_size(int64_t m, int64_t k) { return m * words_for(k) * 4; }
 
 void ternary_gemv_f32_t2p16_1x1__scalar_xprep(const float* x, const F32Geometry* geo, void* dst) {
-  float* d = static_cast<float*>(dst);
-  const int64_t n = geo->x_bytes >> 2, k = geo->p1;
-  for (int64_t j = 0; j < n; ++j) d[j] = j < k ? x[j] : 0.0f;
+  xprep_padded(x, geo, dst);
 }
 
 void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
@@ -35,8 +26,10 @@ void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
       double add = 0.0, sub = 0.0;
       const float* xw = x;
       for (int64_t i = 0; i < words; ++i, xw += 16) {
-        for (uint32_t m = ternary_codes::add_mask(w[i]); m; m &= m - 1) add += double(xw[__builtin_ctz(m)]);
-        for (uint32_t m = ternary_codes::sub_mask(w[i]); m; m &= m - 1) sub += double(xw[__builtin_ctz(m)]);
+        for (uint32_t m = ternary_codes::add_mask(w[i]); m; m &= m - 1)
+          add += double(xw[__builtin_ctz(m)]);
+        for (uint32_t m = ternary_codes::sub_mask(w[i]); m; m &= m - 1)
+          sub += double(xw[__builtin_ctz(m)]);
       }
       const double acc = add - sub;
       *yb = float(acc);

@@ -26,22 +26,11 @@
 namespace cpukern::ternary {
 namespace {
 
-F32Geometry geometry(int64_t m, int64_t k) {
-  F32Geometry g;
-  g.p0 = words_for(k);
-  g.p1 = k;
-  g.tile_bytes = g.p0 * 64;
-  g.x_bytes = g.p0 * 64;
-  return g;
-}
+F32Geometry geometry(int64_t m, int64_t k) { return word_geometry(k, 64); }
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 15) / 16 * words_for(k) * 64; }
 
-void T16_XPREP(const float* x, const F32Geometry* geo, void* dst) {
-  float* d = static_cast<float*>(dst);
-  const int64_t n = geo->x_bytes >> 2, k = geo->p1;
-  for (int64_t j = 0; j < n; ++j) d[j] = j < k ? x[j] : 0.0f;
-}
+void T16_XPREP(const float* x, const F32Geometry* geo, void* dst) { xprep_padded(x, geo, dst); }
 
 inline float hsum(__m512 v) {
   alignas(64) float t[16];

@@ -9,8 +9,12 @@ namespace {
 void copy_words(const void* src, int64_t m, int64_t k, void* dst) {
   std::memcpy(dst, src, size_t(m * words_for(k) * 4));
 }
-void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) { copy_words(packed, m, k, dst); }
-void unpack(const void* src, int64_t m, int64_t k, uint32_t* packed) { copy_words(src, m, k, packed); }
+void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
+  copy_words(packed, m, k, dst);
+}
+void unpack(const void* src, int64_t m, int64_t k, uint32_t* packed) {
+  copy_words(src, m, k, packed);
+}
 
 }  // namespace
 

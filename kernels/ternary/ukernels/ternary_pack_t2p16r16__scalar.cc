@@ -8,7 +8,9 @@ namespace {
 constexpr int64_t kR = layouts::kT2p16r16Rows;
 
 // Index of word w of row r in the layout.
-inline int64_t at(int64_t r, int64_t w, int64_t words) { return (r / kR) * words * kR + w * kR + r % kR; }
+inline int64_t at(int64_t r, int64_t w, int64_t words) {
+  return (r / kR) * words * kR + w * kR + r % kR;
+}
 
 void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   const int64_t words = words_for(k);
