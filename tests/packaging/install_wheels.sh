@@ -8,13 +8,15 @@
 #                    the tags fit that platform), then the same script under qemu-aarch64 with the
 #                    arm64 cross root's CPython 3.11 (ci/qemu-python; its /site holds numpy,
 #                    ml_dtypes and safetensors for aarch64).
-# On an aarch64 host the roles swap (x86-64 under qemu-x86_64). Usage: [--no-build] [--keep]
+# On an aarch64 host the roles swap (x86-64 under qemu-x86_64). Usage: [--keep] (keep the
+# temporary directory). Bazel builds nothing when the wheels are up to date (after the test legs).
 # Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=1 keep=0
+repo=$PWD
+keep=0
 for a in "$@"; do
-  case "$a" in --no-build) build=0 ;; --keep) keep=1 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
+  case "$a" in --keep) keep=1 ;; *) echo "unknown option $a" >&2; exit 2 ;; esac
 done
 host=$(uname -m)
 cross=$([[ $host == x86_64 ]] && echo aarch64 || echo x86_64)
@@ -27,11 +29,7 @@ bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 # The wheel a configuration builds: Bazel prints its path after "up-to-date:".
 wheel_of() {  # wheel_of [bazel flags...]
   local out
-  if [[ $build -eq 1 ]]; then
-    out=$(./bazelw build "$@" //python:wheel 2>&1) || { echo "$out" >&2; return 1; }
-  else
-    out=$(./bazelw build "$@" //python:wheel 2>&1) || return 1
-  fi
+  out=$(./bazelw build "$@" //python:wheel 2>&1) || { echo "$out" >&2; return 1; }
   grep -oE '\S+\.whl' <<<"$out" | tail -n 1
 }
 
@@ -81,7 +79,7 @@ if whl=$(wheel_of --config="$cross") && [[ -n $whl ]]; then
   if "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
        --target "$work/cross-site" --platform "$plat" --python-version 3.11 --implementation cp \
        --only-binary=:all: "$whl" &&
-     (cd "$work" && ci_root=1 "$OLDPWD/ci/qemu-python" --arch "$cross" --pythonpath "$work/cross-site" \
+     (cd "$work" && "$repo/ci/qemu-python" --arch "$cross" --pythonpath "$work/cross-site" \
         -- "$work/smoke.py" "$work/cross-site"); then
     ok "cross $cross wheel installs for $plat and runs under qemu"
   else
