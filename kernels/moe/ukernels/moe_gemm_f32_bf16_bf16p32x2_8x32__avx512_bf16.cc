@@ -92,17 +92,15 @@ inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, const uint32_t* w, 
   }
 }
 
-struct Tile : TileDefaults {
-  static constexpr int kMR = 8, kNR = moe::kNR, kKR = 2, kAStep = 2, kActW = 16;
+struct Tile : KpairsTile<kNR> {
+  static constexpr int kMR = 8, kActW = 16;
   static constexpr bool kBlockK = true;
   using A = bf16_t;
-  static int64_t a_stride(int64_t k) { return round_up(k, kKR); }
   // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
   static int64_t rows(int64_t rem) {
     const int64_t nb = (rem + kMR - 1) / kMR;
     return (rem + nb - 1) / nb;
   }
-  static constexpr auto pack = pack_kpairs<kNR>;
   static constexpr auto pack_a = moe::pack_a;
   template <int M>
   static void tile(const bf16_t* a, int64_t lda, int64_t nk, const bf16_t* w, int64_t, int,

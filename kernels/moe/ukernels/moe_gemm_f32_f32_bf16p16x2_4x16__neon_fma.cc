@@ -63,12 +63,11 @@ inline void fma_tile(const float* a, int64_t lda, int64_t kh, const uint32_t* w,
     }
 }
 
-struct Tile : TileDefaults {
-  static constexpr int kMR = 4, kNR = moe::kNR, kKR = 2, kAStep = 2, kActW = 4;
+struct Tile : KpairsTile<kNR> {
+  static constexpr int kMR = 4, kActW = 4;
   using A = float;  // rows fp32 [m][round_up(k, 4)]: one vector holds two k pairs
   static int64_t a_stride(int64_t k) { return round_up(k, 4); }
   static int64_t rows(int64_t rem) { return std::min<int64_t>(kMR, rem); }
-  static constexpr auto pack = pack_kpairs<kNR>;
   static constexpr auto pack_a = pack_a_f32<4>;
   template <int M>
   static void tile(const float* a, int64_t lda, int64_t nk, const bf16_t* w, int64_t, int,

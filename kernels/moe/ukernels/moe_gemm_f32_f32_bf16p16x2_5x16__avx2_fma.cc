@@ -114,15 +114,13 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, const uint32_t* w, 
   }
 }
 
-struct Tile : TileDefaults {
-  static constexpr int kMR = 5, kNR = moe::kNR, kKR = 2, kAStep = 2, kActW = 8;
+struct Tile : KpairsTile<kNR> {
+  static constexpr int kMR = 5, kActW = 8;
   static constexpr bool kBlockK = true;
-  using A = float;  // rows pre-widened to fp32, [m][round_up(k, 2)]
-  static int64_t a_stride(int64_t k) { return round_up(k, kKR); }
+  using A = float;  // rows pre-widened to fp32
   // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 4 where that avoids a
   // slow 1- or 3-row tail: 6 = 4 + 2, 8 = 4 + 4, 7 = 5 + 2, 12 = 5 + 5 + 2.
   static int64_t rows(int64_t rem) { return rem <= kMR ? rem : (rem == 6 || rem == 8) ? 4 : kMR; }
-  static constexpr auto pack = pack_kpairs<kNR>;
   static constexpr auto pack_a = pack_a_f32<kKR>;
   template <int M>
   static void tile(const float* a, int64_t lda, int64_t nk, const bf16_t* w, int64_t, int,

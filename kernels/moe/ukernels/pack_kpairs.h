@@ -1,4 +1,4 @@
-// Packers shared by the widen+FMA, dot-product and scalar kernels.
+// Packers (and tile traits) shared by the widen+FMA, dot-product and scalar kernels.
 //
 // pack_kpairs<NR> ("bf16p<NR>x2" layouts): per panel of NR output columns, per pair of k, NR
 // 32-bit words each holding (w[col][k], w[col][k+1]) as (low, high) halves:
@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/common/bf16.h"
+#include "kernels/moe/gemm_loop.h"
 
 namespace cpukern::moe {
 namespace {  // internal linkage: compiled per ISA
@@ -43,6 +44,14 @@ void pack_a_f32(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, in
     for (int64_t j = k; j < kp; ++j) dr[j] = 0.0f;
   }
 }
+
+// Tile traits (gemm_loop.h) every bf16p<NR>x2 kernel shares: k pairs, A rows [m][round_up(k, 2)].
+template <int NR>
+struct KpairsTile : TileDefaults {
+  static constexpr int kNR = NR, kKR = 2, kAStep = 2;
+  static int64_t a_stride(int64_t k) { return round_up(k, kKR); }
+  static constexpr auto pack = pack_kpairs<NR>;
+};
 
 }  // namespace
 }  // namespace cpukern::moe
