@@ -37,7 +37,8 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
 
 // x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same isa);
 // topk_weights (t, topk) float32; topk_ids (t, topk) int32 in [0, e);
-// w13_bias (e, 2I) / w2_bias (e, h) bf16 or nullptr; out: (t, h) bf16.
+// w13_bias (e, 2I) / w2_bias (e, h) bf16 or nullptr; out: (t, h) bf16;
+// threads: 0 = the default, 1..limits::kMaxThreads (limits::resolve_threads).
 void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                const PackedExperts& w2, const float* topk_weights, const int32_t* topk_ids,
                int64_t topk, Activation activation, const bf16_t* w13_bias,
