@@ -107,7 +107,7 @@ def _py_wheel_impl(ctx):
         mnemonic = "PyWheel",
         progress_message = "Packing %s" % whl.short_path,
     )
-    return [DefaultInfo(files = depset([whl]))]
+    return [DefaultInfo(files = depset([whl]), runfiles = ctx.runfiles(files = [whl]))]
 
 py_wheel = rule(
     implementation = _py_wheel_impl,
