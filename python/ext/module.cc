@@ -104,6 +104,8 @@ void bind_common(nb::module_& m) {
 }  // namespace cpukern::ext
 
 NB_MODULE(_ext, m) {
+  // Objects still referenced by daemon threads at interpreter exit are not leaks to report.
+  nanobind::set_leak_warnings(false);
   using namespace cpukern;
   namespace nb = nanobind;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

@@ -8,6 +8,7 @@
 
 #include "kernels/moe/moe.h"
 #include "python/ext/arrays.h"
+#include "python/ext/gil.h"
 
 namespace cpukern::ext {
 
@@ -48,7 +49,7 @@ void bind_moe(nb::module_& m) {
         auto* ip = new int32_t[size_t(n ? n : 1)];
         nb::capsule iown(ip, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
         {
-          nb::gil_scoped_release release;
+          GilRelease release;
           moe::route(lp, t, e, topk, renormalize, wp, ip);
         }
         const size_t shape[2] = {size_t(t), size_t(topk)};
@@ -59,7 +60,7 @@ void bind_moe(nb::module_& m) {
 
   m.def("moe_prepack", [](const InArray& w, const std::string& isa) {
     const auto* wp = in_ptr<uint16_t>(w, "w", {3});
-    nb::gil_scoped_release release;
+    GilRelease release;
     return moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
   });
 
@@ -98,7 +99,7 @@ void bind_moe(nb::module_& m) {
                           {w13_bias ? &*w13_bias : nullptr, "w13_bias"},
                           {w2_bias ? &*w2_bias : nullptr, "w2_bias"}});
         const moe::Activation act = moe::parse_activation(activation);
-        nb::gil_scoped_release release;
+        GilRelease release;
         moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),

@@ -6,6 +6,7 @@
 
 #include "kernels/ternary/ternary.h"
 #include "python/ext/arrays.h"
+#include "python/ext/gil.h"
 
 namespace cpukern::ext {
 
@@ -33,7 +34,7 @@ void bind_ternary(nb::module_& m) {
     check_shape(out, "out", {rows, ternary::words_for(k)});
     auto* op = out_ptr<uint32_t>(out, "out", {2});
     check_no_overlap(out, "out", {{&w, "w"}});
-    nb::gil_scoped_release release;
+    GilRelease release;
     ternary::pack(wp, rows, k, op);
   });
 
@@ -44,7 +45,7 @@ void bind_ternary(nb::module_& m) {
     check_shape(out, "out", {rows, k});
     auto* op = out_ptr<int8_t>(out, "out", {2});
     check_no_overlap(out, "out", {{&packed, "packed"}});
-    nb::gil_scoped_release release;
+    GilRelease release;
     ternary::unpack(pp, rows, words, k, op);
   });
 
@@ -58,7 +59,7 @@ void bind_ternary(nb::module_& m) {
           auto* sp = out_ptr<float>(scale, "scale", {1});
           check_no_overlap(packed, "packed", {{&w, "w"}});
           check_no_overlap(scale, "scale", {{&w, "w"}});
-          nb::gil_scoped_release release;
+          GilRelease release;
           ternary::quantize(wp, rows, k, per_tensor, pp, sp);
         });
 
@@ -73,7 +74,7 @@ void bind_ternary(nb::module_& m) {
           sp = in_ptr<float>(*scale, "scale", {1});
           check_shape(*scale, "scale", {rows});
         }
-        nb::gil_scoped_release release;
+        GilRelease release;
         return ternary::prepare(pp, rows, words, k, sp, isa);
       },
       nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"));
@@ -104,7 +105,7 @@ void bind_ternary(nb::module_& m) {
         }
         check_no_overlap(out, "out", {{&x, "x"}, {scale ? &*scale : nullptr, "scale"}});
         const ternary::Act a = ternary::parse_act(act);
-        nb::gil_scoped_release release;
+        GilRelease release;
         ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),

@@ -5,6 +5,7 @@
 
 #include "kernels/widely_linear/widely_linear.h"
 #include "python/ext/arrays.h"
+#include "python/ext/gil.h"
 
 namespace cpukern::ext {
 
@@ -66,7 +67,7 @@ void bind_widely_linear(nb::module_& m) {
           auto* sp = out_ptr<float>(scales, "scales", {2});
           check_no_overlap(planes, "planes", {{&a, "a"}});
           check_no_overlap(scales, "scales", {{&a, "a"}});
-          nb::gil_scoped_release release;
+          GilRelease release;
           widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
         });
 
@@ -77,7 +78,7 @@ void bind_widely_linear(nb::module_& m) {
           check_shape(out, "out", {2 * s.n, 2 * m_});
           auto* op = out_ptr<float>(out, "out", {2});
           check_no_overlap(out, "out", {{&planes, "planes"}, {&scales, "scales"}});
-          nb::gil_scoped_release release;
+          GilRelease release;
           widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
                                static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n,
                                s.words, m_, op);
@@ -87,7 +88,7 @@ void bind_widely_linear(nb::module_& m) {
         [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
-          nb::gil_scoped_release release;
+          GilRelease release;
           return widely_linear::prepare(static_cast<const uint32_t*>(planes.data()),
                                         static_cast<const float*>(scales.data()), s.per_row,
                                         s.stages, s.n, s.words, m_, isa);
@@ -106,7 +107,7 @@ void bind_widely_linear(nb::module_& m) {
       check_shape(out, "out", {batch, 2 * layer.n});
     auto* yp = out_ptr<float>(out, "out", {1, 2});
     check_no_overlap(out, "out", {{&x, "x"}});
-    nb::gil_scoped_release release;
+    GilRelease release;
     widely_linear::run(layer, xp, batch, fused, threads, yp);
   });
 }

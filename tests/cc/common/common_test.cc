@@ -156,7 +156,15 @@ int wait_child(pid_t pid, int seconds) {
 
 // The child of a fork has none of the parent's pool threads: a call there that needs more
 // threads than the parent had used to wait forever on the parent's condition variable.
+// qemu-user 7.2 itself aborts in the forked child of a multi-threaded guest (its own assertion
+// in cpu_exec), whatever the guest does; the host leg covers these.
+#define CPUKERN_SKIP_FORK_UNDER_QEMU()                                                   \
+  if (std::getenv("CPUKERN_QEMU_CPU"))                                                   \
+  GTEST_SKIP() << "qemu-user 7.2 aborts in the forked child of a multi-threaded guest "  \
+                  "(qemu's own assertion); fork safety is tested on the host leg"
+
 TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
+  CPUKERN_SKIP_FORK_UNDER_QEMU();
   for (int round = 0; round < 40; ++round) {
     const int parent_threads = 2 + round % 2, child_threads = 4 - round % 2;
     std::atomic<int> n{0};
@@ -175,6 +183,7 @@ TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
 
 // A fork while another thread is inside a parallel job (the pool's locks held).
 TEST(ThreadPool, ForkDuringAParallelJobInAnotherThread) {
+  CPUKERN_SKIP_FORK_UNDER_QEMU();
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop) parallel_for(256, 2, [](int64_t) { std::this_thread::yield(); });
