@@ -117,10 +117,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     output = _bazel(*args)
     _log(f"bazel build took {time.time() - start:.0f} s")
     # "Target //python:wheel up-to-date:" then the wheel's path (bazel-bin/... or bazel-out/...).
-    wheels = [w for w in output.split() if w.endswith(".whl") and os.path.isfile(os.path.join(ROOT, w))]
+    wheels = [w for w in output.split() if w.endswith(".whl")]
     if len(wheels) != 1:
         raise RuntimeError(f"cannot tell the wheel //python:wheel built from Bazel's output: {wheels}")
-    src = os.path.join(ROOT, wheels[0])
+    # The real output directory: bazel-bin follows whichever configuration built last.
+    info = subprocess.run([os.path.join(ROOT, "bazelw"), "info", *args[2:], "bazel-bin"], cwd=ROOT,
+                          check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    src = os.path.join(info, "python", os.path.basename(wheels[0]))
     name = os.path.basename(src)
     if not cross:
         # The tags must be this interpreter's (python_abi of the running version).

@@ -28,9 +28,12 @@ bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
 # The wheel a configuration builds: Bazel prints its path after "up-to-date:".
 wheel_of() {  # wheel_of [bazel flags...]
-  local out
+  local out name bin
   out=$(./bazelw build "$@" //python:wheel 2>&1) || { echo "$out" >&2; return 1; }
-  grep -oE '\S+\.whl' <<<"$out" | tail -n 1
+  name=$(grep -oE '\S+\.whl' <<<"$out" | tail -n 1) || return 1
+  # The real output directory (bazel-bin follows whichever configuration built last).
+  bin=$(./bazelw info "$@" bazel-bin 2>/dev/null) || return 1
+  echo "$bin/python/$(basename "$name")"
 }
 
 cat >"$work/smoke.py" <<'PY'
