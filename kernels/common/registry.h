@@ -39,6 +39,19 @@ std::vector<std::string> missing_features(const Variant<Ukernel>& v) {
 // "avx512f, avx512bw" (for messages and skip reasons).
 std::string joined(const std::vector<std::string>& names);
 
+// Packers (the CPUKERN_PACKER lines of a kernel list): of the rows `matches` accepts (one
+// layout's packers; all of them write the same bytes), the supported one that needs the most
+// CPU features, i.e. the fastest. Rows have `required` and `supported()`. Null if none.
+template <class Row, class Match>
+const Row* best_packer(const std::vector<Row>& rows, Match matches) {
+  const Row* best = nullptr;
+  for (const Row& r : rows)
+    if (matches(r) && r.supported() &&
+        (!best || __builtin_popcountll(r.required) > __builtin_popcountll(best->required)))
+      best = &r;
+  return best;
+}
+
 struct VariantInfo {
   std::string name;
   std::string ukernel;

@@ -46,11 +46,10 @@ const std::vector<PackerRow>& packers() {
 }
 
 const Packer& packer_for(const char* layout) {
-  const Packer* best = nullptr;
-  for (const auto& p : packers())
-    if (std::strcmp(p.layout, layout) == 0 && p.supported()) best = &p.packer;
+  const PackerRow* best =
+      best_packer(packers(), [&](const PackerRow& p) { return std::strcmp(p.layout, layout) == 0; });
   if (!best) throw std::logic_error(std::string("no packer for layout ") + layout);
-  return *best;
+  return best->packer;
 }
 
 std::vector<VariantInfo> list_variants() { return registry().info(); }

@@ -52,8 +52,8 @@ struct PackerRow {
 
 // Every packer of the kernel list (CPUKERN_PACKER lines, in list order).
 const std::vector<PackerRow>& packers();
-// The packer prepare uses for `layout`: the last supported line of the list (lines of one
-// layout go from portable to most specific). Throws if none (a list without its packer).
+// The packer prepare uses for `layout`: the supported one needing the most CPU features
+// (best_packer). Throws if none (a list without its packer).
 const Packer& packer_for(const char* layout);
 
 // ---- fp32 mode ----------------------------------------------------------------------------

@@ -16,12 +16,7 @@
 namespace cpukern::widely_linear {
 
 const Packer& packer_for(const Layout& layout) {
-  // The supported packer of the layout that uses the most CPU features (the fastest).
-  const Packer* best = nullptr;
-  for (const Packer& p : packers())
-    if (p.layout == &layout && p.supported() &&
-        (!best || __builtin_popcountll(p.required) > __builtin_popcountll(best->required)))
-      best = &p;
+  const Packer* best = best_packer(packers(), [&](const Packer& p) { return p.layout == &layout; });
   check_arg(best != nullptr, "isa", std::string("no packer for layout ") + layout.name);
   return *best;
 }
