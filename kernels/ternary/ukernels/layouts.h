@@ -19,6 +19,13 @@ inline constexpr int64_t lut27r16_blocks(int64_t k) {
   return (k + kLut27r16Cols - 1) / kLut27r16Cols;
 }
 
+// lut4r16: 16-row tiles; per group of 4 columns 16 bytes, byte i = row i of the tile:
+// bits 0-3 its "add" pattern (bit c: column 4g + c is +1), bits 4-7 its "subtract" pattern
+// (-1). 2 bits per weight; the NEON kernel looks both nibbles up in a 16-entry table.
+inline constexpr int64_t kLut4r16Rows = 16;
+inline constexpr int64_t kLut4r16Cols = 4;
+inline constexpr int64_t lut4r16_groups(int64_t k) { return (k + kLut4r16Cols - 1) / kLut4r16Cols; }
+
 // t2p16r16: the public words of 16-row tiles, word w of rows 0..15 adjacent.
 inline constexpr int64_t kT2p16r16Rows = 16;
 
