@@ -1,10 +1,13 @@
 #include "kernels/common/cpu_features.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #if defined(__x86_64__)
@@ -113,6 +116,69 @@ int64_t detect_l2_bytes() {
   return 1 << 20;
 }
 
+}  // namespace
+
+// Cores a CFS quota allows: "quota period" (cgroup v2 cpu.max, or v1's two files joined),
+// rounded up; 0 when there is no limit ("max", -1) or the text does not parse.
+int cores_from_cpu_quota(const std::string& text) {
+  std::istringstream in(text);
+  std::string quota;
+  long long period = 0;
+  if (!(in >> quota >> period) || period <= 0 || quota == "max") return 0;
+  char* end = nullptr;
+  const long long q = std::strtoll(quota.c_str(), &end, 10);
+  if (*end || q <= 0) return 0;
+  return int(std::min<long long>((q + period - 1) / period, 1 << 20));
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The CPU quota of this process's cgroup (v2, then v1), in cores; 0 = none.
+int cgroup_quota_cores() {
+  std::ifstream groups("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(groups, line)) {
+    // "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1).
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    for (const std::string& dir : {path, std::string("/")}) {  // "/" inside a cgroup namespace
+      if (controllers.empty()) {
+        if (int n = cores_from_cpu_quota(read_text("/sys/fs/cgroup" + dir + "/cpu.max"))) return n;
+      } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
+        for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+          const std::string base = std::string(mount) + dir;
+          const std::string quota = read_text(base + "/cpu.cfs_quota_us");
+          const std::string period = read_text(base + "/cpu.cfs_period_us");
+          if (int n = cores_from_cpu_quota(quota + " " + period)) return n;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int usable_cores() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  int cores = n > 0 ? int(n) : 1;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+    cores = std::min(cores, int(CPU_COUNT(&set)));
+  if (int quota = cgroup_quota_cores()) cores = std::min(cores, quota);
+  return std::max(cores, 1);
+}
+
+namespace {
+
 CpuInfo detect() {
   CpuInfo info;
 #if defined(__x86_64__)
@@ -120,8 +186,7 @@ CpuInfo detect() {
 #elif defined(__aarch64__)
   detect_aarch64(info);
 #endif
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  info.num_cores = n > 0 ? int(n) : 1;
+  info.num_cores = usable_cores();
   info.l2_bytes = detect_l2_bytes();
   if (const char* off = std::getenv("CPUKERN_DISABLE_FEATURES")) {
     std::stringstream ss(off);

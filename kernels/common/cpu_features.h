@@ -34,7 +34,7 @@ struct CpuInfo {
   Arch arch = Arch::kOther;
   uint64_t features = 0;
   std::string vendor;          // "GenuineIntel", "AuthenticAMD", "arm", ...
-  int num_cores = 1;           // online logical CPUs
+  int num_cores = 1;           // usable CPUs: affinity mask and cgroup CPU quota (at detection)
   int64_t l2_bytes = 1 << 20;  // per-core L2, best effort
 };
 
@@ -43,6 +43,12 @@ struct CpuInfo {
 const CpuInfo& cpu_info();
 
 inline bool cpu_has(uint64_t required) { return (cpu_info().features & required) == required; }
+
+// CPUs this process may use now: online CPUs, capped by its affinity mask
+// (sched_getaffinity) and its cgroup's CPU quota (containers), at least 1.
+int usable_cores();
+// Cores a CFS quota text allows ("quota period": cgroup v2 cpu.max; rounded up); 0 = no limit.
+int cores_from_cpu_quota(const std::string& text);
 
 const char* arch_name(Arch a);
 // Names of the bits set in `features`, lower-case ("avx2", "bmi2", "bf16", ...).

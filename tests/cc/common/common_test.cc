@@ -1,3 +1,4 @@
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +51,31 @@ TEST(CpuFeatures, QemuCpuModelIsVisible) {
   if (std::string(model) == "max") EXPECT_TRUE(cpu_has(kBF16)) << "qemu -cpu max reports BF16";
   if (std::string(model) == "neoverse-n1") EXPECT_FALSE(cpu_has(kBF16)) << "N1 has no BF16";
 #endif
+}
+
+TEST(CpuFeatures, CpuQuotaParsing) {
+  EXPECT_EQ(cores_from_cpu_quota("max 100000"), 0);
+  EXPECT_EQ(cores_from_cpu_quota("50000 100000"), 1);
+  EXPECT_EQ(cores_from_cpu_quota("150000 100000\n"), 2);
+  EXPECT_EQ(cores_from_cpu_quota("-1 100000"), 0);  // cgroup v1: no limit
+  EXPECT_EQ(cores_from_cpu_quota(""), 0);
+  EXPECT_EQ(cores_from_cpu_quota("junk"), 0);
+}
+
+// The default thread count follows the affinity mask (taskset, container cpusets).
+TEST(CpuFeatures, UsableCoresFollowsTheAffinityMask) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(usable_cores(), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_GE(usable_cores(), 1);
+  EXPECT_LE(usable_cores(), CPU_COUNT(&saved));
 }
 
 TEST(CpuFeatures, NamesRoundTrip) {
