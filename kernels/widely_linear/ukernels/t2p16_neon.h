@@ -48,18 +48,35 @@ alignas(16) inline constexpr uint32_t kNz[16] = {
 alignas(16) inline constexpr int32_t kSh[16] = {31, 29, 27, 25, 23, 21, 19, 17,
                                                 15, 13, 11, 9,  7,  5,  3,  1};
 
-// Where accumulators live: plenty for NB = 1 (8), a pass of planes otherwise.
-inline constexpr int kAccRegs = 16;
+// Accumulators of one fused pass: 8 (2 * NP * NB), so that with the 9 mask constants,
+// the words and the activations of a group everything stays in the 32 registers.
+inline constexpr int kAccRegs = 8;
 
 struct Code {
   uint32x4_t nz, sign;
 };
 
+// The mask constants, loaded into registers once per call. The empty asm hides their
+// values, so that the compiler keeps them in registers instead of rematerialising each
+// one (adrp + ldr) at every use inside the loop.
+struct Consts {
+  uint32x4_t nz[4];
+  int32x4_t sh[4];
+  uint32x4_t signbit;
+  CPUKERN_WL_INLINE Consts() {
+    for (int g = 0; g < 4; ++g) {
+      nz[g] = vld1q_u32(kNz + 4 * g);
+      sh[g] = vld1q_s32(kSh + 4 * g);
+    }
+    signbit = vdupq_n_u32(0x80000000u);
+    for (int g = 0; g < 4; ++g) asm("" : "+w"(nz[g]), "+w"(sh[g]));
+    asm("" : "+w"(signbit));
+  }
+};
+
 template <int g>
-CPUKERN_WL_INLINE Code decode(uint32x4_t wd, uint32x4_t signbit) {
-  const uint32x4_t nzm = vld1q_u32(kNz + 4 * g);
-  const int32x4_t sh = vld1q_s32(kSh + 4 * g);
-  return {vtstq_u32(wd, nzm), vandq_u32(vshlq_u32(wd, sh), signbit)};
+CPUKERN_WL_INLINE Code decode(uint32x4_t wd, const Consts& k) {
+  return {vtstq_u32(wd, k.nz[g]), vandq_u32(vshlq_u32(wd, k.sh[g]), k.signbit)};
 }
 
 // acc += w * x lane-wise: (x & nz) ^ sign added.
@@ -84,26 +101,26 @@ inline constexpr int kLoaded[3] = {kXr, kXi, kNXi};
 // One group g of 4 columns for planes [P0, P0 + NP) and NB batch rows.
 template <int g, int P0, int NP, int NB>
 CPUKERN_WL_INLINE void fused_group(const uint32x4_t (&wd)[NP], const float* const (&xs)[NB][3],
-                                   uint32x4_t signbit, float32x4_t (&a)[NB][2 * NP]) {
+                                   const Consts& kc, float32x4_t (&a)[NB][2 * NP]) {
   float32x4_t x[NB][3];
   for (int b = 0; b < NB; ++b)
     for (int s = 0; s < 3; ++s) x[b][s] = vld1q_f32(xs[b][s] + 4 * g);
 #pragma GCC unroll 4
   for (int p = 0; p < NP; ++p) {
-    const Code k = decode<g>(wd[p], signbit);
+    const Code k = decode<g>(wd[p], kc);
 #pragma GCC unroll 4
     for (int b = 0; b < NB; ++b) {
       a[b][2 * p] = step(a[b][2 * p], k, x[b][kXA[P0 + p]]);
       a[b][2 * p + 1] = step(a[b][2 * p + 1], k, x[b][kXB[P0 + p]]);
     }
   }
-  if constexpr (g < 3) fused_group<g + 1, P0, NP, NB>(wd, xs, signbit, a);
+  if constexpr (g < 3) fused_group<g + 1, P0, NP, NB>(wd, xs, kc, a);
 }
 
 // Planes [P0, P0 + NP) of one row for NB batch rows over all words.
 template <int P0, int NP, int NB>
-CPUKERN_WL_INLINE void fused_pass(const char* row, const Call& c, float* const (&dots)[NB]) {
-  const uint32x4_t signbit = vdupq_n_u32(0x80000000u);
+CPUKERN_WL_INLINE void fused_pass(const char* row, const Call& c, const Consts& kc,
+                                  float* const (&dots)[NB]) {
   float32x4_t a[NB][2 * NP];
   for (auto& ab : a)
     for (auto& v : ab) v = vdupq_n_f32(0.0f);
@@ -117,7 +134,7 @@ CPUKERN_WL_INLINE void fused_pass(const char* row, const Call& c, float* const (
   for (int64_t j = c.loc.inner; j > 0; --j) {
     uint32x4_t wd[NP];
     for (int q = 0; q < NP; ++q) wd[q] = vld1q_dup_u32(pw[q]++);
-    fused_group<0, P0, NP, NB>(wd, xs, signbit, a);
+    fused_group<0, P0, NP, NB>(wd, xs, kc, a);
     for (int b = 0; b < NB; ++b)
       for (int s = 0; s < 3; ++s) xs[b][s] += 16;
   }
@@ -132,15 +149,16 @@ template <int NB>
 void fused_rows(const Call& c) {
   constexpr int kFit = kAccRegs / (2 * NB);
   constexpr int NP = kFit >= 4 ? 4 : kFit >= 2 ? 2 : 1;
+  const Consts kc;
   const char* row = static_cast<const char*>(c.loc.w);
   float* dots[NB];
   for (int b = 0; b < NB; ++b) dots[b] = c.dots[b];
   for (int64_t i = c.rows; i > 0; --i, row += c.loc.tile_stride) {
-    fused_pass<0, NP, NB>(row, c, dots);
-    if constexpr (NP <= 2) fused_pass<NP, NP, NB>(row, c, dots);
+    fused_pass<0, NP, NB>(row, c, kc, dots);
+    if constexpr (NP <= 2) fused_pass<NP, NP, NB>(row, c, kc, dots);
     if constexpr (NP == 1) {
-      fused_pass<2, 1, NB>(row, c, dots);
-      fused_pass<3, 1, NB>(row, c, dots);
+      fused_pass<2, 1, NB>(row, c, kc, dots);
+      fused_pass<3, 1, NB>(row, c, kc, dots);
     }
     for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
   }
@@ -158,21 +176,21 @@ inline void fused(const Call& c) {
 // The single sub-GEMV c.k: NR rows x NB batch rows of independent accumulators.
 template <int g, int NR, int NB>
 CPUKERN_WL_INLINE void gemv_group(const uint32x4_t (&wd)[NR], const float* const (&xs)[NB],
-                                  uint32x4_t signbit, float32x4_t (&a)[NR][NB]) {
+                                  const Consts& kc, float32x4_t (&a)[NR][NB]) {
   float32x4_t x[NB];
   for (int b = 0; b < NB; ++b) x[b] = vld1q_f32(xs[b] + 4 * g);
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) {
-    const Code k = decode<g>(wd[r], signbit);
+    const Code k = decode<g>(wd[r], kc);
 #pragma GCC unroll 4
     for (int b = 0; b < NB; ++b) a[r][b] = step(a[r][b], k, x[b]);
   }
-  if constexpr (g < 3) gemv_group<g + 1, NR, NB>(wd, xs, signbit, a);
+  if constexpr (g < 3) gemv_group<g + 1, NR, NB>(wd, xs, kc, a);
 }
 
 template <int NR, int NB>
-CPUKERN_WL_INLINE void gemv_pass(const char* row, const Call& c, float* const (&dots)[NB]) {
-  const uint32x4_t signbit = vdupq_n_u32(0x80000000u);
+CPUKERN_WL_INLINE void gemv_pass(const char* row, const Call& c, const Consts& kc,
+                                 float* const (&dots)[NB]) {
   float32x4_t a[NR][NB];
   for (auto& ar : a)
     for (auto& v : ar) v = vdupq_n_f32(0.0f);
@@ -183,7 +201,7 @@ CPUKERN_WL_INLINE void gemv_pass(const char* row, const Call& c, float* const (&
   for (int64_t j = c.loc.inner; j > 0; --j) {
     uint32x4_t wd[NR];
     for (int r = 0; r < NR; ++r) wd[r] = vld1q_dup_u32(pw[r]++);
-    gemv_group<0, NR, NB>(wd, xs, signbit, a);
+    gemv_group<0, NR, NB>(wd, xs, kc, a);
     for (int b = 0; b < NB; ++b) xs[b] += 16;
   }
   for (int b = 0; b < NB; ++b) {
@@ -194,17 +212,18 @@ CPUKERN_WL_INLINE void gemv_pass(const char* row, const Call& c, float* const (&
 
 template <int NR, int NB>
 void gemv_rows(const Call& c) {
+  const Consts kc;
   const char* row = static_cast<const char*>(c.loc.w);
   float* dots[NB];
   for (int b = 0; b < NB; ++b) dots[b] = c.dots[b];
   int64_t left = c.rows;
   for (; left >= NR; left -= NR) {
-    gemv_pass<NR, NB>(row, c, dots);
+    gemv_pass<NR, NB>(row, c, kc, dots);
     for (int r = 0; r < NR; ++r) row += c.loc.tile_stride;
     for (int b = 0; b < NB; ++b) dots[b] += NR * kNumSub;
   }
   for (; left > 0; --left, row += c.loc.tile_stride) {
-    gemv_pass<1, NB>(row, c, dots);
+    gemv_pass<1, NB>(row, c, kc, dots);
     for (int b = 0; b < NB; ++b) dots[b] += kNumSub;
   }
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -415,6 +416,15 @@ TEST(Registry, TableAndSelection) {
   // The old name still selects the avx2 row (where the CPU runs it).
   if (cpu_has(isa::avx2)) {
     EXPECT_STREQ(registry().select("avx2_bmi2").name, "avx2");
+  }
+#elif defined(__aarch64__)
+  // AArch64: the NEON row (ARMv8.0 baseline, every AArch64 CPU) is the default.
+  EXPECT_GT(prio.at("neon"), prio.at("reference"));
+  for (const auto& v : vs) {
+    if (v.name == "neon") {
+      if (!std::getenv("CPUKERN_ISA")) EXPECT_TRUE(v.selected);
+      EXPECT_EQ(v.required, std::vector<std::string>{"neon"});
+    }
   }
 #endif
 }
