@@ -13,6 +13,8 @@
 //   lut3r8    8-row tiles; per 30 columns one 8x uint32 "add" pattern vector and one
 //             "subtract" pattern vector, 3 bits per group of 3 columns (10 groups per lane)
 //   lut27r16  16-row tiles; per 18 columns 16 uint32 lanes of six 5-bit base-3 codes
+//   lut4r16   16-row tiles; per group of 4 columns 16 bytes, one per row: the add pattern
+//             in bits 0-3, the subtract pattern in bits 4-7 (NEON tbl lookup)
 //   q2b128    per row, per 128 columns 32 bytes; byte i holds (w+1) of columns i, i+32,
 //             i+64, i+96 in bits 0-1, 2-3, 4-5, 6-7
 //   q2b256    the same with 256 columns per 64 bytes
