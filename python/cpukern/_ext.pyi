@@ -16,6 +16,12 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int: ...
 
+def read_bandwidth(nbytes: int = 1073741824, threads: int = 0, min_seconds: float = 0.5) -> float:
+    """
+    Bytes/s of a streaming read of nbytes (far above the L3: DRAM) with `threads` threads of
+    the kernels' pool (0 = the default): the floor that decode kernels are bound by.
+    """
+
 class TernaryWeights:
     """
     Ternary weights converted once into one kernel's layout (cpukern.ternary.prepare).

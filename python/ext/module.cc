@@ -5,11 +5,13 @@
 
 #include <new>
 
+#include "kernels/common/bandwidth.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/limits.h"
 #include "kernels/common/registry.h"
 #include "kernels/common/thread_pool.h"
 #include "python/ext/arrays.h"
+#include "python/ext/gil.h"
 
 namespace cpukern::ext {
 
@@ -99,6 +101,15 @@ void bind_common(nb::module_& m) {
       },
       nb::arg("n"), set_doc.c_str());
   m.def("get_num_threads", &get_num_threads);
+  m.def(
+      "read_bandwidth",
+      [](int64_t nbytes, int threads, double min_seconds) {
+        ext::GilRelease release;
+        return measure_read_bandwidth(nbytes, threads, min_seconds);
+      },
+      nb::arg("nbytes") = int64_t(1) << 30, nb::arg("threads") = 0, nb::arg("min_seconds") = 0.5,
+      "Bytes/s of a streaming read of nbytes (far above the L3: DRAM) with `threads` threads of\n"
+      "the kernels' pool (0 = the default): the floor that decode kernels are bound by.");
 }
 
 }  // namespace cpukern::ext
