@@ -1,0 +1,15 @@
+#!/bin/sh
+# ./bazelw run //benchmarks/model [-- args]: the model table over the checkout's sources,
+# with the calibration on x86 hosts unless --no-calibrate is given.
+set -eu
+here="$(cd "$(dirname "$0")" && pwd)"
+r="${RUNFILES_DIR:-$0.runfiles}/__main__/benchmarks/model"
+[ -f "$r/model.py" ] || r="$here"
+cal=""
+case " $* " in *" --no-calibrate "*) ;; *)
+  [ "$(uname -m)" = x86_64 ] && [ -x "$r/calibrate" ] && cal="--calibrate=$r/calibrate" ;;
+esac
+args=""
+for a in "$@"; do [ "$a" = --no-calibrate ] || args="$args $a"; done
+# shellcheck disable=SC2086
+exec python3 "$r/model.py" $cal $args
