@@ -18,6 +18,7 @@
 #include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
@@ -31,6 +32,51 @@ Activation parse_activation(const std::string& name) {
             "expected one of silu, gelu, gelu_tanh, swigluoai, got '" + name + "'");
 }
 
+const char* format_name(WeightFormat f) { return f == WeightFormat::kMxfp4 ? "mxfp4" : "bf16"; }
+
+WeightFormat parse_format(const std::string& name) {
+  if (name == "bf16") return WeightFormat::kBf16;
+  if (name == "mxfp4") return WeightFormat::kMxfp4;
+  throw_arg("format", "expected one of bf16, mxfp4, got '" + name + "'");
+}
+
+std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+                                                   int64_t e, int64_t o, int64_t i,
+                                                   const std::string& isa) {
+  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
+  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
+  check_arg(i >= mxfp4::kBlock && i % mxfp4::kBlock == 0, "i",
+            "MXFP4 in-features must be a positive multiple of 32, got " + std::to_string(i));
+  const int64_t nscales = checked_mul(checked_mul(e, o, "blocks"), i / mxfp4::kBlock, "blocks");
+  check_arg(blocks != nullptr, "blocks", "null pointer");
+  check_arg(scales != nullptr, "scales", "null pointer");
+  const int64_t bad = mxfp4::first_nan_scale(scales, nscales);
+  if (bad >= 0) {
+    const int64_t nb = i / mxfp4::kBlock;
+    throw_arg("scales", "e8m0 scale 255 (NaN) at expert " + std::to_string(bad / (o * nb)) +
+                            ", row " + std::to_string(bad / nb % o) + ", block " +
+                            std::to_string(bad % nb) + ": NaN scales are refused");
+  }
+  const Variant& v = registry().select(isa);
+  const Ukernel& uk = ukernel_for(v, WeightFormat::kMxfp4);
+  const int64_t per = uk.packed_size(o, i);
+  auto p = std::make_shared<PackedExperts>();
+  p->variant = &v;
+  p->ukernel = &uk;
+  p->isa = v.name;
+  p->format = WeightFormat::kMxfp4;
+  p->e = e;
+  p->o = o;
+  p->i = i;
+  p->data.resize(size_t(checked_mul(per, e, "blocks")));
+  char* dst = p->data.data<char>();
+  const int64_t eb = o * i / 2, es = o * i / mxfp4::kBlock;  // bytes, scales per expert
+  parallel_for(e, 0, [&](int64_t x) {
+    uk.pack_mxfp4(blocks + x * eb, scales + x * es, o, i, dst + x * per);
+  });
+  return p;
+}
+
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa) {
   check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
@@ -39,10 +85,11 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
   const Variant& v = registry().select(isa);
-  const Ukernel& uk = v.ukernel;
+  const Ukernel& uk = ukernel_for(v, WeightFormat::kBf16);
   const int64_t per = uk.packed_size(o, i);
   auto p = std::make_shared<PackedExperts>();
   p->variant = &v;
+  p->ukernel = &uk;
   p->isa = v.name;
   p->e = e;
   p->o = o;
@@ -92,7 +139,7 @@ Tiling choose_tiling(const Ukernel& uk, int64_t k, int64_t max_rows, int64_t out
   mc = mc / uk.mr * uk.mr;
   const int64_t m_eff = std::min(mc, round_up(max_rows, uk.mr));
   const int64_t a_bytes = uk.packed_a_size(m_eff, k);
-  const int64_t panel = int64_t(uk.nr) * round_up(k, uk.kr) * 2;
+  const int64_t panel = uk.packed_size(uk.nr, k);  // bytes of one panel (any format)
   const int64_t budget = std::max(half_l2 - a_bytes, half_l2 / 4);
   int64_t panels = std::max<int64_t>(1, budget / (panel * weight_rows_per_col));
   int64_t cols = panels * uk.nr;
@@ -151,8 +198,10 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   // ---- validation, before any output is written ----
   check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
   check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
-  check_arg(w13.variant != nullptr && w13.data.data() != nullptr, "w13", "not a packed tensor");
-  check_arg(w2.variant != nullptr && w2.data.data() != nullptr, "w2", "not a packed tensor");
+  check_arg(w13.variant != nullptr && w13.ukernel != nullptr && w13.data.data() != nullptr, "w13",
+            "not a packed tensor");
+  check_arg(w2.variant != nullptr && w2.ukernel != nullptr && w2.data.data() != nullptr, "w2",
+            "not a packed tensor");
   check_arg(std::string(w13.variant->ukernel.layout) == w2.variant->ukernel.layout, "w2",
             "packings from different kernel families cannot be mixed (w13 is '" + w13.isa +
                 "', w2 is '" + w2.isa + "')");
@@ -187,7 +236,10 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                                 std::to_string(topk_ids[s]) + " at position " +
                                 std::to_string(s));
 
-  const Ukernel& uk = w13.variant->ukernel;
+  // Each stage runs the ukernel of its weights' format (formats may differ; the variant's
+  // ukernels share its A packing and activation).
+  const Ukernel& uk = *w13.ukernel;
+  const Ukernel& uk2 = *w2.ukernel;
   const int64_t I = w2.i, H = h;
   const bool interleaved = activation == Activation::kSwigluOai;
 
@@ -213,7 +265,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
       cs.slot_row[s] = int32_t(r);
     }
   }
-  const int64_t hp = round_up(H, uk.nr);
+  const int64_t hp = round_up(H, uk2.nr);
   cs.act.reserve(size_t(checked_mul(slots, I, "x")) * 2);
   cs.y.reserve(size_t(checked_mul(slots, hp, "x")) * 4);
   bf16_t* act = cs.act.data<bf16_t>();
@@ -221,8 +273,8 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   const char* w13d = w13.data.data<char>();
   const char* w2d = w2.data.data<char>();
   const int64_t w13_per = uk.packed_size(w13.o, w13.i);
-  const int64_t w2_per = uk.packed_size(w2.o, w2.i);
-  const int64_t nr = uk.nr;
+  const int64_t w2_per = uk2.packed_size(w2.o, w2.i);
+  const int64_t nr = uk.nr, nr2 = uk2.nr;
 
   auto make_tasks = [&](int64_t cols_total, int64_t tile) {
     cs.tasks.clear();
@@ -273,12 +325,12 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
 
   // ---- stage 2: down GEMM -> y (fp32, expert-sorted rows, ldc = hp) ----
   {
-    const Tiling tl = choose_tiling(uk, I, max_rows, H, 1, active, int(nthreads));
+    const Tiling tl = choose_tiling(uk2, I, max_rows, H, 1, active, int(nthreads));
     const int64_t ht = tl.cols;
     const int64_t ntiles = make_tasks(H, ht);
-    pack_rows(uk, e, cs.offs, tl.mc, I, act, I, nullptr, int(nthreads), cs.abase, cs.chunks,
+    pack_rows(uk2, e, cs.offs, tl.mc, I, act, I, nullptr, int(nthreads), cs.abase, cs.chunks,
               cs.apack);
-    const int64_t full = chunk_bytes(uk, tl.mc, I);
+    const int64_t full = chunk_bytes(uk2, tl.mc, I);
     parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
       const int64_t ex = cs.tasks[task] / ntiles, c0 = (cs.tasks[task] % ntiles) * ht;
       const int64_t c1 = std::min(H, c0 + ht);
@@ -286,7 +338,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
       for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
         const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
         const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
-        uk.gemm(ap, m, I, w, c0 / nr, (c1 + nr - 1) / nr, y + r0 * hp + c0, hp, false);
+        uk2.gemm(ap, m, I, w, c0 / nr2, (c1 + nr2 - 1) / nr2, y + r0 * hp + c0, hp, false);
       }
     });
   }

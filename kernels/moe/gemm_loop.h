@@ -12,7 +12,10 @@
 //                   C[M][np * kNR] (= or +=) nk k steps of A x np panels (panel = bf16 from
 //                   one panel to the next); pf > 0: prefetch pf bytes ahead of w
 //   pack, pack_a, kActW (the activation's vector width)
-// Every weight layout is [panel][k step][kNR][kKR] bf16, zero-padded.
+//   W, kStepW       weight element type and W per (panel, k step); defaults: bf16, kNR * kKR
+//                   (every bf16 layout is [panel][k step][kNR][kKR] bf16, zero-padded);
+//                   MXFP4 tiles: uint8, k step = one 32-k block (kNR scales + 16 kNR bytes)
+//   kFormat         the weight format (pack for bf16, pack_mxfp4 for MXFP4)
 // Each output element is one tile's k-ordered sum (continued across K blocks through C, which
 // is exact), so the loop order below does not change any result.
 #pragma once
@@ -30,9 +33,17 @@ namespace cpukern::moe {
 inline constexpr int64_t kKBlock = 256;
 
 struct TileDefaults {
-  static constexpr int kNP = 1, kARows = 1;
+  static constexpr int kNP = 1, kARows = 1, kStepW = 0;
   static constexpr bool kBlockK = false;
+  static constexpr WeightFormat kFormat = WeightFormat::kBf16;
+  using W = bf16_t;
 };
+
+// Weight elements per (panel, k step).
+template <class T>
+constexpr int64_t step_w() {
+  return T::kStepW > 0 ? int64_t(T::kStepW) : int64_t(T::kNR) * T::kKR;
+}
 
 template <class T, int M = 1, class... Args>
 inline void tile_rows(int64_t mb, Args... args) {
@@ -46,19 +57,20 @@ template <class T>
 void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {
   const auto* a = static_cast<const typename T::A*>(a_packed);
-  const auto* wb = static_cast<const bf16_t*>(w);
+  using W = typename T::W;
+  const auto* wb = static_cast<const W*>(w);
   const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
-  const int64_t step = int64_t(T::kNR) * T::kKR, panel = ks * step;
+  const int64_t step = step_w<T>(), panel = ks * step;
   // One row block: no K blocking (a decode GEMV streams each panel in one pass, and the
   // hardware prefetcher keeps up with a plain stream).
   const int64_t kb = T::kBlockK && m > T::kMR ? kKBlock / T::kKR : ks;
-  const int64_t pf = kb < ks ? kb * step * 2 : 0;
+  const int64_t pf = kb < ks ? kb * step * int64_t(sizeof(W)) : 0;
   for (int64_t p = p0; p < p1; p += T::kNP) {
     const int np = int(std::min<int64_t>(T::kNP, p1 - p));
     float* cp = c + (p - p0) * T::kNR;
     for (int64_t k0 = 0; k0 < ks; k0 += kb) {
       const int64_t nk = std::min(kb, ks - k0);
-      const bf16_t* wk = wb + p * panel + k0 * step;
+      const W* wk = wb + p * panel + k0 * step;
       for (int64_t r = 0, mb; r < m; r += mb) {
         mb = T::rows(m - r);
         tile_rows<T>(mb, a + r * lda + k0 * T::kAStep, lda, nk, wk, panel, np, cp + r * ldc, ldc,
@@ -70,7 +82,8 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
 
 template <class T>
 int64_t packed_size(int64_t o, int64_t i) {
-  return round_up(o, T::kNR) * round_up(i, T::kKR) * 2;
+  return round_up(o, T::kNR) / T::kNR * (round_up(i, T::kKR) / T::kKR) * step_w<T>() *
+         int64_t(sizeof(typename T::W));
 }
 template <class T>
 int64_t packed_a_size(int64_t m, int64_t k) {
@@ -85,9 +98,16 @@ void activation(Activation act, int64_t m, int64_t n, const float* g, const floa
 // The Ukernel of tile traits T (`name` = the symbol's name, `layout` = the packing family).
 template <class T>
 constexpr Ukernel make_ukernel(const char* name, const char* layout) {
-  return {name,           layout,         T::kMR,           T::kNR,
-          T::kKR,         packed_size<T>, T::pack,          packed_a_size<T>,
-          T::pack_a,      blocked_gemm<T>, activation<T>};
+  if constexpr (T::kFormat == WeightFormat::kBf16) {
+    return {name,           layout,         T::kMR,           T::kNR,
+            T::kKR,         packed_size<T>, T::pack,          packed_a_size<T>,
+            T::pack_a,      blocked_gemm<T>, activation<T>};
+  } else {
+    return {name,           layout,          T::kMR,           T::kNR,
+            T::kKR,         packed_size<T>,  nullptr,          packed_a_size<T>,
+            T::pack_a,      blocked_gemm<T>, activation<T>,    T::kFormat,
+            T::pack_mxfp4};
+  }
 }
 
 }  // namespace cpukern::moe

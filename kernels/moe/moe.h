@@ -23,10 +23,21 @@ void route(const float* logits, int64_t t, int64_t e, int64_t topk, bool renorma
 
 struct Ukernel;  // the micro-kernel interface (ukernel.h)
 
-// Expert weights (e, o, i) bf16 in nn.Linear [out, in] order, packed for one kernel family.
+// Expert weight formats. kBf16: (e, o, i) bf16. kMxfp4: gpt-oss's on-disk layout, blocks
+// (e, o, i/32, 16) uint8 (e2m1 pairs, low nibble first) + scales (e, o, i/32) uint8 (e8m0,
+// 2**(s-127)); i % 32 == 0; a scale of 255 (NaN in OCP MX) is refused (kernels/moe/mxfp4.h).
+enum class WeightFormat { kBf16 = 0, kMxfp4 = 1 };
+inline constexpr int kNumFormats = 2;
+const char* format_name(WeightFormat f);           // "bf16", "mxfp4"
+WeightFormat parse_format(const std::string& name);  // else throws naming "format"
+
+// Expert weights (e, o, i) in nn.Linear [out, in] order, packed for one kernel family (a
+// registry row) in one format. Weights are never expanded: MXFP4 stays 4.25 bits per weight.
 struct PackedExperts {
   const cpukern::Variant<Ukernel>* variant = nullptr;  // the registry row
+  const Ukernel* ukernel = nullptr;                     // the row's ukernel for `format`
   std::string isa;
+  WeightFormat format = WeightFormat::kBf16;
   int64_t e = 0, o = 0, i = 0;
   AlignedBuffer data;
   int64_t nbytes() const { return int64_t(data.size()); }
@@ -34,8 +45,14 @@ struct PackedExperts {
 
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa);
+// MXFP4 experts: blocks (e, o, i/32, 16), scales (e, o, i/32); i a multiple of 32 (throws
+// naming "i"), no scale 255 (throws naming "scales" with its position).
+std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+                                                   int64_t e, int64_t o, int64_t i,
+                                                   const std::string& isa);
 
-// x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same isa);
+// x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same variant, any
+// formats);
 // topk_weights (t, topk) float32; topk_ids (t, topk) int32 in [0, e);
 // w13_bias (e, 2I) / w2_bias (e, h) bf16 or nullptr; out: (t, h) bf16;
 // threads: 0 = the default, 1..limits::kMaxThreads (limits::resolve_threads).

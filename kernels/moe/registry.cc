@@ -8,8 +8,18 @@
 
 namespace cpukern::moe {
 
-#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel) \
-  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, ukernel}, )
+namespace {
+// The row's ukernel: the bf16 one, with its ukernel per format (the kernel list's columns).
+Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4) {
+  Ukernel u = bf16;
+  u.formats[int(WeightFormat::kBf16)] = &bf16;
+  u.formats[int(WeightFormat::kMxfp4)] = &mxfp4;
+  return u;
+}
+}  // namespace
+
+#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel) \
+  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel)}, )
 
 const Registry<Ukernel>& registry() {
   static const Registry<Ukernel> r("fused_moe", {

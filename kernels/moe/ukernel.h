@@ -46,10 +46,29 @@ struct Ukernel {
   void (*activation)(Activation act, int64_t m, int64_t n, const float* g, const float* u,
                      int64_t ldc, bool interleaved, const bf16_t* bias_g, const bf16_t* bias_u,
                      bf16_t* out, int64_t ldo);
+
+  // The weight format this ukernel reads. A kMxfp4 ukernel packs with pack_mxfp4 (pack is
+  // null): one expert's blocks (o, i/32, 16) and scales (o, i/32), i % 32 == 0, into
+  // packed_size(o, i) bytes (4.25 bits per weight, rearranged for its tile); its gemm takes A
+  // packed by the same pack_a as the row's bf16 ukernel and computes, for every C element,
+  // exactly the bf16 ukernel's operations on the decoded (exact) weights: results equal
+  // those of the bf16 ukernel on the dequantized experts bit for bit.
+  WeightFormat format = WeightFormat::kBf16;
+  void (*pack_mxfp4)(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
+                     void* dst) = nullptr;
+  // In a registry row (the row's bf16 ukernel): its ukernel per format (kernel list columns),
+  // indexed by WeightFormat; every row has every format. Null in the ukernel objects.
+  const Ukernel* formats[kNumFormats] = {};
 };
 
 // The registry row is the variant; prepared weights point at it.
 using Variant = cpukern::Variant<Ukernel>;
+
+// The row's ukernel for weights of format f.
+inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
+  const Ukernel* u = v.ukernel.formats[int(f)];
+  return u ? *u : v.ukernel;
+}
 
 // The op's registry, built from the kernel list (ukernels/ukernels.inc), and the rows of
 // micro-kernels built only for tests against SIMDe (none for MoE yet).

@@ -17,8 +17,8 @@ import shutil
 import subprocess
 import sys
 
-ROW = re.compile(r"^CPUKERN_VARIANT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(-?\d+)\s*,\s*(\w+)\s*\)",
-                 re.M)
+# CPUKERN_VARIANT(arch, name, isa, priority, ukernel per weight format...), possibly over lines.
+ROW = re.compile(r"^CPUKERN_VARIANT\(([^)]*)\)", re.M)
 MEMBER = re.compile(r"^(\S+?)(?:\.pic)?\.o:\s+file format")
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{8}\s+)?(\S+)")
@@ -53,7 +53,10 @@ def main():
     ap.add_argument("kernel_list")
     ap.add_argument("archives", nargs="+")
     args = ap.parse_args()
-    rows = ROW.findall(open(args.kernel_list).read())
+    rows = []
+    for body in ROW.findall(open(args.kernel_list).read()):
+        arch, name, isa, prio, *ukernels = (f.strip() for f in body.split(","))
+        rows += [(arch, name, isa, prio, u) for u in ukernels]
     libs = {}
     for path in args.archives:
         m = re.match(r"libukernels_(\w+?)(?:\.pic)?\.a$", os.path.basename(path))

@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
+#include "kernels/moe/mxfp4.h"
 
 namespace cpukern::moe::bfmmla {
 namespace {  // internal linkage: compiled per ISA
@@ -38,12 +40,62 @@ inline void store_cols4(float* r0, float* r1, float32x4_t a01, float32x4_t a23) 
   if (r1) vst1q_f32(r1, vreinterpretq_f32_f64(vzip2q_f64(d01, d23)));
 }
 
-// RP row pairs x NJ column pairs, the pairs taken PJ per panel from consecutive panels
-// (`panel` bf16 apart); rows >= mrows are neither loaded nor stored. a: an A block at its k
-// step; w: the first panel at the same k step; ks k steps (4 k each).
-template <int RP, int NJ, int PJ>
-void kernel(const bfloat16_t* a, const bfloat16_t* w, int64_t panel, int64_t ks, float* c,
-            int64_t ldc, int mrows, bool accumulate) {
+// B operands of bf16 weights: [panel][k step][PJ column pairs][2][4] bf16.
+template <int PJ>
+struct Bf16Src {
+  static constexpr int kStepsPerBlock = 0;
+  const bfloat16_t* w;
+  int64_t panel;  // bf16 from one panel to the next
+  Bf16Src(const void* p, int64_t pn) : w(static_cast<const bfloat16_t*>(p)), panel(pn) {}
+  void block(int64_t) {}
+  bfloat16x8_t b(int64_t k, int j) const {
+    return vld1q_bf16(w + (j / PJ) * panel + (k * PJ + j % PJ) * 8);
+  }
+};
+
+// B operands decoded from MXFP4 ("mxfp4p<2PJ>x4": per panel per block of 32 k, the 2PJ
+// columns' scales, then per k step (4 k) per column pair 4 bytes: column c's k0k1, k2k3 bytes,
+// column c+1's, as stored on disk; 17 bytes per 32 weights). Per operand: tbl maps the
+// nibbles to the high bytes of their fp16 values, fcvtl widens to fp32, one multiply by
+// 2**(s - 127) gives the exact weight, and its high half is the weight's bf16 (exact).
+template <int PJ>
+struct Mxfp4Src {
+  static constexpr int kStepsPerBlock = 8, kNR = 2 * PJ, kBlockBytes = kNR * 17;
+  const uint8_t* w;
+  int64_t panel;  // bytes from one panel to the next
+  const uint8_t* blk = nullptr;  // the current block of the first panel
+  float f[2][kNR];               // 2**(s - 127) per column of two panels
+  const uint8x16_t table = vld1q_u8(mxfp4::kF16Hi);
+  Mxfp4Src(const void* p, int64_t pn) : w(static_cast<const uint8_t*>(p)), panel(pn) {}
+  template <int NP>
+  void block(int64_t bi) {
+    blk = w + bi * kBlockBytes;
+    CPUKERN_UNROLL for (int pn = 0; pn < NP; ++pn)
+      CPUKERN_UNROLL for (int q = 0; q < kNR; ++q) f[pn][q] = mxfp4::scale_f32(blk[pn * panel + q]);
+  }
+  bfloat16x8_t b(int64_t k, int j) const {
+    const int pn = j / PJ, jp = j % PJ;
+    uint32_t raw;
+    std::memcpy(&raw, blk + pn * panel + kNR + ((k & 7) * PJ + jp) * 4, 4);
+    const uint8x8_t v = vcreate_u8(raw);
+    // Nibbles in k order: column c k0..k3, column c+1 k0..k3.
+    const uint8x8_t codes = vzip1_u8(vand_u8(v, vdup_n_u8(0x0f)), vshr_n_u8(v, 4));
+    const uint8x8_t t = vqtbl1_u8(table, codes);
+    const float16x8_t h = vreinterpretq_f16_u8(vzip1q_u8(vdupq_n_u8(0), vcombine_u8(t, t)));
+    const int c = 2 * jp;
+    const float32x4_t x0 = vmulq_n_f32(vcvt_f32_f16(vget_low_f16(h)), f[pn][c]);
+    const float32x4_t x1 = vmulq_n_f32(vcvt_high_f32_f16(h), f[pn][c + 1]);
+    return vreinterpretq_bf16_u16(
+        vuzp2q_u16(vreinterpretq_u16_f32(x0), vreinterpretq_u16_f32(x1)));
+  }
+};
+
+// RP row pairs x NJ column pairs, the pairs taken PJ per panel from consecutive panels; rows
+// >= mrows are neither loaded nor stored. a: an A block at its k step; src: the weights of the
+// first panel at the same k step (a block start for MXFP4); ks k steps (4 k each).
+template <int RP, int NJ, int PJ, class Src>
+void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int mrows,
+            bool accumulate) {
   float32x4_t acc[RP][NJ];
   CPUKERN_UNROLL for (int q = 0; q < RP; ++q) {
     float* r0 = 2 * q < mrows ? c + 2 * q * ldc : nullptr;
@@ -55,8 +107,11 @@ void kernel(const bfloat16_t* a, const bfloat16_t* w, int64_t panel, int64_t ks,
   // The operands of the shorter side stay in registers for the k step, the other side streams
   // one vector at a time (fewest live registers: 4x4 as 16 + 4 + 1, 4x6 as 24 + 4 + 1).
   for (int64_t k = 0; k < ks; ++k) {
+    if constexpr (Src::kStepsPerBlock > 0) {
+      if (k % Src::kStepsPerBlock == 0) src.template block<(NJ + PJ - 1) / PJ>(k / Src::kStepsPerBlock);
+    }
     const bfloat16_t* ak = a + k * 32;
-    auto b_at = [&](int j) { return vld1q_bf16(w + (j / PJ) * panel + (k * PJ + j % PJ) * 8); };
+    auto b_at = [&](int j) { return src.b(k, j); };
     if constexpr (NJ <= RP) {
       bfloat16x8_t b[NJ];
       CPUKERN_UNROLL for (int j = 0; j < NJ; ++j) b[j] = b_at(j);
@@ -86,7 +141,7 @@ void kernel(const bfloat16_t* a, const bfloat16_t* w, int64_t panel, int64_t ks,
 
 // Tile traits (gemm_loop.h) of panels of PJ column pairs: 8 rows x 2 PJ columns (4 PJ
 // accumulators), and for blocks of up to 4 rows 2 row pairs x two panels (as many).
-template <int PJ>
+template <int PJ, template <int> class SrcT = Bf16Src>
 struct Tile : TileDefaults {
   static constexpr int kMR = 8, kNR = 2 * PJ, kKR = 4, kNP = 2, kARows = 8, kAStep = 32;
   static constexpr int kActW = 4;
@@ -129,19 +184,47 @@ struct Tile : TileDefaults {
     }
   }
 
-  template <int M>
-  static void tile(const bf16_t* a, int64_t, int64_t nk, const bf16_t* w, int64_t panel, int np,
+  // nk k steps: 4 k (bf16) or blocks of 32 k (MXFP4); panel: W from one panel to the next.
+  template <int M, class WT>
+  static void tile(const bf16_t* a, int64_t, int64_t nk, const WT* w, int64_t panel, int np,
                    float* c, int64_t ldc, bool accumulate, int64_t) {
+    using S = SrcT<PJ>;
+    const int64_t ks = nk * (S::kStepsPerBlock ? S::kStepsPerBlock : 1);
     const auto* ab = reinterpret_cast<const bfloat16_t*>(a);
-    const auto* wb = reinterpret_cast<const bfloat16_t*>(w);
     if constexpr (M > 4) {
       for (int j = 0; j < np; ++j)
-        kernel<4, PJ, PJ>(ab, wb + j * panel, panel, nk, c + j * kNR, ldc, M, accumulate);
+        kernel<4, PJ, PJ>(ab, S(w + j * panel, panel), ks, c + j * kNR, ldc, M, accumulate);
     } else if (np == 2) {
-      kernel<2, 2 * PJ, PJ>(ab, wb, panel, nk, c, ldc, M, accumulate);
+      kernel<2, 2 * PJ, PJ>(ab, S(w, panel), ks, c, ldc, M, accumulate);
     } else {
-      kernel<2, PJ, PJ>(ab, wb, panel, nk, c, ldc, M, accumulate);
+      kernel<2, PJ, PJ>(ab, S(w, panel), ks, c, ldc, M, accumulate);
     }
+  }
+};
+
+// The MXFP4 kernel of the same tile: k step = one 32-k block of every column of the panel.
+template <int PJ>
+struct Mxfp4Tile : Tile<PJ, Mxfp4Src> {
+  static constexpr int kNR = 2 * PJ, kKR = mxfp4::kBlock, kAStep = 32 * 8;
+  static constexpr int kStepW = Mxfp4Src<PJ>::kBlockBytes;
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
+  using W = uint8_t;
+  static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
+                         void* dst) {
+    const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* out = d + (p * nb + b) * kStepW;
+        for (int col = 0; col < kNR; ++col) {
+          const int64_t n = p * kNR + col;
+          out[col] = n < o ? scales[n * nb + b] : 0;
+          for (int ks = 0; ks < 8; ++ks)  // k step: bytes 2ks, 2ks+1 of the column's block
+            for (int h = 0; h < 2; ++h)
+              out[kNR + (ks * PJ + col / 2) * 4 + (col % 2) * 2 + h] =
+                  n < o ? blocks[(n * nb + b) * 16 + 2 * ks + h] : 0;
+        }
+      }
   }
 };
 

@@ -5,8 +5,8 @@
 
 namespace cpukern::moe {
 
-#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel) \
-  CPUKERN_DECLARE(arch, extern const Ukernel ukernel;)
+#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel, mxfp4_ukernel) \
+  CPUKERN_DECLARE(arch, extern const Ukernel ukernel; extern const Ukernel mxfp4_ukernel;)
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
 

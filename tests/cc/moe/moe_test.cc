@@ -16,6 +16,7 @@
 #include "kernels/common/errors.h"
 #include "kernels/common/kernel_list.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 #include "kernels/moe/ukernels/ukernels.h"
 #include "tests/cc/common/variant_params.h"
@@ -321,14 +322,22 @@ TEST(MoeRegistry, NamesAndDefault) {
 // Each row of the kernel list is in the registry with its symbol's Ukernel, named after it.
 TEST(MoeRegistry, RowsAreTheKernelList) {
   size_t n = 0;
-#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_) \
-  CPUKERN_ON(arch_, {                                            \
-    const Variant& v = registry().variants().at(n++);            \
-    EXPECT_STREQ(v.name, #name_);                                \
-    EXPECT_EQ(v.required, isa::isa_) << #name_;                  \
-    EXPECT_EQ(v.priority, priority_) << #name_;                  \
-    EXPECT_STREQ(v.ukernel.name, #ukernel_);                     \
-    EXPECT_STREQ(ukernel_.name, #ukernel_);                      \
+#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_, mxfp4_)               \
+  CPUKERN_ON(arch_, {                                                                   \
+    const Variant& v = registry().variants().at(n++);                                   \
+    EXPECT_STREQ(v.name, #name_);                                                       \
+    EXPECT_EQ(v.required, isa::isa_) << #name_;                                         \
+    EXPECT_EQ(v.priority, priority_) << #name_;                                         \
+    EXPECT_STREQ(v.ukernel.name, #ukernel_);                                            \
+    EXPECT_STREQ(ukernel_.name, #ukernel_);                                             \
+    EXPECT_STREQ(mxfp4_.name, #mxfp4_);                                                 \
+    EXPECT_EQ(&ukernel_for(v, WeightFormat::kBf16), &ukernel_) << #name_;               \
+    EXPECT_EQ(&ukernel_for(v, WeightFormat::kMxfp4), &mxfp4_) << #name_;                \
+    EXPECT_TRUE(ukernel_.format == WeightFormat::kBf16 && ukernel_.pack) << #ukernel_;  \
+    EXPECT_TRUE(mxfp4_.format == WeightFormat::kMxfp4 && mxfp4_.pack_mxfp4) << #mxfp4_; \
+    EXPECT_EQ(mxfp4_.mr, ukernel_.mr) << #mxfp4_;                                       \
+    EXPECT_EQ(mxfp4_.nr, ukernel_.nr) << #mxfp4_;                                       \
+    EXPECT_EQ(mxfp4_.packed_a_size(7, 64), ukernel_.packed_a_size(7, 64)) << #mxfp4_;   \
   })
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
@@ -415,6 +424,180 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   // T = 0 is a no-op.
   fused_moe(nullptr, 0, h, *w13, *w2, nullptr, nullptr, k, Activation::kSilu, nullptr, nullptr,
             false, 1, nullptr);
+}
+
+// ---- MXFP4 experts ----------------------------------------------------------------------
+
+struct Mx {
+  std::vector<uint8_t> blocks, scales;
+  std::vector<bf16_t> deq;  // dequantize(blocks, scales)
+};
+
+// MXFP4 weights of (rows, k): quantized from w, then (extremes) some blocks' scales replaced by
+// the e8m0 extremes 0, 1, 127, 253, 254 with small codes (finite in bf16) or any codes.
+Mx make_mx(const std::vector<bf16_t>& w, int64_t rows, int64_t k, bool extremes,
+           std::mt19937& rng) {
+  Mx m;
+  const int64_t nb = k / 32;
+  m.blocks.resize(size_t(rows * nb * 16));
+  m.scales.resize(size_t(rows * nb));
+  mxfp4::quantize(w.data(), rows, k, m.blocks.data(), m.scales.data());
+  if (extremes) {
+    const uint8_t ex[] = {0, 1, 127, 253, 254};
+    for (size_t b = 0; b < m.scales.size(); b += 3) {
+      m.scales[b] = ex[rng() % 5];
+      for (int j = 0; j < 16; ++j) m.blocks[b * 16 + j] = uint8_t(rng());
+    }
+  }
+  m.deq.resize(size_t(rows * k));
+  mxfp4::dequantize(m.blocks.data(), m.scales.data(), rows, k, m.deq.data());
+  return m;
+}
+
+std::vector<Case> mx_cases() {
+  std::vector<Case> cs;
+  for (const Case& c : cases())
+    if (c.h % 32 == 0 && c.i % 32 == 0 && c.h >= 32 && c.i >= 32) cs.push_back(c);
+  cs.push_back({4, 2, 2880, 64, 3, Activation::kSwigluOai, true, false, false, false});
+  return cs;
+}
+
+class MoeMxfp4Test : public ::testing::TestWithParam<Param> {};
+
+// fused_moe on MXFP4 experts == fused_moe on their dequantized bf16 experts, bit for bit, for
+// the same variant (w13 and w2 both MXFP4, and each alone), any thread count; and the result
+// is within the float64 model's bound.
+TEST_P(MoeMxfp4Test, EqualsBf16OfDequantizedBitwise) {
+  const Param& prm = GetParam();
+  CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(prm.variant));
+  const Case& c = prm.c;
+  std::mt19937 rng(77u + uint32_t(c.h + c.i));
+  Problem p = make_problem(c, 4321u + uint32_t(c.h * 7 + c.i));
+  const Mx m13 = make_mx(p.w13, c.e * 2 * c.i, c.h, false, rng);
+  const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
+  p.w13 = m13.deq;
+  p.w2 = m2.deq;
+  const std::string& isa = prm.variant;
+  auto b13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, isa);
+  auto b2 = prepack(p.w2.data(), c.e, c.h, c.i, isa);
+  auto q13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, isa);
+  auto q2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, isa);
+  EXPECT_EQ(q13->format, WeightFormat::kMxfp4);
+  EXPECT_EQ(q13->nbytes() * 32, c.e * round_up(2 * c.i, q13->ukernel->nr) * c.h * 17)
+      << "4.25 bits per weight";
+  auto go = [&](const PackedExperts& w13, const PackedExperts& w2, int threads) {
+    std::vector<bf16_t> out(size_t(c.t * c.h) + 1, 0x7fc1);
+    fused_moe(p.x.data(), c.t, c.h, w13, w2, p.weights.data(), p.ids.data(), c.topk, c.act,
+              c.bias ? p.b13.data() : nullptr, c.bias ? p.b2.data() : nullptr, c.skip_weighted,
+              threads, out.data());
+    EXPECT_EQ(out.back(), 0x7fc1) << "wrote past the output";
+    out.pop_back();
+    return out;
+  };
+  const auto want = go(*b13, *b2, 1);
+  const size_t n = want.size() * 2;
+  EXPECT_EQ(0, std::memcmp(go(*q13, *q2, 1).data(), want.data(), n)) << "mxfp4 w13 + w2";
+  EXPECT_EQ(0, std::memcmp(go(*q13, *b2, 2).data(), want.data(), n)) << "mxfp4 w13, bf16 w2";
+  EXPECT_EQ(0, std::memcmp(go(*b13, *q2, 3).data(), want.data(), n)) << "bf16 w13, mxfp4 w2";
+  EXPECT_EQ(0, std::memcmp(go(*q13, *q2, 2).data(), want.data(), n)) << "threads=2";
+  const std::vector<double> ref = model(p);
+  int bad = 0;
+  for (size_t q = 0; q < want.size(); ++q) {
+    const double g = bf16_to_f32(want[q]), w = ref[q];
+    if (!(std::fabs(g - w) <= 1e-3 + 1.6e-2 * std::fabs(w)) && ++bad <= 5)
+      ADD_FAILURE() << "out[" << q << "] = " << g << ", float64 model " << w;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+std::vector<Param> mx_params() {
+  std::vector<Param> ps;
+  for (const auto& v : variant_names())
+    for (const auto& c : mx_cases()) ps.push_back({v, c});
+  return ps;
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeMxfp4Test, ::testing::ValuesIn(mx_params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return info.param.variant + "_" + case_name(info.param.c);
+                         });
+
+// The MXFP4 ukernel against the variant's bf16 ukernel on the dequantized weights, bit for
+// bit: e8m0 extremes (0, 1, 127, 253, 254: subnormal, inf and NaN results included), every
+// row count, K past one K block, a sub-range of panels, accumulate mode.
+class MoeMxfp4UkernelTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
+  const Variant& v = test_variant(GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
+  const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);
+  std::mt19937 rng(11);
+  for (int64_t o : {37, 45})
+  for (int64_t k : {32, 288, 544})
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
+    auto w = random_bf16(size_t(o * k), 1.0f, rng);
+    const Mx mx = make_mx(w, o, k, true, rng);
+    auto a = random_bf16(size_t(m * k), 1.0f, rng);
+    std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
+    bk.pack(mx.deq.data(), o, k, wb.data());
+    mk.pack_mxfp4(mx.blocks.data(), mx.scales.data(), o, k, wm.data());
+    std::vector<char> ap(size_t(bk.packed_a_size(m, k)) + 64);
+    bk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+    const int64_t p0 = 1, p1 = (o + bk.nr - 1) / bk.nr, ldc = (p1 - p0) * bk.nr + 3;
+    for (bool acc : {false, true}) {
+      std::vector<float> c1(size_t(m * ldc), 0.5f), c2 = c1;
+      bk.gemm(ap.data(), m, k, wb.data(), p0, p1, c1.data(), ldc, acc);
+      mk.gemm(ap.data(), m, k, wm.data(), p0, p1, c2.data(), ldc, acc);
+      ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4))
+          << "o=" << o << " k=" << k << " m=" << m << " accumulate=" << acc;
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeMxfp4UkernelTest, ::testing::ValuesIn(variant_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(Mxfp4, ValuesQuantizeAndDequantize) {
+  // Every code at every scale: exact (value * 2**(127 - s) recovers the e2m1 value) or inf.
+  for (int s = 0; s < 255; ++s)
+    for (int c = 0; c < 16; ++c) {
+      const double want = std::ldexp(0.5 * mxfp4::kTwice[c], s - 127);
+      const float got = mxfp4::value(uint8_t(c), uint8_t(s));
+      if (std::fabs(want) > 3.3895313892515355e38)
+        EXPECT_TRUE(std::isinf(got)) << c << " " << s;
+      else
+        EXPECT_EQ(double(got), want) << c << " " << s;
+      EXPECT_EQ(bf16_to_f32(f32_to_bf16(got)), got) << "exact in bf16: " << c << " " << s;
+    }
+  // quantize(dequantize(q)) == q for finite blocks; quantize picks the OCP scale.
+  std::mt19937 rng(5);
+  std::vector<bf16_t> w = random_bf16(64 * 32, 3.0f, rng);
+  std::vector<uint8_t> b(64 * 16), s(64), b2(64 * 16), s2(64);
+  mxfp4::quantize(w.data(), 64, 32, b.data(), s.data());
+  std::vector<bf16_t> d(64 * 32);
+  mxfp4::dequantize(b.data(), s.data(), 64, 32, d.data());
+  mxfp4::quantize(d.data(), 64, 32, b2.data(), s2.data());
+  EXPECT_EQ(b, b2);
+  EXPECT_EQ(s, s2);
+  for (size_t q = 0; q < w.size(); ++q)  // within half a step of the block's grid
+    EXPECT_LE(std::fabs(bf16_to_f32(w[q]) - bf16_to_f32(d[q])),
+              0.5 * std::ldexp(2.0, s[q / 32] - 127) + 1e-30);
+}
+
+TEST(Mxfp4, ValidationNamesTheArgument) {
+  std::vector<uint8_t> blocks(2 * 3 * 2 * 16, 0x21), scales(2 * 3 * 2, 127);
+  EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 48, ""); })
+                .rfind("i:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 0, ""); })
+                .rfind("i:", 0), 0u);
+  scales[7] = 255;
+  const std::string msg =
+      error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference"); });
+  EXPECT_EQ(msg.rfind("scales:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("expert 1, row 0, block 1"), std::string::npos) << msg;
+  scales[7] = 254;
+  auto p = prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference");
+  EXPECT_EQ(p->format, WeightFormat::kMxfp4);
+  EXPECT_EQ(parse_format("mxfp4"), WeightFormat::kMxfp4);
+  EXPECT_EQ(error_of([] { parse_format("int4"); }).rfind("format:", 0), 0u);
 }
 
 }  // namespace

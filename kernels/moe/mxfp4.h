@@ -1,0 +1,123 @@
+// MXFP4 (OCP Microscaling, as gpt-oss ships its experts): blocks of 32 weights along K, each
+// 16 bytes of e2m1 codes (two per byte, the low nibble = the even index) and one e8m0 scale
+// byte s (2**(s - 127); s = 255 is NaN in OCP MX and is refused by cpukern). e2m1 codes:
+// bit 3 = sign, bits 0..2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+//
+// Every e2m1 value times 2**(s - 127) is exact in fp32 and in bf16 where it is finite (it has
+// two significant bits and its exponent lies in [-128, 129]; bf16 and fp32 share fp32's
+// exponent range, subnormals included), and rounds to +-inf where it is not (6 * 2**127):
+// so value() below equals bf16_to_f32(dequantized bf16) bit for bit. The micro-kernels decode
+// in registers as float(2e) * 2**(s - 128) (one exact multiply) or as fp16(e) * 2**(s - 127);
+// exact with the FPU's default subnormal handling (no flush-to-zero / denormals-are-zero):
+// the smallest values and the s = 0 factor are subnormal.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/bf16.h"
+
+namespace cpukern::moe::mxfp4 {
+
+inline constexpr int kBlock = 32;      // weights per block
+inline constexpr int kBlockBytes = 16; // e2m1 bytes per block
+inline constexpr uint8_t kNaNScale = 255;
+
+// 2 * e2m1 value of each code, as int8 (exact small integers).
+inline constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// The high byte of the fp16 encoding of each code's value (the low byte is zero).
+inline constexpr uint8_t kF16Hi[16] = {0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46,
+                                       0x80, 0xB8, 0xBC, 0xBE, 0xC0, 0xC2, 0xC4, 0xC6};
+
+// Bits of the fp32 2**(s - 127) (s = 0: the subnormal 2**-127).
+inline uint32_t scale_bits(uint8_t s) { return s ? uint32_t(s) << 23 : 0x00400000u; }
+inline float scale_f32(uint8_t s) {
+  const uint32_t b = scale_bits(s);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// The exact value of code c (0..15) under scale s (0..254), as fp32 (inf where it overflows).
+// Code 8 is -0 (the AVX2 / AVX-512 tiles decode it as +0: a zero weight's product is then +0
+// instead of -0, which changes no sum, as the accumulators start at +0 and never become -0).
+inline float value(uint8_t code, uint8_t s) {
+  return std::copysign(float(kTwice[code & 15]) * 0.5f * scale_f32(s), (code & 8) ? -1.0f : 1.0f);
+}
+// The code at index j (0..31) of a 16-byte block.
+inline uint8_t code_at(const uint8_t* block, int j) {
+  return (block[j >> 1] >> ((j & 1) * 4)) & 15;
+}
+
+// Dequantize rows of k weights (k % 32 == 0): blocks (rows, k/32, 16), scales (rows, k/32)
+// -> out (rows, k) bf16. Scales must not be 255 (check with first_nan_scale).
+inline void dequantize(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int64_t k,
+                       bf16_t* out) {
+  const int64_t nb = k / kBlock;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = blocks + (r * nb + b) * kBlockBytes;
+      const uint8_t s = scales[r * nb + b];
+      for (int j = 0; j < kBlock; ++j)
+        out[r * k + b * kBlock + j] = f32_to_bf16(value(code_at(blk, j), s));
+    }
+}
+
+// Index of the first scale byte equal to 255, or -1.
+inline int64_t first_nan_scale(const uint8_t* scales, int64_t n) {
+  const void* p = std::memchr(scales, kNaNScale, size_t(n));
+  return p ? static_cast<const uint8_t*>(p) - scales : -1;
+}
+
+// The nearest e2m1 code of v (|v| <= 6 after scaling; ties to the even mantissa, as OCP MX).
+inline uint8_t nearest_code(float v) {
+  const uint8_t sign = std::signbit(v) ? 8 : 0;
+  const float a = std::fabs(v);
+  // Midpoints between 0, .5, 1, 1.5, 2, 3, 4, 6; at a tie the code with an even mantissa bit.
+  static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint8_t c = 0;
+  while (c < 7 && (a > kMid[c] || (a == kMid[c] && (c & 1)))) ++c;
+  return sign | c;
+}
+
+// Quantize rows of k bf16 weights (k % 32 == 0) to MXFP4, OCP MX style: per block the scale
+// 2**(floor(log2(amax)) - 2) (the largest e2m1 exponent), values rounded to nearest (even),
+// clamped to +-6. Non-finite inputs: a block with an inf or NaN raises its scale to 254 and
+// saturates (NaN -> 0); all-zero blocks get scale 0.
+inline void quantize(const bf16_t* w, int64_t rows, int64_t k, uint8_t* blocks,
+                     uint8_t* scales) {
+  const int64_t nb = k / kBlock;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const bf16_t* src = w + r * k + b * kBlock;
+      float amax = 0.0f;
+      for (int j = 0; j < kBlock; ++j) {
+        const float v = std::fabs(bf16_to_f32(src[j]));
+        if (!(v <= amax)) amax = std::isnan(v) ? amax : v;
+      }
+      int s = 0;
+      if (std::isinf(amax)) {
+        s = 254;
+      } else if (amax > 0.0f) {
+        s = std::ilogb(amax) - 2 + 127;
+        s = s < 0 ? 0 : s > 254 ? 254 : s;
+      }
+      scales[r * nb + b] = uint8_t(s);
+      const float inv = std::ldexp(1.0f, 127 - s);  // finite for s >= 1; s = 0: 2**127
+      uint8_t* blk = blocks + (r * nb + b) * kBlockBytes;
+      for (int j = 0; j < kBlockBytes; ++j) {
+        uint8_t c[2];
+        for (int h = 0; h < 2; ++h) {
+          float v = bf16_to_f32(src[2 * j + h]);
+          if (std::isnan(v)) v = 0.0f;
+          // v * 2**(127 - s) without overflowing for s = 0 (scale in two steps).
+          const float q = s == 0 ? (v * 0x1p64f) * 0x1p63f : v * inv;
+          c[h] = nearest_code(std::fmax(-6.0f, std::fmin(6.0f, q)));
+          if (std::isinf(q)) c[h] = q > 0 ? 7 : 15;
+        }
+        blk[j] = uint8_t(c[0] | c[1] << 4);
+      }
+    }
+}
+
+}  // namespace cpukern::moe::mxfp4

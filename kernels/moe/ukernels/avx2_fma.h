@@ -1,0 +1,255 @@
+// The AVX2 + FMA register tile of the fused-MoE kernels, written once over a weight source
+// (Src) so that the bf16 kernel and the MXFP4 kernel perform the same fp32 operations on the
+// same weight values in the same order (results equal bit for bit on the dequantized weights).
+//
+// bf16: weights widened to fp32 in registers (one 32-bit word holds the k and k+1 weights of a
+// column: `<< 16` gives the first as fp32, `& 0xffff0000` the second), A rows pre-widened to
+// fp32 and broadcast, 5 rows x 16 columns of fp32 accumulators (6 rows measured slower: 12
+// accumulators + operands exceed the 16 registers and GCC spills). For 1-2 rows (decode)
+// separate even/odd-k accumulators break the FMA latency chain, so the kernel streams weights
+// as a bf16 GEMV at memory bandwidth.
+//
+// MXFP4 ("mxfp4p16", 4.25 bits per weight): per panel of 16 columns per block of 32 k, the 16
+// columns' e8m0 scales, then for each k pair j (0..15) the 16 columns' bytes j of their
+// blocks (each byte = the k, k+1 codes as stored on disk): 272 bytes. Decoded per k pair:
+// vpshufb maps the nibbles to int8 2e, vpmovsxbd + vcvtdq2ps make them fp32, and one multiply
+// by the column's 2**(s - 128) gives the exact weight (mxfp4.h) that the bf16 kernel would
+// have loaded.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/common/unroll.h"
+#include "kernels/moe/gemm_loop.h"
+#include "kernels/moe/mxfp4.h"
+#include "kernels/moe/ukernels/pack_kpairs.h"
+
+namespace cpukern::moe::avx2 {
+namespace {  // internal linkage: compiled per ISA
+
+constexpr int kNR = 16;
+
+// The pointer, hidden from the optimiser: a second load of the same weights is then not merged
+// with the first, so the odd-k operand comes from `vpand reg, mask, [mem]` and the raw words
+// never occupy registers (16 ymm: 2M accumulators + 2 operands + broadcast + mask).
+template <class T>
+inline const T* launder_ptr(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// bf16 weights: the panel's 32-bit words [k pair][16 columns].
+struct Bf16Src {
+  static constexpr int kPairsPerBlock = 0;
+  const uint32_t* w;
+  __m256i hi_mask = _mm256_set1_epi32(int(0xffff0000u));
+  explicit Bf16Src(const void* p) : w(static_cast<const uint32_t*>(p)) {}
+  void block(int64_t) {}
+  const void* at(int64_t kk) const { return w + kk * kNR; }
+  void load(int64_t kk, __m256& l0, __m256& l1, __m256& h0, __m256& h1) const {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kk * kNR));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kk * kNR + 8));
+    l0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+    l1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+    h0 = _mm256_castsi256_ps(_mm256_and_si256(w0, hi_mask));
+    h1 = _mm256_castsi256_ps(_mm256_and_si256(w1, hi_mask));
+  }
+  void lo(int64_t kk, __m256& l0, __m256& l1) const {
+    const uint32_t* wk = w + kk * kNR;
+    l0 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk)), 16));
+    l1 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8)), 16));
+  }
+  void hi(int64_t kk, __m256& h0, __m256& h1) const {
+    const uint32_t* wq = launder_ptr(w + kk * kNR);
+    h0 = _mm256_castsi256_ps(
+        _mm256_and_si256(hi_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq))));
+    h1 = _mm256_castsi256_ps(
+        _mm256_and_si256(hi_mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 8))));
+  }
+};
+
+// MXFP4 weights in the mxfp4p16 layout (above), from the first block of the tile's K range.
+struct Mxfp4Src {
+  static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
+  const uint8_t* w;
+  const uint8_t* blk = nullptr;
+  __m256 f0, f1;  // 2**(s - 128) of columns 0-7, 8-15
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kTwice));
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
+  void block(int64_t b) {
+    blk = w + b * kBlockBytes;
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    const __m256i sub = _mm256_set1_epi32(0x00400000), half = _mm256_set1_epi32(1 << 23);
+    // 2**(s - 127) (s = 0: the subnormal 0x00400000), then halved (an exact exponent step or
+    // subnormal shift): 2**(s - 128).
+    auto factor = [&](__m128i b8) {
+      const __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(b8), 23);
+      const __m256 f = _mm256_castsi256_ps(_mm256_max_epi32(e, sub));
+      return _mm256_mul_ps(f, _mm256_castsi256_ps(_mm256_sub_epi32(
+                                  _mm256_castps_si256(_mm256_set1_ps(1.0f)), half)));
+    };
+    f0 = factor(s);
+    f1 = factor(_mm_srli_si128(s, 8));
+  }
+  const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
+  __m128i bytes(int64_t kk) const {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + (kk & 15) * 16));
+  }
+  void decode(__m128i codes, __m256& v0, __m256& v1) const {
+    const __m128i t = _mm_shuffle_epi8(table, codes);
+    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(t)), f0);
+    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(t, 8))), f1);
+  }
+  void lo(int64_t kk, __m256& l0, __m256& l1) const {
+    decode(_mm_and_si128(bytes(kk), nib), l0, l1);
+  }
+  void hi(int64_t kk, __m256& h0, __m256& h1) const {
+    decode(_mm_and_si128(_mm_srli_epi16(bytes(kk), 4), nib), h0, h1);
+  }
+  void load(int64_t kk, __m256& l0, __m256& l1, __m256& h0, __m256& h1) const {
+    const __m128i b = bytes(kk);
+    decode(_mm_and_si128(b, nib), l0, l1);
+    decode(_mm_and_si128(_mm_srli_epi16(b, 4), nib), h0, h1);
+  }
+};
+
+// C[M][16] (= or +=) kh k pairs of A (M rows of stride kp) x the weights of src (from a block
+// start); pf > 0 (PF): prefetch pf bytes ahead.
+template <int M, bool PF, class Src>
+inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src src, float* c, int64_t ldc,
+                     bool accumulate, int64_t pf) {
+  constexpr int PB = Src::kPairsPerBlock;
+  auto new_block = [&](int64_t kk) {
+    if constexpr (PB > 0)
+      if (kk % PB == 0) src.block(kk / PB);
+  };
+  if constexpr (M <= 2) {
+    // Decode: even and odd k in separate accumulators, and for one row two k pairs per step:
+    // 8 independent FMA chains, so the loop streams weights instead of waiting on FMA latency.
+    constexpr int U = M == 1 ? 2 : 1;
+    __m256 e0[U][M], e1[U][M], o0[U][M], o1[U][M];
+    CPUKERN_UNROLL for (int u = 0; u < U; ++u) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      e0[u][r] = e1[u][r] = o0[u][r] = o1[u][r] = _mm256_setzero_ps();
+    }
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) if (accumulate) {
+      e0[0][r] = _mm256_loadu_ps(c + r * ldc);
+      e1[0][r] = _mm256_loadu_ps(c + r * ldc + 8);
+    }
+    auto step = [&](int u, int64_t kk) {
+      if constexpr (PF) _mm_prefetch(static_cast<const char*>(src.at(kk)) + pf, _MM_HINT_T0);
+      __m256 l0, l1, h0, h1;
+      src.load(kk, l0, l1, h0, h1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        const __m256 ae = _mm256_broadcast_ss(a + r * kp + 2 * kk);
+        const __m256 ao = _mm256_broadcast_ss(a + r * kp + 2 * kk + 1);
+        e0[u][r] = _mm256_fmadd_ps(ae, l0, e0[u][r]);
+        e1[u][r] = _mm256_fmadd_ps(ae, l1, e1[u][r]);
+        o0[u][r] = _mm256_fmadd_ps(ao, h0, o0[u][r]);
+        o1[u][r] = _mm256_fmadd_ps(ao, h1, o1[u][r]);
+      }
+    };
+    int64_t kk = 0;
+    if constexpr (U == 2) {
+      for (; kk + 2 <= kh; kk += 2) {
+        new_block(kk);
+        step(0, kk);
+        step(1, kk + 1);
+      }
+    }
+    for (; kk < kh; ++kk) {
+      new_block(kk);
+      step(0, kk);
+    }
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      __m256 s0 = _mm256_add_ps(e0[0][r], o0[0][r]), s1 = _mm256_add_ps(e1[0][r], o1[0][r]);
+      if constexpr (U == 2) {
+        s0 = _mm256_add_ps(s0, _mm256_add_ps(e0[1][r], o0[1][r]));
+        s1 = _mm256_add_ps(s1, _mm256_add_ps(e1[1][r], o1[1][r]));
+      }
+      _mm256_storeu_ps(c + r * ldc, s0);
+      _mm256_storeu_ps(c + r * ldc + 8, s1);
+    }
+  } else {
+    __m256 c0[M], c1[M];
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      c0[r] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
+      c1[r] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t kk = 0; kk < kh; ++kk) {
+      new_block(kk);
+      if constexpr (PF) _mm_prefetch(static_cast<const char*>(src.at(kk)) + pf, _MM_HINT_T0);
+      __m256 l0, l1;
+      src.lo(kk, l0, l1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        const __m256 ae = _mm256_broadcast_ss(a + r * kp + 2 * kk);
+        c0[r] = _mm256_fmadd_ps(ae, l0, c0[r]);
+        c1[r] = _mm256_fmadd_ps(ae, l1, c1[r]);
+      }
+      __m256 h0, h1;
+      src.hi(kk, h0, h1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        const __m256 ao = _mm256_broadcast_ss(a + r * kp + 2 * kk + 1);
+        c0[r] = _mm256_fmadd_ps(ao, h0, c0[r]);
+        c1[r] = _mm256_fmadd_ps(ao, h1, c1[r]);
+      }
+    }
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      _mm256_storeu_ps(c + r * ldc, c0[r]);
+      _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
+    }
+  }
+}
+
+
+// Tile traits over a weight source: the bf16 kernel (Src = Bf16Src, k step = a k pair) and the
+// MXFP4 kernel (Mxfp4Src, k step = a 32-k block) share everything else.
+template <class Src>
+struct Tile : KpairsTile<kNR> {
+  static constexpr int kMR = 5, kActW = 8;
+  static constexpr bool kBlockK = true;
+  using A = float;  // rows pre-widened to fp32
+  // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 4 where that avoids a
+  // slow 1- or 3-row tail: 6 = 4 + 2, 8 = 4 + 4, 7 = 5 + 2, 12 = 5 + 5 + 2.
+  static int64_t rows(int64_t rem) { return rem <= kMR ? rem : (rem == 6 || rem == 8) ? 4 : kMR; }
+  static constexpr auto pack_a = pack_a_f32<kKR>;
+  template <int M, class WT>
+  static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t, int,
+                   float* c, int64_t ldc, bool accumulate, int64_t pf) {
+    // nk k steps: k pairs (bf16) or blocks of 16 k pairs (MXFP4).
+    const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
+    if (pf)
+      fma_tile<M, true>(a, lda, kh, Src(w), c, ldc, accumulate, pf);
+    else
+      fma_tile<M, false>(a, lda, kh, Src(w), c, ldc, accumulate, 0);
+  }
+};
+
+struct Mxfp4Tile : Tile<Mxfp4Src> {
+  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock;
+  static constexpr int kStepW = Mxfp4Src::kBlockBytes;
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
+  using W = uint8_t;
+  // [panel][block][16 scales, 16 pairs x 16 columns]: see the layout above.
+  static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
+                         void* dst) {
+    const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* out = d + (p * nb + b) * kStepW;
+        for (int col = 0; col < kNR; ++col) {
+          const int64_t n = p * kNR + col;
+          out[col] = n < o ? scales[n * nb + b] : 0;  // padding: zero codes, any scale
+          for (int j = 0; j < 16; ++j)
+            out[16 + j * kNR + col] = n < o ? blocks[(n * nb + b) * 16 + j] : 0;
+        }
+      }
+  }
+};
+
+}  // namespace
+}  // namespace cpukern::moe::avx2

@@ -1,0 +1,206 @@
+// The AVX-512 BF16 register tile of the fused-MoE kernels (vdpbf16ps), written once over a
+// weight source (bf16 pair words, or MXFP4 decoded in registers to the same words), so the
+// two kernels compute the same operations on the same bf16 operands.
+//
+// Each 32-bit lane of a weight vector is the pair (w[col][k], w[col][k+1]); the matching A pair
+// is broadcast, and one instruction accumulates both products into the column's fp32 lane.
+// 8 rows x 32 columns (16 zmm accumulators); up to 4 rows use two accumulator sets (even / odd
+// k pairs) to hide the latency.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/unroll.h"
+#include "kernels/moe/gemm_loop.h"
+#include "kernels/moe/mxfp4.h"
+#include "kernels/moe/ukernels/pack_kpairs.h"
+
+namespace cpukern::moe::avx512bf16 {
+namespace {  // internal linkage: compiled per ISA
+
+constexpr int kNR = 32;
+
+// A rows stay bf16, [m][kp], zero past k.
+inline void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                   void* dst) {
+  const int64_t kp = round_up(k, 2);
+  bf16_t* d = static_cast<bf16_t*>(dst);
+  for (int64_t r = 0; r < m; ++r) {
+    const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
+    std::memcpy(d + r * kp, src, size_t(k) * 2);
+    for (int64_t j = k; j < kp; ++j) d[r * kp + j] = 0;
+  }
+}
+
+inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+inline __m512i bcast_pair(const bf16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// bf16 weights: the panel's 32-bit words [k pair][32 columns].
+struct Bf16Src {
+  static constexpr int kPairsPerBlock = 0;
+  const uint32_t* w;
+  explicit Bf16Src(const void* p) : w(static_cast<const uint32_t*>(p)) {}
+  void block(int64_t) {}
+  const char* at(int64_t kk) const { return reinterpret_cast<const char*>(w + kk * kNR); }
+  void pair(int64_t kk, __m512i& w0, __m512i& w1) const {
+    w0 = _mm512_loadu_si512(w + kk * kNR);
+    w1 = _mm512_loadu_si512(w + kk * kNR + 16);
+  }
+};
+
+// MXFP4 weights ("mxfp4p32": per panel per block of 32 k, the 32 columns' scales, then per k
+// pair j the 32 columns' bytes j: 544 bytes). Decoded per k pair to the bf16 pair words the
+// bf16 kernel loads: vpshufb -> int8 2e -> fp32 x 2**(s - 128) (exact) -> the high halves.
+struct Mxfp4Src {
+  static constexpr int kPairsPerBlock = 16, kBlockBytes = 32 + 16 * 32;
+  const uint8_t* w;
+  const uint8_t* blk = nullptr;
+  __m512 f0, f1;  // 2**(s - 128) of columns 0-15, 16-31
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kTwice)));
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
+  static __m512 factor(__m128i s) {
+    const __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(s), 23);
+    const __m512 f = _mm512_castsi512_ps(_mm512_max_epi32(e, _mm512_set1_epi32(0x00400000)));
+    return _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
+  }
+  void block(int64_t b) {
+    blk = w + b * kBlockBytes;
+    f0 = factor(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    f1 = factor(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+  }
+  const char* at(int64_t kk) const {
+    return reinterpret_cast<const char*>(w + (kk / 16) * kBlockBytes + 32 + (kk % 16) * 32);
+  }
+  static __m512i bits(__m128i t, __m512 f) {
+    return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(t)), f));
+  }
+  void pair(int64_t kk, __m512i& w0, __m512i& w1) const {
+    const __m256i b =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + (kk & 15) * 32));
+    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(b, nib));
+    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(b, 4), nib));
+    const __mmask32 odd = 0xAAAAAAAAu;
+    // (even k's bf16, odd k's bf16) per column: the fp32 values are exact in bf16.
+    w0 = _mm512_mask_mov_epi16(_mm512_srli_epi32(bits(_mm256_castsi256_si128(lo), f0), 16), odd,
+                               bits(_mm256_castsi256_si128(hi), f0));
+    w1 = _mm512_mask_mov_epi16(_mm512_srli_epi32(bits(_mm256_extracti128_si256(lo, 1), f1), 16),
+                               odd, bits(_mm256_extracti128_si256(hi, 1), f1));
+  }
+};
+
+// C[M][32] (= or +=) kh k pairs of A (M rows of stride kp, bf16 pairs) x the weights of src
+// (from a block start); pf > 0: prefetch the weights pf bytes ahead (the next K block).
+template <int M, class Src>
+inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, Src src, float* c, int64_t ldc,
+                    bool accumulate, int64_t pf) {
+  constexpr int PB = Src::kPairsPerBlock;
+  auto new_block = [&](int64_t kk) {
+    if constexpr (PB > 0)
+      if (kk % PB == 0) src.block(kk / PB);
+  };
+  __m512 c0[M], c1[M];
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    c0[r] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+    c1[r] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  int64_t kk = 0;
+  if constexpr (M <= 4) {
+    __m512 d0[M], d1[M];
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) d0[r] = d1[r] = _mm512_setzero_ps();
+    for (; kk + 2 <= kh; kk += 2) {
+      new_block(kk);
+      if (pf) {
+        const char* q = src.at(kk) + pf;
+        CPUKERN_UNROLL for (int l = 0; l < 4; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
+      }
+      __m512i w0, w1, w2, w3;
+      src.pair(kk, w0, w1);
+      src.pair(kk + 1, w2, w3);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        const __m512i ae = bcast_pair(a + r * kp + 2 * kk);
+        const __m512i ao = bcast_pair(a + r * kp + 2 * kk + 2);
+        c0[r] = dp(c0[r], ae, w0);
+        c1[r] = dp(c1[r], ae, w1);
+        d0[r] = dp(d0[r], ao, w2);
+        d1[r] = dp(d1[r], ao, w3);
+      }
+    }
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      c0[r] = _mm512_add_ps(c0[r], d0[r]);
+      c1[r] = _mm512_add_ps(c1[r], d1[r]);
+    }
+  }
+  for (; kk < kh; ++kk) {
+    new_block(kk);
+    if (pf) {
+      const char* q = src.at(kk) + pf;
+      _mm_prefetch(q, _MM_HINT_T0);
+      _mm_prefetch(q + 64, _MM_HINT_T0);
+    }
+    __m512i w0, w1;
+    src.pair(kk, w0, w1);
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      const __m512i av = bcast_pair(a + r * kp + 2 * kk);
+      c0[r] = dp(c0[r], av, w0);
+      c1[r] = dp(c1[r], av, w1);
+    }
+  }
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    _mm512_storeu_ps(c + r * ldc, c0[r]);
+    _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+  }
+}
+
+template <class Src>
+struct Tile : KpairsTile<kNR> {
+  static constexpr int kMR = 8, kActW = 16;
+  static constexpr bool kBlockK = true;
+  using A = bf16_t;
+  // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
+  static int64_t rows(int64_t rem) {
+    const int64_t nb = (rem + kMR - 1) / kMR;
+    return (rem + nb - 1) / nb;
+  }
+  static constexpr auto pack_a = avx512bf16::pack_a;
+  template <int M, class WT>
+  static void tile(const bf16_t* a, int64_t lda, int64_t nk, const WT* w, int64_t, int,
+                   float* c, int64_t ldc, bool accumulate, int64_t pf) {
+    const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
+    dp_tile<M>(a, lda, kh, Src(w), c, ldc, accumulate, pf);
+  }
+};
+
+struct Mxfp4Tile : Tile<Mxfp4Src> {
+  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock;
+  static constexpr int kStepW = Mxfp4Src::kBlockBytes;
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
+  using W = uint8_t;
+  static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
+                         void* dst) {
+    const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* out = d + (p * nb + b) * kStepW;
+        for (int col = 0; col < kNR; ++col) {
+          const int64_t n = p * kNR + col;
+          out[col] = n < o ? scales[n * nb + b] : 0;
+          for (int j = 0; j < 16; ++j)
+            out[kNR + j * kNR + col] = n < o ? blocks[(n * nb + b) * 16 + j] : 0;
+        }
+      }
+  }
+};
+
+}  // namespace
+}  // namespace cpukern::moe::avx512bf16

@@ -1,0 +1,12 @@
+// The BFMMLA 8x8 micro-kernel on MXFP4 weights: the bf16 kernel's tile (neon_bfmmla.h) with
+// each B operand decoded in registers (tbl -> fp16 -> fp32 x 2**(s - 127) -> bf16, exact).
+#include "kernels/moe/ukernels/neon_bfmmla.h"
+#include "kernels/moe/ukernels/ukernels.h"
+
+namespace cpukern::moe {
+
+const Ukernel moe_gemm_f32_bf16p8x4_mxfp4p8x4_8x8__neon_bfmmla =
+    make_ukernel<bfmmla::Mxfp4Tile<4>>("moe_gemm_f32_bf16p8x4_mxfp4p8x4_8x8__neon_bfmmla",
+                                       "mxfp4p8x4");
+
+}  // namespace cpukern::moe
