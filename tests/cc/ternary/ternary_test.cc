@@ -198,6 +198,25 @@ TEST_P(VariantTest, BitwiseEqualToReferenceOnExactInputs) {
     }
 }
 
+// Rows long enough that the int8 kernels flush their int32 partial sums (the NEON SDOT/SMMLA
+// kernels every 2048 blocks of 128 columns) and the fp32 kernels add many chunks: still
+// bitwise equal to the reference (small-integer activations keep every fp32 sum exact).
+TEST_P(VariantTest, LongRowsBitwiseEqualToReference) {
+  std::mt19937 rng(4242);
+  const int64_t m = 6, k = 2048 * 128 + 300, batch = 3;
+  const auto w = make_weights(m, k, Fill::kRandom, rng);
+  const auto p = pack_weights(w, m, k);
+  const auto pw = prep(p, m, k, nullptr);
+  const auto pr = prepare(p.data(), m, words_for(k), k, nullptr, "reference");
+  const auto x = random_x(batch * k, rng, true);
+  for (Act act : {Act::kF32, Act::kInt8}) {
+    std::vector<float> a(size_t(batch * m)), b(size_t(batch * m));
+    gemv(*pw, x.data(), batch, nullptr, 0, act, 2, a.data());
+    gemv(*pr, x.data(), batch, nullptr, 0, act, 1, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "act=" << int(act);
+  }
+}
+
 // Shapes that cross every tiling path of the blocked kernels: row counts that leave 7
 // tiles of 16 (8-, 4-, 2- and 1-tile paths) and 3 rows of a 4-row tile, and k long enough
 // for several accuracy chunks and several L2 passes (lut27r16: 12096 columns per pass at
