@@ -88,11 +88,15 @@ def widely_linear_run(arg0: WidelyLinearWeights, arg1: Annotated[NDArray, dict(d
 
 class PackedExperts:
     """
-    bf16 expert weights packed once for one kernel family (cpukern.moe.prepack).
+    Expert weights (bf16 or MXFP4) packed once for one kernel family (cpukern.moe.prepack).
     """
 
     @property
     def isa(self) -> str: ...
+
+    @property
+    def format(self) -> str:
+        """'bf16' or 'mxfp4'."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -108,5 +112,11 @@ def moe_variants() -> list: ...
 def moe_route(router_logits: Annotated[NDArray, dict(device='cpu', writable=False)], topk: int, renormalize: bool) -> tuple[Annotated[NDArray[numpy.float32], dict(shape=(None, None))], Annotated[NDArray[numpy.int32], dict(shape=(None, None))]]: ...
 
 def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
+
+def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
+
+def moe_mxfp4_dequantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+
+def moe_mxfp4_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu')], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
 def moe_fused_moe(x: Annotated[NDArray, dict(device='cpu', writable=False)], w13: PackedExperts, w2: PackedExperts, topk_weights: Annotated[NDArray, dict(device='cpu', writable=False)], topk_ids: Annotated[NDArray, dict(device='cpu', writable=False)], activation: str, w13_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, w2_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, skip_weighted: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...

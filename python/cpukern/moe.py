@@ -1,12 +1,22 @@
-"""Fused Mixture-of-Experts on bf16 weights (vLLM cpu_fused_moe semantics).
+"""Fused Mixture-of-Experts on bf16 or MXFP4 expert weights (vLLM cpu_fused_moe semantics).
 
 bf16 arrays are numpy arrays of ml_dtypes.bfloat16 or torch.bfloat16 tensors, taken
 without a copy.
+
+MXFP4 (OCP Microscaling, gpt-oss's on-disk expert format): ``blocks`` uint8 (E, N, K/32, 16)
+(two e2m1 codes per byte, the low nibble first) and ``scales`` uint8 (E, N, K/32) (e8m0:
+2**(s - 127)); K any multiple of 32. A scale of 255 (NaN in OCP MX) is refused (ValueError
+naming ``scales``). Packed MXFP4 experts stay at 4.25 bits per weight; the kernels decode them
+in registers, and ``fused_moe`` on them equals ``fused_moe`` on ``dequantize(blocks, scales)``
+prepacked as bf16 for the same variant, bit for bit.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
+
+import ml_dtypes
+import numpy as np
 
 from cpukern import _ext
 from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, describe, is_torch, isa_arg,
@@ -16,7 +26,10 @@ PackedExperts = _ext.PackedExperts
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
-__all__ = ["route", "prepack", "fused_moe", "PackedExperts", "ACTIVATIONS"]
+FORMATS = ("bf16", "mxfp4")
+
+__all__ = ["route", "prepack", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
+           "PackedExperts", "ACTIVATIONS", "FORMATS"]
 
 
 def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[Any, Any]:
@@ -36,15 +49,98 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     return weights, ids
 
 
-def prepack(w: Any, *, isa: Optional[str] = None) -> PackedExperts:
-    """Packs bf16 expert weights (E, O, I) (nn.Linear [out, in] order) once for the selected
-    (or forced) kernel family. Any O, I >= 1 (padded internally)."""
+def _u8(a: Any, name: str, ndims: tuple[int, ...]) -> Any:
+    """A C-contiguous uint8 numpy array or CPU torch tensor with one of `ndims` (as numpy)."""
+    if is_torch(a):
+        import torch
+
+        if a.dtype != torch.uint8 or a.device.type != "cpu" or not a.is_contiguous():
+            raise TypeError(f"{name}: expected a C-contiguous uint8 CPU array, got {describe(a)}")
+        a = a.numpy()
+    if not hasattr(a, "dtype") or a.dtype != np.uint8 or not a.flags.c_contiguous:
+        raise TypeError(f"{name}: expected a C-contiguous uint8 array, got {describe(a)} (no "
+                        "silent copies: convert it first, e.g. numpy.ascontiguousarray)")
+    if a.ndim not in ndims:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dimensions, got {describe(a)}")
+    return a
+
+
+def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
+            isa: Optional[str] = None) -> PackedExperts:
+    """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
+    kernel family.
+
+    format="bf16": w bf16 (E, O, I), any O, I >= 1 (padded internally).
+    format="mxfp4": w = blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32), gpt-oss's
+    layout (e.g. the arrays of a mapped safetensors file, read without a copy); never expanded
+    to bf16 (4.25 bits per weight packed). Scales of 255 (NaN) are refused.
+    """
     isa = isa_arg(isa)
+    format = str_arg(format, "format", FORMATS)
+    if format == "mxfp4":
+        if scales is None:
+            raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
+        blocks = _u8(w, "w", (4,))
+        sc = _u8(scales, "scales", (3,))
+        if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
+            raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
+                             f"{describe(w)}")
+        return _ext.moe_prepack_mxfp4(blocks, sc, isa)
+    if scales is not None:
+        raise ValueError("scales: only with format='mxfp4'")
     wb = bf16_bits(w, "w", (3,))
     e, o, i = shape_of(wb)
     if min(e, o, i) < 1:
         raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
     return _ext.moe_prepack(wb, isa)
+
+
+def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
+    """bf16 weights (..., K), K a multiple of 32 -> (blocks uint8 (..., K/32, 16), scales uint8
+    (..., K/32)) in MXFP4, OCP MX style: per block of 32 the scale 2**(floor(log2(amax)) - 2),
+    values rounded to the nearest e2m1 (ties to even), saturating at +-6 x scale; NaN -> 0.
+    numpy arrays (torch tensors in, torch tensors out)."""
+    str_arg(format, "format", ("mxfp4",))
+    if is_torch(w):
+        import torch
+
+        if w.dtype != torch.bfloat16 or not w.is_contiguous():
+            raise TypeError(f"w: expected a C-contiguous bfloat16 array, got {describe(w)}")
+        wb = w.view(torch.int16).numpy().view(np.uint16)
+    else:
+        wb = bf16_bits(w, "w")
+    shape = shape_of(wb)
+    if len(shape) < 1 or shape[-1] % 32 or shape[-1] == 0:
+        raise ValueError(f"w: expected (..., K) with K a positive multiple of 32, got {describe(w)}")
+    nb = int(np.prod(shape)) // 32
+    blocks = np.empty(shape[:-1] + (shape[-1] // 32, 16), np.uint8)
+    scales = np.empty(shape[:-1] + (shape[-1] // 32,), np.uint8)
+    _ext.moe_mxfp4_quantize(wb.reshape(nb, 32), blocks.reshape(nb, 16), scales.reshape(nb))
+    if is_torch(w):
+        import torch
+
+        return torch.from_numpy(blocks), torch.from_numpy(scales)
+    return blocks, scales
+
+
+def dequantize(blocks: Any, scales: Any) -> Any:
+    """MXFP4 blocks uint8 (..., K/32, 16) and scales uint8 (..., K/32) -> bf16 (..., K), exact
+    (every e2m1 value times its e8m0 scale is a bf16, or +-inf past bf16's range). Scales of 255
+    (NaN) are refused."""
+    torch_in = is_torch(blocks)
+    b = _u8(blocks, "blocks", tuple(range(2, 9)))
+    s = _u8(scales, "scales", tuple(range(1, 8)))
+    if b.shape[-1] != 16 or b.shape[:-1] != s.shape:
+        raise ValueError(f"blocks: expected shape scales.shape + (16,) = {tuple(s.shape) + (16,)}, "
+                         f"got {describe(blocks)}")
+    n = int(s.size)
+    out = np.empty(tuple(s.shape[:-1]) + (s.shape[-1] * 32,), ml_dtypes.bfloat16)
+    _ext.moe_mxfp4_dequantize(b.reshape(n, 16), s.reshape(n), out.view(np.uint16).reshape(n, 32))
+    if torch_in:
+        import torch
+
+        return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+    return out
 
 
 def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any, *,
@@ -55,7 +151,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
 
     expert_e(x) = w2_e @ round_bf16(act(w13_e @ x + b13_e)) + b2_e, fp32 accumulation.
     x bf16 (T, H); w13 packed from (E, 2I, H); w2 packed from (E, H, I), both by prepack with
-    the same isa. activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
+    the same isa, each in any format (bf16 or mxfp4; they may differ). activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
@@ -84,3 +180,65 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     yb = bf16_bits(y, "out")
     _ext.moe_fused_moe(xb, w13, w2, tw, ti, activation, b13, b2, skip_weighted, nthreads, yb)
     return y
+
+
+def _safetensors_views(path: Any) -> dict[str, np.ndarray]:
+    """name -> read-only numpy view of a mapped safetensors file (any metadata)."""
+    import json
+    import mmap
+    import os
+
+    from cpukern import io as _io
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    n, data_size = _io._split(buf, size)
+    try:
+        header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: safetensors header is not valid UTF-8 JSON ({e})") from None
+    entries = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _io.DTYPES.get(info.get("dtype")) if isinstance(info, dict) else None
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name!r}: unsupported entry {info!r:.80}")
+        shape = tuple(int(d) for d in info["shape"])
+        begin, end = (int(o) for o in info["data_offsets"])
+        if not 0 <= begin <= end <= data_size or end - begin != dtype.itemsize * int(np.prod(shape)):
+            raise ValueError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] do not fit "
+                             f"{info['dtype']} {list(shape)} in {data_size} data bytes")
+        entries[name] = {"dtype": dtype, "shape": shape, "begin": begin, "end": end}
+    return _io._views(buf, 8 + n, entries)
+
+
+def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[str, Any]:
+    """One gpt-oss MoE layer from a safetensors file, prepacked straight from the mapped file.
+
+    Reads ``model.layers.{layer}.mlp.experts.gate_up_proj_blocks`` (E, 2I, H/32, 16) uint8,
+    ``..._scales`` (E, 2I, H/32) uint8, ``..._bias`` (E, 2I) bf16 (gate and up rows
+    interleaved, as activation="swigluoai" reads them) and ``down_proj_blocks`` /
+    ``_scales`` / ``_bias`` (E, H, I/32, 16) / (E, H, I/32) / (E, H). The blocks and scales are
+    packed from the mapping (no bf16 copy of the layer is ever made). Returns
+    {"w13", "w2": PackedExperts (format "mxfp4"), "w13_bias", "w2_bias": bf16 arrays (views of
+    the mapping), "activation": "swigluoai"}: pass them to fused_moe.
+    """
+    t = _safetensors_views(path)
+    pre = f"model.layers.{int(layer)}.mlp.experts."
+    out: dict[str, Any] = {"activation": "swigluoai"}
+    for key, proj in (("w13", "gate_up_proj"), ("w2", "down_proj")):
+        names = [pre + proj + suffix for suffix in ("_blocks", "_scales", "_bias")]
+        missing = [n for n in names if n not in t]
+        if missing:
+            raise KeyError(f"{path}: no tensor {missing[0]!r} (layer {layer})")
+        blocks, scales, bias = (t[n] for n in names)
+        try:
+            out[key] = prepack(blocks, format="mxfp4", scales=scales, isa=isa)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{names[0]}: {e}") from None
+        if bias.dtype != ml_dtypes.bfloat16 or bias.shape != blocks.shape[:2]:
+            raise ValueError(f"{names[2]}: expected bf16 {blocks.shape[:2]}, got {bias.dtype} {bias.shape}")
+        out[key + "_bias"] = bias
+    return out

@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include "kernels/moe/moe.h"
+#include "kernels/moe/mxfp4.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
 
@@ -14,16 +15,21 @@ namespace cpukern::ext {
 
 using moe::PackedExperts;
 
+template <> inline const char* dtype_name<uint8_t>() { return "uint8"; }
+
 void bind_moe(nb::module_& m) {
   nb::class_<PackedExperts>(m, "PackedExperts",
-                            "bf16 expert weights packed once for one kernel family "
+                            "Expert weights (bf16 or MXFP4) packed once for one kernel family "
                             "(cpukern.moe.prepack).")
       .def_ro("isa", &PackedExperts::isa)
+      .def_prop_ro("format", [](const PackedExperts& w) { return std::string(moe::format_name(w.format)); },
+                   "'bf16' or 'mxfp4'.")
       .def_prop_ro("shape", [](const PackedExperts& w) { return std::make_tuple(w.e, w.o, w.i); },
                    "(E, O, I) of the unpacked weights.")
       .def_prop_ro("nbytes", &PackedExperts::nbytes)
       .def("__repr__", [](const PackedExperts& w) {
-        return "PackedExperts(isa='" + w.isa + "', shape=(" + std::to_string(w.e) + ", " +
+        return "PackedExperts(isa='" + w.isa + "', format='" + moe::format_name(w.format) +
+               "', shape=(" + std::to_string(w.e) + ", " +
                std::to_string(w.o) + ", " + std::to_string(w.i) + "), nbytes=" +
                std::to_string(w.nbytes()) + ")";
       });
@@ -62,6 +68,48 @@ void bind_moe(nb::module_& m) {
     const auto* wp = in_ptr<uint16_t>(w, "w", {3});
     GilRelease release;
     return moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
+  });
+
+  // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout).
+  m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa) {
+    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});
+    const auto* sp = in_ptr<uint8_t>(scales, "scales", {3});
+    const int64_t e = int64_t(blocks.shape(0)), o = int64_t(blocks.shape(1)),
+                  nb = int64_t(blocks.shape(2));
+    if (blocks.shape(3) != 16)
+      throw_arg("blocks", "expected shape (E, O, I/32, 16), got " + describe_array(blocks));
+    check_shape(scales, "scales", {e, o, nb});
+    GilRelease release;
+    return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa);
+  });
+
+  m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales, const OutArray& out) {
+    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {2});
+    const auto* sp = in_ptr<uint8_t>(scales, "scales", {1});
+    const int64_t n = int64_t(scales.size());
+    if (int64_t(blocks.size()) != 16 * n)
+      throw_arg("blocks", "expected 16 bytes per scale (" + std::to_string(16 * n) + "), got " +
+                              describe_array(blocks));
+    if (int64_t(out.size()) != 32 * n) throw_arg("out", "expected 32 values per scale");
+    const int64_t bad = moe::mxfp4::first_nan_scale(sp, n);
+    if (bad >= 0)
+      throw_arg("scales", "e8m0 scale 255 (NaN) at flat index " + std::to_string(bad) +
+                              ": NaN scales are refused");
+    auto* op = out_ptr<uint16_t>(out, "out", {2});
+    GilRelease release;
+    moe::mxfp4::dequantize(bp, sp, n, 32, op);
+  });
+
+  m.def("moe_mxfp4_quantize", [](const InArray& w, const OutArray& blocks, const OutArray& scales) {
+    const auto* wp = in_ptr<uint16_t>(w, "w", {2});
+    const int64_t n = int64_t(w.size()) / 32;
+    if (int64_t(w.size()) != 32 * n) throw_arg("w", "expected a multiple of 32 values");
+    if (int64_t(blocks.size()) != 16 * n || int64_t(scales.size()) != n)
+      throw_arg("blocks", "expected 16 bytes and one scale per 32 values");
+    auto* bp = out_ptr<uint8_t>(blocks, "blocks", {2});
+    auto* sp = out_ptr<uint8_t>(scales, "scales", {1});
+    GilRelease release;
+    moe::mxfp4::quantize(wp, n, 32, bp, sp);
   });
 
   m.def(

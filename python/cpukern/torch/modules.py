@@ -204,6 +204,31 @@ class FusedMoE(nn.Module):
                 mod.w2_bias.copy_(w2_bias)
         return mod
 
+    @classmethod
+    def from_mxfp4(cls, w13_blocks: Tensor, w13_scales: Tensor, w2_blocks: Tensor,
+                   w2_scales: Tensor, w13_bias: Optional[Tensor] = None,
+                   w2_bias: Optional[Tensor] = None, *, topk: int = 4,
+                   activation: str = "swigluoai", renormalize: bool = True,
+                   isa: str = "") -> "FusedMoE":
+        """MXFP4 experts as gpt-oss stores them: blocks uint8 (E, O, I/32, 16), scales uint8
+        (E, O, I/32) for w13 (O = 2I) and w2 (O = H). Kept as MXFP4 (buffers w13 / w2 hold the
+        blocks, w13_scales / w2_scales the scales); never expanded to bf16."""
+        if activation not in _moe.ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {_moe.ACTIVATIONS}, got {activation!r}")
+        if (w13_bias is None) != (w2_bias is None):
+            raise ValueError("w13_bias, w2_bias: give both or neither")
+        e, i2, hb = (int(s) for s in w13_blocks.shape[:3])
+        mod = cls.__new__(cls)  # no bf16 buffers are allocated
+        nn.Module.__init__(mod)
+        mod.num_experts, mod.hidden, mod.intermediate = e, hb * 32, i2 // 2
+        mod.topk, mod.activation, mod.renormalize, mod.isa = int(topk), activation, renormalize, isa
+        for name, t in (("w13", w13_blocks), ("w2", w2_blocks), ("w13_scales", w13_scales),
+                        ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
+            if t is not None and name.endswith("bias"):
+                t = t.to(torch.bfloat16)
+            mod.register_buffer(name, None if t is None else t.contiguous())
+        return mod
+
     def route(self, router_logits: Tensor) -> tuple[Tensor, Tensor]:
         """(topk_weights float32 (T, k), topk_ids int32 (T, k)) from float logits (T, E)."""
         p = torch.softmax(router_logits.to(torch.float32), dim=-1)
@@ -217,7 +242,9 @@ class FusedMoE(nn.Module):
         y = torch.ops.cpukern.fused_moe(x2.contiguous(), self.w13, self.w2,
                                         topk_weights.reshape(-1, self.topk).contiguous(),
                                         topk_ids.reshape(-1, self.topk).contiguous(),
-                                        self.activation, self.w13_bias, self.w2_bias, False, self.isa)
+                                        self.activation, self.w13_bias, self.w2_bias, False, self.isa,
+                                        getattr(self, "w13_scales", None),
+                                        getattr(self, "w2_scales", None))
         return y.reshape(lead + (self.hidden,))
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:

@@ -84,19 +84,25 @@ def _(planes, scales, x, isa=""):
     return x.new_empty(tuple(x.shape[:-1]) + (2 * planes.shape[-2],), dtype=torch.float32)
 
 
-def _packed_experts(w: Tensor, name: str, isa: Optional[str]) -> Any:
+def _packed_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
+    if w.dtype == torch.uint8:  # MXFP4 blocks (E, O, I/32, 16) with scales (E, O, I/32)
+        if scales is None:
+            raise ValueError(f"{name}_scales: required with uint8 MXFP4 blocks {name}")
+        return _CACHE.get(w, ("mxfp4", _fingerprint(scales), isa),
+                          lambda: _moe.prepack(w, format="mxfp4", scales=scales, isa=isa))
     if w.dtype != torch.bfloat16:
-        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I), got {w.dtype} tensor of "
-                        f"shape {tuple(w.shape)}")
+        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I) or uint8 MXFP4 blocks, got "
+                        f"{w.dtype} tensor of shape {tuple(w.shape)}")
     return _CACHE.get(w, (isa,), lambda: _moe.prepack(w, isa=isa))
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
-                    w2_bias: Optional[Tensor], skip_weighted: bool, isa: str) -> None:
+                    w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
+                    w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None) -> None:
     forced = _isa(isa)
-    p13 = _packed_experts(w13, "w13", forced)
-    p2 = _packed_experts(w2, "w2", forced)
+    p13 = _packed_experts(w13, "w13", forced, w13_scales)
+    p2 = _packed_experts(w2, "w2", forced, w2_scales)
     if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
         topk_ids = topk_ids.to(torch.int32)
     _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
@@ -107,17 +113,20 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
 def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
               activation: str = "silu", w13_bias: Optional[Tensor] = None,
               w2_bias: Optional[Tensor] = None, skip_weighted: bool = False,
-              isa: str = "") -> Tensor:
-    """bf16 fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16."""
+              isa: str = "", w13_scales: Optional[Tensor] = None,
+              w2_scales: Optional[Tensor] = None) -> Tensor:
+    """Fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16, or either as
+    MXFP4 blocks uint8 (E, O, I/32, 16) with its scales uint8 (E, O, I/32) in w13_scales /
+    w2_scales (gpt-oss's layout)."""
     out = torch.empty_like(x)
     _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, isa)
+                    skip_weighted, isa, w13_scales, w2_scales)
     return out
 
 
 @fused_moe.register_fake
 def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_bias=None,
-      skip_weighted=False, isa=""):
+      skip_weighted=False, isa="", w13_scales=None, w2_scales=None):
     torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return torch.empty_like(x)
