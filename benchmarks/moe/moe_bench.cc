@@ -13,6 +13,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
@@ -42,26 +43,37 @@ void fill_random(std::vector<bf16_t>& v, float scale, uint64_t seed) {
 // One (layer, variant) packed at a time: the big layers take gigabytes.
 struct Packed {
   const Layer* layer = nullptr;
-  std::string isa;
+  std::string isa, format;
   std::shared_ptr<const PackedExperts> w13, w2;
   std::vector<bf16_t> b13, b2;
 };
 
-Packed& packed(const Layer& l, const std::string& isa) {
+// bf16 weights (e, o, i) packed for isa in `format` (MXFP4: quantized first; i % 32 == 0).
+std::shared_ptr<const PackedExperts> pack_format(const std::vector<bf16_t>& raw, int64_t e,
+                                                 int64_t o, int64_t i, const std::string& isa,
+                                                 const std::string& format) {
+  if (format == "bf16") return prepack(raw.data(), e, o, i, isa);
+  std::vector<uint8_t> blocks(size_t(e * o * i / 2)), scales(size_t(e * o * i / 32));
+  mxfp4::quantize(raw.data(), e * o, i, blocks.data(), scales.data());
+  return prepack_mxfp4(blocks.data(), scales.data(), e, o, i, isa);
+}
+
+Packed& packed(const Layer& l, const std::string& isa, const std::string& format) {
   static Packed p;
-  if (p.layer == &l && p.isa == isa) return p;
+  if (p.layer == &l && p.isa == isa && p.format == format) return p;
   p.w13.reset();
   p.w2.reset();
   {
     std::vector<bf16_t> raw(size_t(l.e * 2 * l.i * l.h));
     fill_random(raw, 1.7f / std::sqrt(float(l.h)), 1);
-    p.w13 = prepack(raw.data(), l.e, 2 * l.i, l.h, isa);
+    p.w13 = pack_format(raw, l.e, 2 * l.i, l.h, isa, format);
   }
   {
     std::vector<bf16_t> raw(size_t(l.e * l.h * l.i));
     fill_random(raw, 1.7f / std::sqrt(float(l.i)), 2);
-    p.w2 = prepack(raw.data(), l.e, l.h, l.i, isa);
+    p.w2 = pack_format(raw, l.e, l.h, l.i, isa, format);
   }
+  p.format = format;
   p.b13.assign(size_t(l.e * 2 * l.i), 0);
   p.b2.assign(size_t(l.e * l.h), 0);
   fill_random(p.b13, 0.5f, 3);
@@ -71,8 +83,9 @@ Packed& packed(const Layer& l, const std::string& isa) {
   return p;
 }
 
-void run(benchmark::State& state, const Layer* l, std::string isa, int64_t t, int threads) {
-  Packed& p = packed(*l, isa);
+void run(benchmark::State& state, const Layer* l, std::string isa, std::string format,
+         int64_t t, int threads) {
+  Packed& p = packed(*l, isa, format);
   std::vector<bf16_t> x(size_t(t * l->h)), out(size_t(t * l->h));
   fill_random(x, 1.0f, 5);
   std::vector<float> wts(size_t(t * l->topk));
@@ -97,7 +110,8 @@ void run(benchmark::State& state, const Layer* l, std::string isa, int64_t t, in
     benchmark::DoNotOptimize(out.data());
   }
   const double flop = double(t) * l->topk * (2.0 * 2 * l->i * l->h + 2.0 * l->h * l->i);
-  const double bytes = double(experts) * (3.0 * l->i * l->h) * 2;
+  // Bytes of weights read: bf16 2 per weight, MXFP4 17/32 (4.25 bits).
+  const double bytes = double(experts) * (3.0 * l->i * l->h) * (format == "bf16" ? 2 : 17.0 / 32);
   const double n = double(state.iterations());
   state.counters["ms"] = benchmark::Counter(1e-3 * n, benchmark::Counter::kIsRate |
                                                           benchmark::Counter::kInvert);
@@ -111,13 +125,15 @@ int register_all() {
   for (const Layer& l : kLayers)
     for (const Variant& v : registry().variants()) {
       if (!v.supported()) continue;
+      for (std::string format : {"bf16", "mxfp4"})
       for (int64_t t : {1, 16, 64, 256}) {
         if (v.name == std::string("reference") && t > 1) continue;
+        if (format == "mxfp4" && (l.h % 32 || l.i % 32)) continue;
         for (int th : {1, all}) {
           if (th == all && all == 1 && th != 1) continue;
-          const std::string name = std::string("moe/") + l.name + "/" + v.name +
+          const std::string name = std::string("moe/") + l.name + "/" + v.name + "/" + format +
                                    "/T:" + std::to_string(t) + "/threads:" + std::to_string(th);
-          benchmark::RegisterBenchmark(name.c_str(), run, &l, v.name, t, th)
+          benchmark::RegisterBenchmark(name.c_str(), run, &l, v.name, format, t, th)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime()
               ->MinTime(0.2);
@@ -180,6 +196,46 @@ int register_ukernels() {
   return 0;
 }
 const int registered_ukernels = register_ukernels();
+
+}  // namespace
+}  // namespace cpukern::moe
+
+// ---- the DRAM read-bandwidth floor: every core streams its share of 1 GiB (summing int64) ----
+#include <thread>
+namespace cpukern::moe {
+namespace {
+
+void read_bandwidth(benchmark::State& state, int threads) {
+  const size_t n = size_t(1) << 27;  // 1 GiB of int64
+  static std::vector<int64_t> buf(n, 1);
+  std::vector<int64_t> sums(size_t(threads) * 8);
+  for (auto _ : state) {
+    std::vector<std::thread> ts;
+    for (int th = 0; th < threads; ++th)
+      ts.emplace_back([&, th] {
+        const int64_t* p = buf.data() + n / threads * th;
+        int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t q = 0; q < n / threads; q += 4) {
+          s0 += p[q], s1 += p[q + 1], s2 += p[q + 2], s3 += p[q + 3];
+        }
+        sums[th * 8] = s0 + s1 + s2 + s3;
+      });
+    for (auto& t : ts) t.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 8 * 1e-9 * double(state.iterations()),
+                                              benchmark::Counter::kIsRate);
+}
+
+const int registered_bw = [] {
+  const int all = std::max(1, cpu_info().num_cores);
+  for (int th : {1, all})
+    benchmark::RegisterBenchmark(("bandwidth/read_1GiB/threads:" + std::to_string(th)).c_str(),
+                                 read_bandwidth, th)
+        ->UseRealTime()
+        ->MinTime(0.5);
+  return 0;
+}();
 
 }  // namespace
 }  // namespace cpukern::moe
