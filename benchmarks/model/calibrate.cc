@@ -27,8 +27,8 @@ double seconds_since(Clock::time_point t0) {
 // 16 dependent adds per iteration; the loop counter runs in parallel.
 double measure_ghz() {
   double best = 0;
-  for (int rep = 0; rep < 7; ++rep) {
-    const int64_t iters = 20000000;
+  for (int rep = 0; rep < 300; ++rep) {  // short reps: the best one ran uncontended
+    const int64_t iters = 400000;
     uint64_t a = 1;
     const auto t0 = Clock::now();
 #if defined(__x86_64__)
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
       for (int64_t s = 0; s < 16 && w * 16 + s < k; ++s) word |= (rng() % 3) << (2 * s);
       packed[size_t(r * words_for(k) + w)] = word;
     }
-  std::vector<float> x(size_t(k)), y(size_t(m)), scale(size_t(m), 0.5f);
+  std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(m));
+  std::vector<float> scale(static_cast<size_t>(m), 0.5f);
   for (auto& e : x) e = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
   for (const Variant& v : registry().variants()) {
     if (!v.supported() || std::string(v.name) == "reference") continue;
@@ -81,8 +82,8 @@ int main(int argc, char** argv) {
     for (Act act : {Act::kF32, Act::kInt8}) {
       const char* uk = act == Act::kF32 ? v.ukernel.f32.name : v.ukernel.i8.name;
       double best = 1e30;
-      for (int rep = 0; rep < 15; ++rep) {
-        const int n = 200;
+      for (int rep = 0; rep < 40; ++rep) {
+        const int n = 100;
         const auto t0 = Clock::now();
         for (int i = 0; i < n; ++i) gemv(*w, x.data(), 1, nullptr, 0, act, 1, y.data());
         best = std::min(best, seconds_since(t0) / n);

@@ -349,7 +349,7 @@ def peak_flops(tool, arch, cpu, body, flags=()):
             ops = [re.sub(r"%([xyz]mm)\d+", r"%%\g<1>%d" % (28 + j), o.strip()) if j < len(ops) - 1
                    else o.strip() for j, o in enumerate(ops)]
             fixed.append(mnemonic(s) + " " + ", ".join(ops))
-    cyc, _ = mca(tool, fixed, arch, cpu, 200, flags)
+    cyc, _ = mca(tool, fixed, arch, cpu, 4000, flags)
     return flops_of(fixed) / cyc
 
 
@@ -427,6 +427,13 @@ GGML = {"ggml TQ2_0 (sdot; 16 sdot, 12 ushr, 16 and per 256 w)": [9.3, 9.3, 18.6
         "ggml TQ1_0": [5.3, 5.3, 10.7, 10.5]}
 
 
+def host_cpu(tool):
+    """The host core as LLVM names it (llvm-mca --version: "Host CPU: znver3")."""
+    r = subprocess.run([tool, "--version"], capture_output=True, text=True)
+    m = re.search(r"Host CPU:\s*(\S+)", r.stdout)
+    return m.group(1) if m else ""
+
+
 def short(cpu):
     return cpu.replace("neoverse-", "").upper() if cpu.startswith("neoverse") else cpu
 
@@ -454,11 +461,16 @@ def main():
         kernels = [k for k in kernels if re.search(args.kernel, k[1])]
     tmp = tempfile.mkdtemp(prefix="cpukern_model_")
     results = []
+    host = host_cpu(args.mca)
+    x86_cores = X86_CORES + ([host] if host and host not in X86_CORES and
+                             not host.startswith(("neoverse", "generic")) else [])
     for op, sym, arch, isa, src in kernels:
         cores = (args.cores.split(",") if args.cores else
-                 (ARM_CORES if arch == "arm" else X86_CORES))
+                 (ARM_CORES if arch == "arm" else x86_cores))
         if args.quick:
             cores = ["neoverse-n2"]
+        if arch == "x86" and isa.startswith("avx512") and host in cores and host != "znver4":
+            cores = [c for c in cores if c != host]  # the host core (calibration) has no AVX-512
         try:
             rows = model_kernel(args, copts, isa_copts, op, sym, arch, isa, src, cores, tmp,
                                 args.show_loop)
@@ -496,12 +508,12 @@ def main():
             emit([r["kernel"], r["core"], "-", "-", "-", "-", "-", r.get("note", "")])
             continue
         measured = "-"
-        if calib and r["arch"] == "x86" and r.get("wpc"):
+        if calib and r["arch"] == "x86" and r.get("wpc") and r["core"] == x86_cores[-1]:
             ghz, meas, _ = calib
             if r["kernel"] in meas:
                 cpw = meas[r["kernel"]] * ghz  # cycles per weight measured
-                measured = "%.3f cyc/w measured vs %.3f modelled (%+.0f%%)" % (
-                    cpw, 1 / r["wpc"], 100 * (cpw - 1 / r["wpc"]) / cpw)
+                measured = "%.3f cyc/w (model %.3f: %+.0f%%)" % (
+                    cpw, 1 / r["wpc"], 100 * (1 / r["wpc"] - cpw) / cpw)
         emit([r["kernel"], short(r["core"]), "%.2f" % r["cyc"],
               str(r.get("wpi", "-")), "%.1f" % r["wpc"] if "wpc" in r else "-",
               "%.0f (%.0f)" % (r["flop"], r["peak"]) if r.get("flop") else "-",

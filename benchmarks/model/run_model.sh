@@ -3,8 +3,10 @@
 # with the calibration on x86 hosts unless --no-calibrate is given.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
-r="${RUNFILES_DIR:-$0.runfiles}/__main__/benchmarks/model"
-[ -f "$r/model.py" ] || r="$here"
+r="$here"
+for d in "${RUNFILES_DIR:-$0.runfiles}"/*/benchmarks/model; do
+  [ -f "$d/model.py" ] && r="$d" && break
+done
 cal=""
 case " $* " in *" --no-calibrate "*) ;; *)
   [ "$(uname -m)" = x86_64 ] && [ -x "$r/calibrate" ] && cal="--calibrate=$r/calibrate" ;;
