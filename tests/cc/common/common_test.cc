@@ -184,10 +184,19 @@ int wait_child(pid_t pid, int seconds) {
 // threads than the parent had used to wait forever on the parent's condition variable.
 // qemu-user 7.2 itself aborts in the forked child of a multi-threaded guest (its own assertion
 // in cpu_exec), whatever the guest does; the host leg covers these.
-#define CPUKERN_SKIP_FORK_UNDER_QEMU()                                                   \
-  if (std::getenv("CPUKERN_QEMU_CPU"))                                                   \
-  GTEST_SKIP() << "qemu-user 7.2 aborts in the forked child of a multi-threaded guest "  \
-                  "(qemu's own assertion); fork safety is tested on the host leg"
+// ThreadSanitizer refuses to start threads in the child of a multi-threaded fork.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+#define CPUKERN_SKIP_FORK_UNDER_QEMU()                                                     \
+  if (std::getenv("CPUKERN_QEMU_CPU"))                                                     \
+    GTEST_SKIP() << "qemu-user 7.2 aborts in the forked child of a multi-threaded guest "  \
+                    "(qemu's own assertion); fork safety is tested on the host leg";       \
+  if (kTsan)                                                                               \
+  GTEST_SKIP() << "ThreadSanitizer cannot start threads after a multi-threaded fork; "     \
+                  "tested in the plain and ASan builds"
 
 TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
   CPUKERN_SKIP_FORK_UNDER_QEMU();
