@@ -16,6 +16,7 @@
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
+#include "kernels/common/scratch.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
@@ -102,8 +103,10 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
 
 namespace {
 
-// Per calling thread: sort results and the expert-sorted intermediate buffers.
-struct CallScratch {
+// Per calling thread: sort results and the expert-sorted intermediate buffers. Leased for a
+// call; more than kScratchKeepBytes is given back when the call returns (scratch.h).
+struct CallScratch final : ThreadScratch {
+  std::vector<int32_t> ids;         // the caller's topk_ids, read once: validated and used
   std::vector<int64_t> offs;        // (e + 1) row offsets per expert
   std::vector<int32_t> row_token;   // sorted row -> token
   std::vector<int32_t> slot_row;    // t * topk + j -> sorted row
@@ -111,13 +114,26 @@ struct CallScratch {
   std::vector<int64_t> fill;
   std::vector<int64_t> abase;       // per expert: byte offset of its packed A chunks
   std::vector<int64_t> chunks;      // packed (expert, chunk) pack tasks
-  AlignedBuffer apack;              // every expert's rows, packed once per stage
-  AlignedBuffer act;                // (rows, I) bf16
-  AlignedBuffer y;                  // (rows, Hp) fp32
+  ScratchBuffer apack;              // every expert's rows, packed once per stage
+  ScratchBuffer act;                // (rows, I) bf16
+  ScratchBuffer y;                  // (rows, Hp) fp32
+  size_t bytes() const override {
+    return vector_bytes(ids) + vector_bytes(offs) + vector_bytes(row_token) +
+           vector_bytes(slot_row) + vector_bytes(tasks) + vector_bytes(fill) +
+           vector_bytes(abase) + vector_bytes(chunks) + apack.capacity() + act.capacity() +
+           y.capacity();
+  }
+  void release() override {
+    shrink_vector(ids), shrink_vector(offs), shrink_vector(row_token), shrink_vector(slot_row);
+    shrink_vector(tasks), shrink_vector(fill), shrink_vector(abase), shrink_vector(chunks);
+    apack.release(), act.release(), y.release();
+  }
 };
-// Per worker thread: the C tile.
-struct TaskScratch {
-  AlignedBuffer c;
+// Per worker thread: the C tile (leased per task).
+struct TaskScratch final : ThreadScratch {
+  ScratchBuffer c;
+  size_t bytes() const override { return c.capacity(); }
+  void release() override { c.release(); }
 };
 
 TaskScratch& task_scratch() {
@@ -164,7 +180,7 @@ int64_t chunk_bytes(const Ukernel& uk, int64_t m, int64_t k) {
 
 void pack_rows(const Ukernel& uk, int64_t e, const std::vector<int64_t>& offs, int64_t mc,
                int64_t k, const bf16_t* src, int64_t lda, const int32_t* rows, int nthreads,
-               std::vector<int64_t>& abase, std::vector<int64_t>& chunks, AlignedBuffer& apack) {
+               std::vector<int64_t>& abase, std::vector<int64_t>& chunks, ScratchBuffer& apack) {
   abase.assign(size_t(e), 0);
   chunks.clear();
   const int64_t full = chunk_bytes(uk, mc, k);
@@ -230,11 +246,17 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   check_arg(out != nullptr, "out", "null pointer");
   check_arg(topk_ids != nullptr, "topk_ids", "null pointer");
   check_arg(skip_weighted || topk_weights != nullptr, "topk_weights", "null pointer");
+  // The caller's ids are read once, into this thread's scratch: the copy is validated and
+  // used (another thread changing topk_ids during the call cannot index out of bounds).
+  static thread_local CallScratch scratch;
+  CallScratch& cs = scratch;
+  ThreadScratch::Lease lease(cs);
+  cs.ids.assign(topk_ids, topk_ids + slots);
+  const int32_t* ids = cs.ids.data();
   for (int64_t s = 0; s < slots; ++s)
-    if (topk_ids[s] < 0 || topk_ids[s] >= e)
+    if (ids[s] < 0 || ids[s] >= e)
       throw_arg("topk_ids", "expert ids must be in [0, " + std::to_string(e) + "), got " +
-                                std::to_string(topk_ids[s]) + " at position " +
-                                std::to_string(s));
+                                std::to_string(ids[s]) + " at position " + std::to_string(s));
 
   // Each stage runs the ukernel of its weights' format (formats may differ; the variant's
   // ukernels share its A packing and activation).
@@ -243,12 +265,10 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   const int64_t I = w2.i, H = h;
   const bool interleaved = activation == Activation::kSwigluOai;
 
-  // A reference to this thread's scratch: the lambdas below run on other threads.
-  static thread_local CallScratch scratch;
-  CallScratch& cs = scratch;
+  // `cs` is a reference to this thread's scratch: the lambdas below run on other threads.
   // ---- counting sort of (token, slot) by expert, stable ----
   cs.offs.assign(size_t(e + 1), 0);
-  for (int64_t s = 0; s < slots; ++s) ++cs.offs[size_t(topk_ids[s]) + 1];
+  for (int64_t s = 0; s < slots; ++s) ++cs.offs[size_t(ids[s]) + 1];
   int64_t active = 0, max_rows = 0;
   for (int64_t x2 = 0; x2 < e; ++x2) {
     active += cs.offs[x2 + 1] > 0;
@@ -260,7 +280,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   {
     cs.fill.assign(cs.offs.begin(), cs.offs.end() - 1);
     for (int64_t s = 0; s < slots; ++s) {
-      const int64_t r = cs.fill[topk_ids[s]]++;
+      const int64_t r = cs.fill[ids[s]]++;
       cs.row_token[r] = int32_t(s / topk);
       cs.slot_row[s] = int32_t(r);
     }
@@ -301,6 +321,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
       const char* w = w13d + ex * w13_per;
       const bf16_t* bias = w13_bias ? w13_bias + ex * 2 * I : nullptr;
       TaskScratch& ts = task_scratch();
+      ThreadScratch::Lease task_lease(ts);
       ts.c.reserve(size_t(tl.mc * ldc * (interleaved ? 1 : 2)) * 4);
       float* cg = ts.c.data<float>();
       float* cu = cg + tl.mc * ldc;
@@ -348,6 +369,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
     const int64_t tb = 16;
     parallel_for((t + tb - 1) / tb, int(nthreads), [&](int64_t blk) {
       TaskScratch& ts = task_scratch();
+      ThreadScratch::Lease task_lease(ts);
       ts.c.reserve(size_t(H) * 4);
       float* acc = ts.c.data<float>();
       for (int64_t tok = blk * tb; tok < std::min(t, (blk + 1) * tb); ++tok) {
@@ -357,7 +379,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
           const float wt = skip_weighted ? 1.0f : topk_weights[s];
           const float* yr = y + int64_t(cs.slot_row[s]) * hp;
           if (w2_bias) {
-            const bf16_t* b = w2_bias + int64_t(topk_ids[s]) * H;
+            const bf16_t* b = w2_bias + int64_t(ids[s]) * H;
             for (int64_t c = 0; c < H; ++c) acc[c] += wt * (yr[c] + bf16_to_f32(b[c]));
           } else {
             for (int64_t c = 0; c < H; ++c) acc[c] += wt * yr[c];
