@@ -16,11 +16,22 @@
 //                   (every bf16 layout is [panel][k step][kNR][kKR] bf16, zero-padded);
 //                   MXFP4 tiles: uint8, k step = one 32-k block (kNR scales + 16 kNR bytes)
 //   kFormat         the weight format (pack for bf16, pack_mxfp4 for MXFP4)
+//   Bf16, decode_block(src, nk, dst)   optional (quantized tiles): the bf16 tile whose packed
+//                   layout decode_block writes; it decodes nk k steps of ONE panel (from src)
+//                   into nk * kKR / Bf16::kKR bf16 k steps of that layout, exactly the bf16 the
+//                   dequantized weights pack to. With several row blocks (prefill), the loop
+//                   then decodes each (panel, K block) once into a small per-call stack buffer
+//                   (one K block of kNP panels: 8-16 KiB, L1-resident; never a bf16 copy of the
+//                   weights) and runs the Bf16 tile over it for every row block: the same
+//                   operations on the same values as the bf16 kernel (bitwise equal results),
+//                   with the decode amortised over the row blocks. One row block (decode GEMV)
+//                   keeps the tile's in-register decode (weights stream once, no buffer).
 // Each output element is one tile's k-ordered sum (continued across K blocks through C, which
 // is exact), so the loop order below does not change any result.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/moe/activations.h"
 #include "kernels/moe/ukernel.h"
@@ -53,9 +64,60 @@ inline void tile_rows(int64_t mb, Args... args) {
   T::template tile<M>(args...);
 }
 
+template <class T, class = void>
+struct has_decode : std::false_type {};
+template <class T>
+struct has_decode<T, std::void_t<typename T::Bf16>> : std::true_type {};
+
+// Several row blocks over quantized weights: decode each (panel, K block) once into buf, then
+// the Bf16 tile for every row block (the K blocks and row blocks of blocked_gemm<Bf16>).
+template <class T>
+void decoded_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
+                  int64_t p1, float* c, int64_t ldc, bool accumulate) {
+  using B = typename T::Bf16;
+  static_assert(B::kNR == T::kNR && B::kNP == T::kNP && T::kKR % B::kKR == 0);
+  static_assert(B::kBlockK && kKBlock % T::kKR == 0, "K blocks must match the bf16 kernel's");
+  static_assert(std::is_same_v<typename T::A, typename B::A> && std::is_same_v<typename B::W, bf16_t>);
+  constexpr int64_t r = T::kKR / B::kKR;  // bf16 k steps per quantized k step
+  static_assert(T::kAStep == B::kAStep * r);
+  constexpr int64_t kb = kKBlock / T::kKR, bpanel = kb * r * step_w<B>();
+  // Per-call scratch of one K block (kNP panels of kKBlock k): the decoded weights live only
+  // here, in L1, while the row blocks use them.
+  alignas(64) bf16_t buf[T::kNP * bpanel];
+  const auto* a = static_cast<const typename T::A*>(a_packed);
+  const auto* wb = static_cast<const typename T::W*>(w);
+  const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
+  const int64_t step = step_w<T>(), panel = ks * step;
+  for (int64_t p = p0; p < p1; p += T::kNP) {
+    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
+    float* cp = c + (p - p0) * T::kNR;
+    for (int64_t k0 = 0; k0 < ks; k0 += kb) {
+      const int64_t nk = std::min(kb, ks - k0);
+      for (int j = 0; j < np; ++j) {
+        const auto* src = wb + (p + j) * panel + k0 * step;
+        if (k0 + kb < ks) {  // the panel's next K block, while this one is computed
+          const char* nx = reinterpret_cast<const char*>(src + kb * step);
+          for (int64_t o = 0; o < int64_t(std::min(kb, ks - k0 - kb) * step * sizeof(*src)); o += 64)
+            __builtin_prefetch(nx + o);
+        }
+        T::decode_block(src, nk, buf + j * bpanel);
+      }
+      for (int64_t rr = 0, mb; rr < m; rr += mb) {
+        mb = B::rows(m - rr);
+        tile_rows<B>(mb, a + rr * lda + k0 * T::kAStep, lda, nk * r,
+                     static_cast<const bf16_t*>(buf), bpanel, np, cp + rr * ldc, ldc,
+                     accumulate || k0 > 0, int64_t(0));
+      }
+    }
+  }
+}
+
 template <class T>
 void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {
+  if constexpr (has_decode<T>::value) {
+    if (m > T::kMR) return decoded_gemm<T>(a_packed, m, k, w, p0, p1, c, ldc, accumulate);
+  }
   const auto* a = static_cast<const typename T::A*>(a_packed);
   using W = typename T::W;
   const auto* wb = static_cast<const W*>(w);

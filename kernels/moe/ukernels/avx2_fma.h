@@ -233,6 +233,27 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr int kStepW = Mxfp4Src::kBlockBytes;
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
+  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
+  // [k pair][16 columns] (low half = even k's bf16, high half = odd k's), from the exact fp32
+  // weights' high halves.
+  using Bf16 = Tile<Bf16Src>;
+  static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+    Mxfp4Src s(src);
+    auto* d = reinterpret_cast<__m256i*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.block(b);
+      CPUKERN_UNROLL for (int kk = 0; kk < 16; ++kk) {
+        __m256 l0, l1, h0, h1;
+        s.load(kk, l0, l1, h0, h1);
+        auto words = [](__m256 lo, __m256 hi) {
+          return _mm256_blend_epi16(_mm256_srli_epi32(_mm256_castps_si256(lo), 16),
+                                    _mm256_castps_si256(hi), 0xAA);
+        };
+        _mm256_storeu_si256(d + (b * 16 + kk) * 2, words(l0, h0));
+        _mm256_storeu_si256(d + (b * 16 + kk) * 2 + 1, words(l1, h1));
+      }
+    }
+  }
   // [panel][block][16 scales, 16 pairs x 16 columns]: see the layout above.
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {

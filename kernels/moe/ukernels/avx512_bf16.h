@@ -185,6 +185,21 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr int kStepW = Mxfp4Src::kBlockBytes;
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
+  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words.
+  using Bf16 = Tile<Bf16Src>;
+  static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+    Mxfp4Src s(src);
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.block(b);
+      for (int kk = 0; kk < 16; ++kk) {
+        __m512i w0, w1;
+        s.pair(kk, w0, w1);
+        _mm512_storeu_si512(d + (b * 16 + kk) * kNR, w0);
+        _mm512_storeu_si512(d + (b * 16 + kk) * kNR + 16, w1);
+      }
+    }
+  }
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {
     const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;

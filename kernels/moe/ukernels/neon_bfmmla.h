@@ -145,6 +145,7 @@ template <int PJ, template <int> class SrcT = Bf16Src>
 struct Tile : TileDefaults {
   static constexpr int kMR = 8, kNR = 2 * PJ, kKR = 4, kNP = 2, kARows = 8, kAStep = 32;
   static constexpr int kActW = 4;
+  static constexpr bool kBlockK = true;  // K blocks with several row blocks (as the x86 tiles)
   using A = bf16_t;
   static int64_t a_stride(int64_t k) { return round_up(k, kKR); }
   static int64_t rows(int64_t rem) { return std::min<int64_t>(kMR, rem); }
@@ -209,6 +210,19 @@ struct Mxfp4Tile : Tile<PJ, Mxfp4Src> {
   static constexpr int kStepW = Mxfp4Src<PJ>::kBlockBytes;
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
+  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's B operands
+  // [k step][PJ column pairs][2][4] (the operands b() decodes in registers, stored).
+  using Bf16 = Tile<PJ>;
+  static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+    Mxfp4Src<PJ> s(src, 0);
+    auto* d = reinterpret_cast<bfloat16_t*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.template block<1>(b);
+      for (int k = 0; k < 8; ++k)
+        CPUKERN_UNROLL for (int j = 0; j < PJ; ++j)
+          vst1q_bf16(d + ((b * 8 + k) * PJ + j) * 8, s.b(k, j));
+    }
+  }
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {
     const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;

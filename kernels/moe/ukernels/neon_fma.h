@@ -129,6 +129,9 @@ inline void fma_tile(const float* a, int64_t lda, int64_t kh, Src src, float* c,
 template <class Src>
 struct Tile : KpairsTile<kNR> {
   static constexpr int kMR = 4, kActW = 4;
+  // K blocks of kKBlock with several row blocks (the decoded MXFP4 prefill needs the same
+  // blocks as bf16: the 1-2 row tail's dual accumulators make blocking change its sums).
+  static constexpr bool kBlockK = true;
   using A = float;  // rows fp32 [m][round_up(k, 4)]: one vector holds two k pairs
   static int64_t a_stride(int64_t k) { return round_up(k, 4); }
   static int64_t rows(int64_t rem) { return std::min<int64_t>(kMR, rem); }
@@ -146,6 +149,23 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr int kStepW = Mxfp4Src::kBlockBytes;
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
+  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
+  // (the exact fp32 weights' high halves: odd k's kept, even k's shifted in below).
+  using Bf16 = Tile<Bf16Src>;
+  static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+    Mxfp4Src s(src);
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.block(b);
+      for (int kk = 0; kk < 16; ++kk) {
+        float32x4_t lo[4], hi[4];
+        s.pair(kk, lo, hi);
+        CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
+          vst1q_u32(d + (b * 16 + kk) * kNR + 4 * q,
+                    vsriq_n_u32(vreinterpretq_u32_f32(hi[q]), vreinterpretq_u32_f32(lo[q]), 16));
+      }
+    }
+  }
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {
     const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
