@@ -3,6 +3,7 @@
 // (fp32 tables or int8 quantisation), row tiling over the thread pool, and the scale epilogue.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -87,6 +88,10 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
   checked_mul(m, words * 16, "packed");
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
   const Variant& v = registry().select(isa);  // throws naming "isa"
+  // The caller's words are read once: the copy is validated and packed (another thread
+  // writing 0b11 codes into `packed` during the call cannot reach the kernels' layouts).
+  std::vector<uint32_t> copy(packed, packed + m * words);
+  packed = copy.data();
   for (int64_t r = 0; r < m; ++r)
     for (int64_t wi = 0; wi < words; ++wi) {
       const uint32_t word = packed[r * words + wi];
@@ -141,6 +146,11 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
             "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
   check_arg(act == Act::kF32 || act == Act::kInt8, "act", "expected fp32 or int8");
+  // int8 mode: |acc| = |sum_k w q| <= 127 * K must be exact in the int32 accumulators.
+  constexpr int64_t kMaxInt8K = INT32_MAX / 127;
+  check_arg(act != Act::kInt8 || k <= kMaxInt8K, "act",
+            "int8 mode needs K <= " + s(kMaxInt8K) + " (127 * K must fit int32), got K = " + s(k) +
+                "; use act='fp32'");
   const int nthreads = limits::resolve_threads(threads);
   if (scale_len == 0 && !w.scale.empty()) {
     scale = w.scale.data();
@@ -161,21 +171,29 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
     AlignedBuffer& db = scratch(2);
     qb.reserve(size_t(batch * stride));
     ab.reserve(size_t(batch * m * 4));
-    db.reserve(size_t(batch * 8));
+    db.reserve(size_t(batch * 12));
     int8_t* xq = qb.data<int8_t>();
     int32_t* acc = ab.data<int32_t>();
     float* dq = db.data<float>();
     int32_t* xsum = reinterpret_cast<int32_t*>(dq + batch);
+    float* post = reinterpret_cast<float*>(xsum + batch);
     for (int64_t b = 0; b < batch; ++b) {
       const float* xb = x + b * k;
       float amax = 0.0f;
       for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      // A row with max|x| < 2**-100 (127 / max|x| overflows below ~3.7e-37, max|x| / 127 is
+      // subnormal) is quantised as x * 2**64 (exact) and its results are scaled by 2**-64:
+      // the same q, a normal dq. Other rows: pre = post = 1 (bitwise the plain formula).
+      const bool tiny = amax > 0.0f && amax < 0x1p-100f;
+      const float pre = tiny ? 0x1p64f : 1.0f;
+      post[b] = tiny ? 0x1p-64f : 1.0f;
+      amax *= pre;
       const float qs = amax > 0 ? 127.0f / amax : 0.0f;
       dq[b] = amax / 127.0f;
       int8_t* q = xq + b * stride;
       int32_t sum = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const float t = std::nearbyint(xb[j] * qs);
+        const float t = std::nearbyint((xb[j] * pre) * qs);
         q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
         sum += q[j];
       }
@@ -195,6 +213,9 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       });
     }
     scale_epilogue_i8(acc, dq, batch, m, scale, scale_len, y);
+    for (int64_t b = 0; b < batch; ++b)
+      if (post[b] != 1.0f)
+        for (int64_t r = 0; r < m; ++r) y[b * m + r] *= post[b];
     return;
   }
 
