@@ -8,6 +8,8 @@ forces per op).
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 from cpukern import _ext
@@ -50,5 +52,35 @@ def set_num_threads(n: int) -> None:
     _ext.set_num_threads(c_int(n, "n", 32))
 
 
-__all__ = ["cpu_info", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__",
+def empty_cache() -> None:
+    """Gives back the scratch memory the kernels keep between calls. Each thread keeps at most
+    16 MiB between calls anyway (more is released when the call returns); this releases the
+    rest, for every thread that is not inside a call now (a call in flight releases its own
+    when it returns), and returns malloc's free memory to the OS."""
+    _ext.empty_cache()
+
+
+def _check_isa_env() -> None:
+    """CPUKERN_ISA entries that name no variant (a typo forces nothing): a warning naming the
+    known ones. "op=name" entries with a known op are checked by the op at first use."""
+    env = os.environ.get("CPUKERN_ISA", "")
+    if not env:
+        return
+    known = {op: [v["name"] for v in f()] for op, f in _OPS.items()}
+    names = sorted({n for ns in known.values() for n in ns})
+    for entry in env.split(","):
+        op, eq, name = entry.partition("=")
+        if eq and op in known:
+            continue
+        if eq:
+            warnings.warn(f"CPUKERN_ISA: unknown op {op!r} in {entry!r} (ignored); known ops: "
+                          f"{', '.join(known)}", RuntimeWarning, stacklevel=3)
+        elif entry not in names:
+            warnings.warn(f"CPUKERN_ISA: unknown variant name {entry!r} (ignored); known: "
+                          f"{', '.join(names)}", RuntimeWarning, stacklevel=3)
+
+
+_check_isa_env()
+
+__all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__",
            "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

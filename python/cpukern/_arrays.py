@@ -92,6 +92,43 @@ def _contiguous(a: Any) -> bool:
     return bool(a.flags.c_contiguous)
 
 
+def _mapping_writeable(start: int, end: int) -> bool:
+    """Whether every byte of [start, end) lies in a writeable mapping of this process
+    (/proc/self/maps; True where that cannot be read)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().split(b"\n")
+    except OSError:
+        return True
+    pos = start
+    for line in lines:  # sorted by address
+        if not line:
+            continue
+        span, perms = line.split(b" ", 2)[:2]
+        lo, hi = (int(v, 16) for v in span.split(b"-"))
+        if hi <= pos:
+            continue
+        if lo > pos or b"w" not in perms:
+            return False
+        pos = hi
+        if pos >= end:
+            return True
+    return False
+
+
+def _torch_writeable(t: Any) -> bool:
+    """torch has no read-only flag: memory torch allocated (a resizable storage) is writeable;
+    memory it only wraps (from_numpy, frombuffer, DLPack, a mapped file) is looked up in the
+    process's mappings, so that out= over a read-only mapping is a TypeError, not a SIGSEGV."""
+    if t.numel() == 0:
+        return True
+    storage = t.untyped_storage()
+    if storage.resizable():
+        return True
+    start = t.data_ptr()
+    return _mapping_writeable(start, start + t.numel() * t.element_size())
+
+
 def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] = None,
                 writeable: bool = False) -> Any:
     """A numpy array or CPU torch tensor of exactly `dtype`, C-contiguous, with one of `ndims`.
@@ -110,7 +147,7 @@ def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] 
         raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
     if any(s > MAX_ELEMS for s in shape_of(a)):  # only a zero-size array can be this large
         raise ValueError(f"{name}: expected dimensions of at most {MAX_ELEMS}, got {describe(a)}")
-    if writeable and not is_torch(a) and not a.flags.writeable:
+    if writeable and not (_torch_writeable(a) if is_torch(a) else a.flags.writeable):
         raise TypeError(f"{name}: expected a writeable array, got a read-only {describe(a)}")
     if dtype == "bfloat16" and not is_torch(a):
         return a.view(np.uint16)
@@ -213,6 +250,8 @@ def isa_arg(isa: Any) -> str:
         raise TypeError(f"isa: expected a variant name (str) or None, got {type(isa).__name__}")
     if not isa:
         raise ValueError("isa: expected a variant name or None, got ''")
+    if "\x00" in isa:  # C strings would end at the NUL: "avx2\x00junk" is not "avx2"
+        raise ValueError(f"isa: expected a variant name without NUL characters, got {isa!r}")
     return isa
 
 

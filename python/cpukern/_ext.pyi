@@ -16,6 +16,12 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int: ...
 
+def empty_cache() -> None:
+    """
+    Gives back the scratch memory kernels keep between calls (every thread's that no call
+    is using now; a call in flight gives its own back when it returns).
+    """
+
 def read_bandwidth(nbytes: int = 1073741824, threads: int = 0, min_seconds: float = 0.5) -> float:
     """
     Bytes/s of a streaming read of nbytes (far above the L3: DRAM) with `threads` threads of

@@ -37,8 +37,12 @@ std::string describe_array(const Array& a) {
   return describe(a.dtype()) + " array of shape " + shape_str(a.ndim(), shape.data());
 }
 
+// numpy's rule: a zero-size array is contiguous whatever its strides (numpy gives (0, 0) to
+// some, and torch / DLPack strides of empty tensors are arbitrary).
 template <class Array>
 bool c_contiguous(const Array& a) {
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) == 0) return true;
   int64_t expect = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect) return false;

@@ -9,6 +9,7 @@
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/limits.h"
 #include "kernels/common/registry.h"
+#include "kernels/common/scratch.h"
 #include "kernels/common/thread_pool.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
@@ -101,6 +102,10 @@ void bind_common(nb::module_& m) {
       },
       nb::arg("n"), set_doc.c_str());
   m.def("get_num_threads", &get_num_threads);
+  m.def(
+      "empty_cache", [] { empty_cache(); },
+      "Gives back the scratch memory kernels keep between calls (every thread's that no call\n"
+      "is using now; a call in flight gives its own back when it returns).");
   m.def(
       "read_bandwidth",
       [](int64_t nbytes, int threads, double min_seconds) {
