@@ -136,7 +136,9 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     when x holds small integers).
     act="int8": each row of x is quantised to int8 with absmax (q = round(127 x / max|x|)),
     integer dot products, one rescale per output: |y - y_exact| <= |scale| * max|x| / 254 *
-    sum_k |w_k| + the fp32 bound above.
+    sum_k |w_k| + the fp32 bound above (+ 2**-149 where y is subnormal), for every finite x
+    (a row with max|x| < 2**-100 is quantised as x * 2**64, exactly, and rescaled by 2**-64).
+    K <= 16909320 in int8 mode (127 * K must fit the int32 accumulators), else ValueError.
     threads: None or 0 = the default (cpukern.set_num_threads, else all cores), or
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
