@@ -25,6 +25,7 @@ import json
 import math
 import mmap as _mmap
 import os
+import stat
 import struct
 from typing import Any, Mapping, Optional
 
@@ -267,16 +268,54 @@ def _views(buf: Any, base: int, entries: Mapping[str, dict]) -> dict[str, np.nda
     return out
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "non-regular file"
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    """Exactly `size` bytes from fd (fewer if the file shrank); never more."""
+    parts, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
 def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     """Loads a file written by save. mmap=True maps it read-only: the arrays are views of the
     mapping (pages are read when touched; the mapping lives as long as any array). mmap=False
-    reads the file into memory. The header is validated first (see the module docstring)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    reads the file into memory. The header is validated first (see the module docstring).
+
+    Only regular files are read (a device, FIFO, directory or socket is a ValueError, and a
+    FIFO is refused without blocking), and never more than the size the file had when opened.
+    A mapped file must not be truncated or rewritten in place while its arrays are alive:
+    touching a page past the new end raises SIGBUS and kills the process, as with numpy.memmap
+    or safetensors' mappings (replace files by writing a new one and renaming it, or load with
+    mmap=False). What ternary.prepare, prepare_widely_linear and moe.prepack return are copies
+    in their own layouts and do not depend on the file."""
+    # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"path: expected a regular file, got a {_kind(st.st_mode)} "
+                             f"({os.fspath(path)!r})")
+        os.set_blocking(fd, True)
+        size = st.st_size
         if mmap and size > 0:
-            buf: Any = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+            buf: Any = _mmap.mmap(fd, size, access=_mmap.ACCESS_READ)
         else:
-            buf = f.read()
+            buf = _read_exact(fd, size)
+    finally:
+        os.close(fd)
     if len(buf) != size:
         _fail(f"read {len(buf)} bytes, the file has {size} (changed while reading?)")
     n, data_size = _split(buf, size)
