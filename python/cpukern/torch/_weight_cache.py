@@ -1,10 +1,16 @@
 """The prepared-weight cache of cpukern.torch: prepared forms (cpukern.ternary.prepare,
 cpukern.moe.prepack) keyed by the weight tensor: its identity, data_ptr, shape and version
-counter (``tensor._version``); an entry is dropped when its tensor is garbage collected."""
+counter (``tensor._version``); an entry is dropped when its tensor is garbage collected.
+
+Tensors without a version counter (inference tensors, made under ``torch.inference_mode``)
+cannot be tracked: an in-place change (copy_, mul_, load_state_dict) would go unseen, so what
+is prepared from them is never cached; it is prepared again on every call (a warning says so
+once). Create or load modules outside inference_mode (torch.no_grad is fine) to keep the cache."""
 
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, Optional
 
@@ -13,17 +19,53 @@ from torch import Tensor
 __all__ = ["clear_cache", "cache_info"]
 
 
-def _version(t: Tensor) -> int:
+class _Untracked:
+    """The fingerprint of a tensor whose changes cannot be seen: equal to nothing."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def _version(t: Tensor) -> Optional[int]:
     try:
-        return int(t._version)
+        v = int(t._version)
     except RuntimeError:  # inference tensors track no version
-        return -1
+        return None
+    return v if v >= 0 else None
 
 
 def _fingerprint(t: Optional[Tensor]) -> tuple:
     if t is None:
         return (None,)
-    return (t.data_ptr(), _version(t), tuple(t.shape), t.dtype)
+    v = _version(t)
+    if v is None:
+        return (_Untracked(),)
+    return (t.data_ptr(), v, tuple(t.shape), t.dtype)
+
+
+def _untracked(key: Any) -> bool:
+    if isinstance(key, _Untracked):
+        return True
+    return isinstance(key, tuple) and any(_untracked(k) for k in key)
+
+
+_WARNED = False
+
+
+def _warn_untracked() -> None:
+    global _WARNED
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn("cpukern.torch: weights made under torch.inference_mode() have no version "
+                      "counter, so in-place changes to them cannot be seen; their prepared form "
+                      "is not cached and is rebuilt on every call (slow). Create or load the "
+                      "module outside inference_mode (torch.no_grad() is fine).",
+                      RuntimeWarning, stacklevel=4)
 
 
 class _Cache:
@@ -42,6 +84,13 @@ class _Cache:
     def get(self, anchor: Tensor, key: tuple, build: Callable[[], Any]) -> Any:
         ident = id(anchor)
         key = (_fingerprint(anchor),) + key
+        if _untracked(key):  # never served from (or kept in) the cache
+            _warn_untracked()
+            value = build()
+            with self._lock:
+                self.misses += 1
+                self._entries.pop(ident, None)
+            return value
         with self._lock:
             entry = self._entries.get(ident)
             if entry is not None and entry[0] == key:

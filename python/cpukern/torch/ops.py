@@ -96,6 +96,18 @@ def _packed_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[T
     return _CACHE.get(w, (isa,), lambda: _moe.prepack(w, isa=isa))
 
 
+def _narrow_ids(ids: Tensor, e: int) -> Tensor:
+    """int64 expert ids -> int32, range-checked first (2**32 + 1 must not become expert 1)."""
+    if ids.numel():
+        flat = ids.reshape(-1)
+        bad = (flat < 0) | (flat >= e)
+        if bool(bad.any()):
+            pos = int(bad.nonzero()[0, 0])
+            raise ValueError(f"topk_ids: expert ids must be in [0, {e}), got {int(flat[pos])} at "
+                             f"position {pos}")
+    return ids.to(torch.int32)
+
+
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
                     w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
@@ -104,7 +116,7 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
     p13 = _packed_experts(w13, "w13", forced, w13_scales)
     p2 = _packed_experts(w2, "w2", forced, w2_scales)
     if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
-        topk_ids = topk_ids.to(torch.int32)
+        topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
     _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
                    w2_bias=w2_bias, skip_weighted=skip_weighted, out=out)
 
