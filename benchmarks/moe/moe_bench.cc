@@ -152,14 +152,23 @@ const int registered = register_all();
 namespace cpukern::moe {
 namespace {
 
-void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k, int64_t cols) {
-  const Ukernel& uk = registry().select(isa).ukernel;
+void run_ukernel(benchmark::State& state, std::string isa, std::string format, int64_t m,
+                 int64_t k, int64_t cols) {
+  const Variant& v = registry().select(isa);
+  const bool mx = format == "mxfp4";
+  const Ukernel& uk = ukernel_for(v, mx ? WeightFormat::kMxfp4 : WeightFormat::kBf16);
   const int64_t panels = (cols + uk.nr - 1) / uk.nr;
   std::vector<bf16_t> w(size_t(panels * uk.nr * k)), a(size_t(m * k));
   fill_random(w, 0.05f, 7);
   fill_random(a, 1.0f, 8);
   AlignedBuffer wp(size_t(uk.packed_size(panels * uk.nr, k)));
-  uk.pack(w.data(), panels * uk.nr, k, wp.data());
+  if (mx) {
+    std::vector<uint8_t> blocks(size_t(panels * uk.nr * k / 2)), scales(size_t(panels * uk.nr * k / 32));
+    mxfp4::quantize(w.data(), panels * uk.nr, k, blocks.data(), scales.data());
+    uk.pack_mxfp4(blocks.data(), scales.data(), panels * uk.nr, k, wp.data());
+  } else {
+    uk.pack(w.data(), panels * uk.nr, k, wp.data());
+  }
   AlignedBuffer ap(size_t(uk.packed_a_size(m, k)));
   uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
   const int64_t ldc = panels * uk.nr;
@@ -168,7 +177,8 @@ void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k,
     uk.gemm(ap.data(), m, k, wp.data(), 0, panels, c.data(), ldc, false);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(2.0 * k * panels * uk.nr * 1e-9 *
+  // Weight bytes read (bf16: 2 per weight; MXFP4: 4.25 bits per weight).
+  state.counters["GB/s"] = benchmark::Counter(double(uk.packed_size(panels * uk.nr, k)) * 1e-9 *
                                                   double(state.iterations()),
                                               benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * k * panels * uk.nr * 1e-9 *
@@ -179,19 +189,22 @@ void run_ukernel(benchmark::State& state, std::string isa, int64_t m, int64_t k,
 int register_ukernels() {
   for (const Variant& v : registry().variants()) {
     if (!v.supported() || v.name == std::string("reference")) continue;
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
-      benchmark::RegisterBenchmark(
-          ("ukernel/" + std::string(v.name) + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(),
-          run_ukernel, v.name, m, 2880, 128)
-          ->UseRealTime()
-          ->MinTime(0.1);
-    // Weights streamed from memory (94 MB, past the caches): decode and a T=64 expert.
-    for (int64_t m : {1, 8})
-      benchmark::RegisterBenchmark(
-          ("ukernel/" + std::string(v.name) + "/m:" + std::to_string(m) + "/k:2880/cols:16384").c_str(),
-          run_ukernel, v.name, m, 2880, 16384)
-          ->UseRealTime()
-          ->MinTime(0.3);
+    for (const char* f : {"bf16", "mxfp4"}) {
+      const std::string pre = "ukernel/" + std::string(v.name) + "/" + f;
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
+        benchmark::RegisterBenchmark(
+            (pre + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(), run_ukernel,
+            v.name, f, m, 2880, 128)
+            ->UseRealTime()
+            ->MinTime(0.1);
+      // Weights streamed from memory (bf16: 94 MB, past the caches): decode and a T=64 expert.
+      for (int64_t m : {1, 8})
+        benchmark::RegisterBenchmark(
+            (pre + "/m:" + std::to_string(m) + "/k:2880/cols:16384").c_str(), run_ukernel,
+            v.name, f, m, 2880, 16384)
+            ->UseRealTime()
+            ->MinTime(0.3);
+    }
   }
   return 0;
 }

@@ -130,7 +130,10 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src src, float* c, 
   if constexpr (M <= 2) {
     // Decode: even and odd k in separate accumulators, and for one row two k pairs per step:
     // 8 independent FMA chains, so the loop streams weights instead of waiting on FMA latency.
-    constexpr int U = M == 1 ? 2 : 1;
+    // MXFP4: one k pair per step (the in-register decode, ~20 uops per k pair, already spaces
+    // the FMAs past their latency; two steps' 8 accumulators + 2 scale vectors + table + mask
+    // spilled two accumulators to the stack, a store-forwarding chain per step).
+    constexpr int U = M == 1 && PB == 0 ? 2 : 1;
     __m256 e0[U][M], e1[U][M], o0[U][M], o1[U][M];
     CPUKERN_UNROLL for (int u = 0; u < U; ++u) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
       e0[u][r] = e1[u][r] = o0[u][r] = o1[u][r] = _mm256_setzero_ps();
