@@ -76,9 +76,17 @@ struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
-  __m256 f0, f1;  // 2**(s - 128) of columns 0-7, 8-15
+  // 2**(s - 128) of columns 0-7, 8-15, kept in memory and read through a laundered pointer
+  // as vmulps memory operands: the one-row GEMV's 8 accumulators (the bf16 kernel's sum order)
+  // + table + operands then fit the 16 registers (held in registers, GCC spilled two
+  // accumulators instead: a store-forwarding chain per step, ~2x slower).
+  alignas(32) float fs[16];
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kTwice));
-  const __m128i nib = _mm_set1_epi8(0x0f);
+  static __m128i nib() {
+    alignas(16) static const uint8_t k[16] = {15, 15, 15, 15, 15, 15, 15, 15,
+                                              15, 15, 15, 15, 15, 15, 15, 15};
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(launder_ptr(k)));
+  }
   explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
   void block(int64_t b) {
     blk = w + b * kBlockBytes;
@@ -92,8 +100,8 @@ struct Mxfp4Src {
       return _mm256_mul_ps(f, _mm256_castsi256_ps(_mm256_sub_epi32(
                                   _mm256_castps_si256(_mm256_set1_ps(1.0f)), half)));
     };
-    f0 = factor(s);
-    f1 = factor(_mm_srli_si128(s, 8));
+    _mm256_store_ps(fs, factor(s));
+    _mm256_store_ps(fs + 8, factor(_mm_srli_si128(s, 8)));
   }
   const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
   __m128i bytes(int64_t kk) const {
@@ -101,19 +109,21 @@ struct Mxfp4Src {
   }
   void decode(__m128i codes, __m256& v0, __m256& v1) const {
     const __m128i t = _mm_shuffle_epi8(table, codes);
-    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(t)), f0);
-    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(t, 8))), f1);
+    const float* f = launder_ptr(fs);
+    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(t)), _mm256_load_ps(f));
+    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(t, 8))),
+                       _mm256_load_ps(f + 8));
   }
   void lo(int64_t kk, __m256& l0, __m256& l1) const {
-    decode(_mm_and_si128(bytes(kk), nib), l0, l1);
+    decode(_mm_and_si128(bytes(kk), nib()), l0, l1);
   }
   void hi(int64_t kk, __m256& h0, __m256& h1) const {
-    decode(_mm_and_si128(_mm_srli_epi16(bytes(kk), 4), nib), h0, h1);
+    decode(_mm_and_si128(_mm_srli_epi16(bytes(kk), 4), nib()), h0, h1);
   }
   void load(int64_t kk, __m256& l0, __m256& l1, __m256& h0, __m256& h1) const {
     const __m128i b = bytes(kk);
-    decode(_mm_and_si128(b, nib), l0, l1);
-    decode(_mm_and_si128(_mm_srli_epi16(b, 4), nib), h0, h1);
+    decode(_mm_and_si128(b, nib()), l0, l1);
+    decode(_mm_and_si128(_mm_srli_epi16(b, 4), nib()), h0, h1);
   }
 };
 
@@ -130,10 +140,7 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src src, float* c, 
   if constexpr (M <= 2) {
     // Decode: even and odd k in separate accumulators, and for one row two k pairs per step:
     // 8 independent FMA chains, so the loop streams weights instead of waiting on FMA latency.
-    // MXFP4: one k pair per step (the in-register decode, ~20 uops per k pair, already spaces
-    // the FMAs past their latency; two steps' 8 accumulators + 2 scale vectors + table + mask
-    // spilled two accumulators to the stack, a store-forwarding chain per step).
-    constexpr int U = M == 1 && PB == 0 ? 2 : 1;
+    constexpr int U = M == 1 ? 2 : 1;
     __m256 e0[U][M], e1[U][M], o0[U][M], o1[U][M];
     CPUKERN_UNROLL for (int u = 0; u < U; ++u) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
       e0[u][r] = e1[u][r] = o0[u][r] = o1[u][r] = _mm256_setzero_ps();
