@@ -8,12 +8,14 @@
 // pages back to the OS at once instead of leaving them in a malloc arena.
 #pragma once
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -23,7 +25,8 @@ namespace cpukern {
 // What one thread keeps between calls (all its scratch together).
 inline constexpr size_t kScratchKeepBytes = size_t(16) << 20;
 
-// A 64-byte aligned buffer that only grows until released; contents undefined after reserve.
+// A 64-byte aligned buffer that only grows until released. Bytes it gains are zero (like
+// AlignedBuffer); what a reserve keeps is left as it was.
 class ScratchBuffer {
  public:
   ScratchBuffer() = default;
@@ -43,6 +46,7 @@ class ScratchBuffer {
     } else {
       p_ = std::aligned_alloc(64, rounded);
       if (!p_) throw std::bad_alloc();
+      std::memset(p_, 0, rounded);  // new bytes are zero either way, as AlignedBuffer's
       mapped_ = false;
     }
     n_ = rounded;
@@ -126,9 +130,16 @@ class ThreadScratch {
   }
 
  private:
-  // Never destroyed: thread_local scratch may unregister during static destruction.
+  // Never destroyed: thread_local scratch may unregister during static destruction. Held
+  // across fork() (pthread_atfork), so that a child never inherits it locked by a thread it
+  // does not have (its new pool threads register here).
   static std::mutex& list_mu() {
-    static auto* m = new std::mutex;
+    static std::mutex* m = [] {
+      auto* mu = new std::mutex;
+      pthread_atfork([] { list_mu().lock(); }, [] { list_mu().unlock(); },
+                     [] { list_mu().unlock(); });
+      return mu;
+    }();
     return *m;
   }
   static std::vector<ThreadScratch*>& list() {
