@@ -244,15 +244,48 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
-  // [k pair][16 columns] (low half = even k's bf16, high half = odd k's), from the exact fp32
-  // weights' high halves.
+  // [k pair][16 columns] (low half = even k's bf16, high half = odd k's). Blocks whose 16
+  // scales all lie in [2, 252] (every nonzero weight a normal bf16): integer decode, 18 uops
+  // per k pair: vpmovzxbw + shift/or/and split the nibbles into (even, odd) code bytes, two
+  // vpshufb give the low and high bytes of each e2m1 value's bf16, and the scale is the
+  // exponent add (s - 127) << 7 (exact there; zero codes masked back to +0). Other blocks:
+  // the exact fp32 multiply (Mxfp4Src, 26 uops), high halves kept.
   using Bf16 = Tile<Bf16Src>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+    alignas(16) static const uint8_t kLo[16] = {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
+                                                0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0};
+    alignas(16) static const uint8_t kHi[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                                0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
+    const __m256i tl = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kLo)));
+    const __m256i th = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kHi)));
+    const __m256i nib = _mm256_set1_epi16(0x0f0f), zero = _mm256_setzero_si256();
     Mxfp4Src s(src);
     auto* d = reinterpret_cast<__m256i*>(dst);
     for (int64_t b = 0; b < nk; ++b) {
+      const uint8_t* blk = src + b * Mxfp4Src::kBlockBytes;
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+      const __m128i sd = _mm_sub_epi8(sc, _mm_set1_epi8(2));  // s in [2, 252] <=> sd <= 250
+      if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(sd, _mm_set1_epi8(char(250))), sd)) ==
+          0xffff) {
+        const __m256i aw = _mm256_slli_epi16(
+            _mm256_sub_epi16(_mm256_cvtepu8_epi16(sc), _mm256_set1_epi16(127)), 7);
+        const __m256i alo = _mm256_unpacklo_epi16(aw, aw), ahi = _mm256_unpackhi_epi16(aw, aw);
+        for (int kk = 0; kk < 16; ++kk) {
+          const __m256i w = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + kk * 16)));
+          const __m256i codes = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)), nib);
+          const __m256i lo = _mm256_shuffle_epi8(tl, codes), hi = _mm256_shuffle_epi8(th, codes);
+          // Pair words of columns [0-3 | 8-11] and [4-7 | 12-15].
+          const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
+          const __m256i r0 = _mm256_andnot_si256(_mm256_cmpeq_epi16(u0, zero), _mm256_add_epi16(u0, alo));
+          const __m256i r1 = _mm256_andnot_si256(_mm256_cmpeq_epi16(u1, zero), _mm256_add_epi16(u1, ahi));
+          _mm256_storeu_si256(d + (b * 16 + kk) * 2, _mm256_permute2x128_si256(r0, r1, 0x20));
+          _mm256_storeu_si256(d + (b * 16 + kk) * 2 + 1, _mm256_permute2x128_si256(r0, r1, 0x31));
+        }
+        continue;
+      }
       s.block(b);
-      CPUKERN_UNROLL for (int kk = 0; kk < 16; ++kk) {
+      for (int kk = 0; kk < 16; ++kk) {
         __m256 l0, l1, h0, h1;
         s.load(kk, l0, l1, h0, h1);
         auto words = [](__m256 lo, __m256 hi) {
