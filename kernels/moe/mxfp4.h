@@ -64,6 +64,27 @@ inline void dequantize(const uint8_t* blocks, const uint8_t* scales, int64_t row
 }
 
 // Index of the first scale byte equal to 255, or -1.
+// Packs gpt-oss's blocks into NR-column panels: per (panel, 32-k block) `step` bytes, the NR
+// scale bytes first, then code byte j (of 16) of column col at NR + byte_at(col, j), which is
+// the tile's own operand order. Columns past o get zero codes (and scale 0). The same for
+// every tile, so only byte_at differs.
+template <int NR, class ByteAt>
+void pack_panels(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t k, int64_t step,
+                 void* dst, ByteAt byte_at) {
+  const int64_t nb = k / kBlock, panels = (o + NR - 1) / NR;
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* out = d + (p * nb + b) * step;
+      for (int col = 0; col < NR; ++col) {
+        const int64_t n = p * NR + col;
+        out[col] = n < o ? scales[n * nb + b] : 0;
+        for (int j = 0; j < kBlockBytes; ++j)
+          out[NR + byte_at(col, j)] = n < o ? blocks[(n * nb + b) * kBlockBytes + j] : 0;
+      }
+    }
+}
+
 inline int64_t first_nan_scale(const uint8_t* scales, int64_t n) {
   const void* p = std::memchr(scales, kNaNScale, size_t(n));
   return p ? static_cast<const uint8_t*>(p) - scales : -1;

@@ -299,19 +299,9 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   }
   // [panel][block][16 scales, 16 pairs x 16 columns]: see the layout above.
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
-                         void* dst) {
-    const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
-    uint8_t* d = static_cast<uint8_t*>(dst);
-    for (int64_t p = 0; p < panels; ++p)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* out = d + (p * nb + b) * kStepW;
-        for (int col = 0; col < kNR; ++col) {
-          const int64_t n = p * kNR + col;
-          out[col] = n < o ? scales[n * nb + b] : 0;  // padding: zero codes, any scale
-          for (int j = 0; j < 16; ++j)
-            out[16 + j * kNR + col] = n < o ? blocks[(n * nb + b) * 16 + j] : 0;
-        }
-      }
+                         void* dst) {  // code byte j of a column: row j of the panel
+    mxfp4::pack_panels<kNR>(blocks, scales, o, i, kStepW, dst,
+                            [](int col, int j) { return j * kNR + col; });
   }
 };
 

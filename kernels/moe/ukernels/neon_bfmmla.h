@@ -224,21 +224,10 @@ struct Mxfp4Tile : Tile<PJ, Mxfp4Src> {
     }
   }
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
-                         void* dst) {
-    const int64_t nb = i / mxfp4::kBlock, panels = (o + kNR - 1) / kNR;
-    uint8_t* d = static_cast<uint8_t*>(dst);
-    for (int64_t p = 0; p < panels; ++p)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* out = d + (p * nb + b) * kStepW;
-        for (int col = 0; col < kNR; ++col) {
-          const int64_t n = p * kNR + col;
-          out[col] = n < o ? scales[n * nb + b] : 0;
-          for (int ks = 0; ks < 8; ++ks)  // k step: bytes 2ks, 2ks+1 of the column's block
-            for (int h = 0; h < 2; ++h)
-              out[kNR + (ks * PJ + col / 2) * 4 + (col % 2) * 2 + h] =
-                  n < o ? blocks[(n * nb + b) * 16 + 2 * ks + h] : 0;
-        }
-      }
+                         void* dst) {  // k step ks holds bytes 2ks, 2ks+1 of each column pair
+    mxfp4::pack_panels<kNR>(blocks, scales, o, i, kStepW, dst, [](int col, int j) {
+      return ((j / 2) * PJ + col / 2) * 4 + (col % 2) * 2 + j % 2;
+    });
   }
 };
 
