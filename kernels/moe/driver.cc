@@ -41,6 +41,25 @@ WeightFormat parse_format(const std::string& name) {
   throw_arg("format", "expected one of bf16, mxfp4, got '" + name + "'");
 }
 
+// An empty PackedExperts of `format` for the variant `isa` names, its data sized for e
+// experts of (o, i) (the overflow check names `arg`); the caller packs into it.
+static std::shared_ptr<PackedExperts> new_packed(const std::string& isa, WeightFormat format,
+                                                 int64_t e, int64_t o, int64_t i,
+                                                 const char* arg) {
+  const Variant& v = registry().select(isa);
+  const Ukernel& uk = ukernel_for(v, format);
+  auto p = std::make_shared<PackedExperts>();
+  p->variant = &v;
+  p->ukernel = &uk;
+  p->isa = v.name;
+  p->format = format;
+  p->e = e;
+  p->o = o;
+  p->i = i;
+  p->data.resize(size_t(checked_mul(uk.packed_size(o, i), e, arg)));
+  return p;
+}
+
 std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const std::string& isa) {
@@ -58,18 +77,9 @@ std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const 
                             ", row " + std::to_string(bad / nb % o) + ", block " +
                             std::to_string(bad % nb) + ": NaN scales are refused");
   }
-  const Variant& v = registry().select(isa);
-  const Ukernel& uk = ukernel_for(v, WeightFormat::kMxfp4);
+  auto p = new_packed(isa, WeightFormat::kMxfp4, e, o, i, "blocks");
+  const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
-  auto p = std::make_shared<PackedExperts>();
-  p->variant = &v;
-  p->ukernel = &uk;
-  p->isa = v.name;
-  p->format = WeightFormat::kMxfp4;
-  p->e = e;
-  p->o = o;
-  p->i = i;
-  p->data.resize(size_t(checked_mul(per, e, "blocks")));
   char* dst = p->data.data<char>();
   const int64_t eb = o * i / 2, es = o * i / mxfp4::kBlock;  // bytes, scales per expert
   parallel_for(e, 0, [&](int64_t x) {
@@ -85,17 +95,9 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
   check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
-  const Variant& v = registry().select(isa);
-  const Ukernel& uk = ukernel_for(v, WeightFormat::kBf16);
+  auto p = new_packed(isa, WeightFormat::kBf16, e, o, i, "w");
+  const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
-  auto p = std::make_shared<PackedExperts>();
-  p->variant = &v;
-  p->ukernel = &uk;
-  p->isa = v.name;
-  p->e = e;
-  p->o = o;
-  p->i = i;
-  p->data.resize(size_t(checked_mul(per, e, "w")));
   char* dst = p->data.data<char>();
   parallel_for(e, 0, [&](int64_t x) { uk.pack(w + x * o * i, o, i, dst + x * per); });
   return p;
