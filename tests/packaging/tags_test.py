@@ -2,25 +2,12 @@
 interpreters and platforms this machine does not have, and its Starlark mirror in
 python/wheel.bzl. Runs with any Python >= 3.11 (tomllib); no build needed."""
 
-import os
 import re
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _find(rel):
-    """A repo file, from Bazel's runfiles or from the source tree."""
-    for base in (os.path.join(os.environ.get("TEST_SRCDIR", ""), "cpukern"), os.path.join(HERE, "..", "..")):
-        p = os.path.join(base, rel)
-        if os.path.exists(p):
-            return p
-    raise FileNotFoundError(rel)
-
-
-sys.path.insert(0, os.path.dirname(_find("python/build_wheel.py")))
-import build_wheel as bw  # noqa: E402
+from repo_files import build_wheel as bw
+from repo_files import find as _find
 
 
 class PythonAbiTest(unittest.TestCase):

@@ -20,20 +20,10 @@ import sys
 import unittest
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from repo_files import build_wheel as bw
+from repo_files import find as _find
+
 ARGS = None
-
-
-def _find(rel):
-    for base in (os.path.join(os.environ.get("TEST_SRCDIR", ""), "cpukern"), os.path.join(HERE, "..", "..")):
-        p = os.path.join(base, rel)
-        if os.path.exists(p):
-            return p
-    raise FileNotFoundError(rel)
-
-
-sys.path.insert(0, os.path.dirname(_find("python/build_wheel.py")))
-import build_wheel as bw  # noqa: E402
 
 
 def _pin(req_file, name):
