@@ -190,7 +190,7 @@ constexpr bool kTsan = true;
 #else
 constexpr bool kTsan = false;
 #endif
-#define CPUKERN_SKIP_FORK_UNDER_QEMU()                                                     \
+#define CPUKERN_SKIP_FORK_IF_UNSUPPORTED()                                                     \
   if (std::getenv("CPUKERN_QEMU_CPU"))                                                     \
     GTEST_SKIP() << "qemu-user 7.2 aborts in the forked child of a multi-threaded guest "  \
                     "(qemu's own assertion); fork safety is tested on the host leg";       \
@@ -199,7 +199,7 @@ constexpr bool kTsan = false;
                   "tested in the plain and ASan builds"
 
 TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
-  CPUKERN_SKIP_FORK_UNDER_QEMU();
+  CPUKERN_SKIP_FORK_IF_UNSUPPORTED();
   for (int round = 0; round < 40; ++round) {
     const int parent_threads = 2 + round % 2, child_threads = 4 - round % 2;
     std::atomic<int> n{0};
@@ -218,7 +218,7 @@ TEST(ThreadPool, ForkedChildrenGetAWorkingPool) {
 
 // A fork while another thread is inside a parallel job (the pool's locks held).
 TEST(ThreadPool, ForkDuringAParallelJobInAnotherThread) {
-  CPUKERN_SKIP_FORK_UNDER_QEMU();
+  CPUKERN_SKIP_FORK_IF_UNSUPPORTED();
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop) parallel_for(256, 2, [](int64_t) { std::this_thread::yield(); });
