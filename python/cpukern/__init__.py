@@ -4,6 +4,9 @@ The library picks the best variant of each op for the CPU it runs on; any varian
 forced with the `isa=` keyword or the CPUKERN_ISA environment variable
 ("avx2" forces that variant for every op that has it; "ternary_gemv=reference,fused_moe=avx2"
 forces per op).
+
+logging.getLogger("cpukern") reports, at INFO, which variant each op selected and why (once
+per op and selection); CPUKERN_VERBOSE=1 prints those records to stderr.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import warnings
 from typing import Any
 
-from cpukern import _ext
+from cpukern import _ext, _log
 from cpukern import moe, ternary
 from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
 from cpukern._ext import get_num_threads
@@ -44,12 +47,27 @@ def kernels(op: str) -> list[dict[str, Any]]:
     return _OPS[op]()
 
 
+_threads_set = False
+
+
 def set_num_threads(n: int) -> None:
     """Default thread count for ops called with threads=None: 1 <= n <= MAX_THREADS (4096), or
     0 to restore the default (all cores); anything else is a ValueError naming n. The pool
     itself runs at most MAX_POOL_THREADS (256) threads. Both limits come from the one table in
-    C++ (kernels/common/limits.h, cpukern._ext.limits)."""
-    _ext.set_num_threads(c_int(n, "n", 32))
+    C++ (kernels/common/limits.h, cpukern._ext.limits).
+
+    Until this is called with n >= 1 (or after n = 0), cpukern.torch's ops follow
+    torch.get_num_threads(); num_threads_is_set() tells which applies."""
+    global _threads_set
+    n = c_int(n, "n", 32)
+    _ext.set_num_threads(n)
+    _threads_set = n != 0
+
+
+def num_threads_is_set() -> bool:
+    """True while a thread count from set_num_threads (n >= 1) is in force; False while the
+    default applies (then cpukern.torch's ops use torch.get_num_threads())."""
+    return _threads_set
 
 
 def empty_cache() -> None:
@@ -81,6 +99,8 @@ def _check_isa_env() -> None:
 
 
 _check_isa_env()
+_log.configure_from_env()
 
-__all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads", "ternary", "moe", "__version__",
+__all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads",
+           "num_threads_is_set", "ternary", "moe", "__version__",
            "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import ml_dtypes
 import numpy as np
 
-from cpukern import _ext
+from cpukern import _ext, _log
 from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, describe, is_torch, isa_arg,
                              out_or_new, shape_of, str_arg, threads_arg)
 
@@ -85,14 +85,19 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
         if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
             raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
                              f"{describe(w)}")
-        return _ext.moe_prepack_mxfp4(blocks, sc, isa)
+        return _logged(_ext.moe_prepack_mxfp4(blocks, sc, isa), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4'")
     wb = bf16_bits(w, "w", (3,))
     e, o, i = shape_of(wb)
     if min(e, o, i) < 1:
         raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
-    return _ext.moe_prepack(wb, isa)
+    return _logged(_ext.moe_prepack(wb, isa), isa)
+
+
+def _logged(packed: PackedExperts, isa: Optional[str]) -> PackedExperts:
+    _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
+    return packed
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from cpukern import _ext
+from cpukern import _ext, _log
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
                              float32_scale, int_arg, is_torch, isa_arg, out_or_new, require_array,
                              shape_of, str_arg, threads_arg)
@@ -117,11 +117,13 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str) -> TernaryWei
     if s is not None and shape_of(s) != (m,):
         raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
     try:
-        return _ext.ternary_prepare(packed, k, s, isa)
+        prepared = _ext.ternary_prepare(packed, k, s, isa)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
         raise
+    _log.selection("ternary_gemv", prepared.isa, isa, _ext.ternary_variants)
+    return prepared
 
 
 def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",
@@ -236,7 +238,9 @@ def prepare_widely_linear(planes: Any, scales: Any, m: int, *,
     isa = isa_arg(isa)
     planes, scales = _staged(planes, scales)
     _layer_shape(planes, scales, m)
-    return _ext.widely_linear_prepare(planes, scales, m, isa)
+    layer = _ext.widely_linear_prepare(planes, scales, m, isa)
+    _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
+    return layer
 
 
 def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *,

@@ -24,23 +24,35 @@ topk_id, skip_weighted, act, isa) -> ()``
     vLLM's argument order and meaning (vllm._custom_ops); ``isa`` may be one of cpukern's
     variant names (forced) or "", "auto" or a vLLM name ("amx", "vec", "neon": automatic).
 
+Threads: the ops use torch.get_num_threads() unless cpukern.set_num_threads(n >= 1) chose a
+count (cpukern.num_threads_is_set()); then they use cpukern's.
+
+Modules (``modules``): weights stay in their own formats under .to(dtype) / .half() /
+.bfloat16() / .float(); any float activation dtype in, the same dtype out. ``prepare()``
+(alias ``process_weights_after_loading()``) builds the kernel layout at load time.
+
 Prepared weights (the kernels' own layouts: cpukern.ternary.prepare, moe.prepack) are not
 tensors, so the op schemas take the plain weight tensors and each op keeps the prepared form
-in a cache keyed by the weight tensor: its identity, data_ptr, shape and version counter
-(``tensor._version``). The first call with given weights converts them (O(weights)); later
-calls reuse the conversion; an in-place change through torch (``copy_``, ``load_state_dict``)
-bumps the version and the next call converts again. The entry is dropped when the weight
-tensor object is garbage collected. Writes that bypass torch's version counter (through a
-numpy view, ``.data`` tricks, or another process) are not seen: call ``clear_cache()``.
+on the weight tensor's storage (``_weight_cache``), tagged with the view (offset, shape,
+strides, dtype), the op's own key and the version counter (``tensor._version``). The first
+call with given weights converts them (O(weights)); later calls reuse the conversion, also
+through another tensor object over the same storage (vLLM's ``replace_parameter``, detach(),
+nn.Parameter(t)); an in-place change through torch (``copy_``, ``load_state_dict``) bumps the
+version and the next call converts again. The prepared form is freed with the storage. Writes
+that bypass torch's version counter (through a numpy view, ``.data`` tricks, or another
+process) are not seen: call ``clear_cache()``. The prepared form is not saved: torch.save,
+pickle and state_dict carry the portable weights, and the first call (or prepare()) after
+loading converts them for the CPU it runs on.
 
 vLLM's ``prepack_moe_weight(weight, packed_weight, isa)`` fills ``packed_weight`` (same shape
 and dtype as ``weight``, as vLLM allocates it with ``empty_like``) with the weights and packs
-them into the cache keyed by ``packed_weight``; ``cpu_fused_moe`` looks the packing up there
-(and packs again if the entry is missing or stale, e.g. after loading a state dict). The
-packed layout pads rows and columns to the micro-kernel's tile, so in general it does not fit
-in a tensor of the weight's shape; keeping the bf16 weights in ``packed_weight`` keeps that
-tensor self-describing (it can be saved, loaded and re-packed for another CPU) at the cost
-of holding the weights twice (the tensor and the packing).
+them into the cache on ``packed_weight``'s storage; ``cpu_fused_moe`` finds the packing there,
+whichever tensor object wraps that storage by then (and packs again if it is missing or stale,
+e.g. after loading a state dict). The packed layout pads rows and columns to the
+micro-kernel's tile, so in general it does not fit in a tensor of the weight's shape; keeping
+the bf16 weights in ``packed_weight`` keeps that tensor self-describing (it can be saved,
+loaded and re-packed for another CPU) at the cost of holding the weights twice (the tensor and
+the packing).
 """
 
 from __future__ import annotations

@@ -1,11 +1,19 @@
 """The prepared-weight cache of cpukern.torch: prepared forms (cpukern.ternary.prepare,
-cpukern.moe.prepack) keyed by the weight tensor: its identity, data_ptr, shape and version
-counter (``tensor._version``); an entry is dropped when its tensor is garbage collected.
+cpukern.moe.prepack) kept on the weight tensor's *storage* (torch keeps a storage's Python
+object, and so its attributes, alive exactly as long as the storage), under the view
+(offset, shape, strides, dtype) and the op's own key, tagged with the tensor's version counter
+(``tensor._version``, shared by every alias of the tensor: views, ``detach()``,
+``nn.Parameter(t)``).
+
+So a prepared form follows the weights, not one tensor object: vLLM's ``replace_parameter``
+(a new Parameter over the same storage), ``register_buffer`` of the same tensor, detach() or a
+view all find it; an in-place change through torch (copy_, mul_, load_state_dict) bumps the
+version and the next call prepares again; the form is freed with the storage.
 
 Tensors without a version counter (inference tensors, made under ``torch.inference_mode``)
-cannot be tracked: an in-place change (copy_, mul_, load_state_dict) would go unseen, so what
-is prepared from them is never cached; it is prepared again on every call (a warning says so
-once). Create or load modules outside inference_mode (torch.no_grad is fine) to keep the cache."""
+cannot be tracked: an in-place change would go unseen, so what is prepared from them is never
+cached; it is prepared again on every call (a warning says so once). Create or load modules
+outside inference_mode (torch.no_grad is fine) to keep the cache."""
 
 from __future__ import annotations
 
@@ -18,6 +26,8 @@ from torch import Tensor
 
 __all__ = ["clear_cache", "cache_info"]
 
+_ATTR = "_cpukern_prepared"  # on the storage object: {view and op key: (fingerprint, prepared)}
+
 
 class _Untracked:
     """The fingerprint of a tensor whose changes cannot be seen: equal to nothing."""
@@ -29,6 +39,21 @@ class _Untracked:
 
     def __hash__(self) -> int:
         return id(self)
+
+
+class _OneOf:
+    """A version that matches any of a few (a write the custom-op machinery adds)."""
+
+    __slots__ = ("versions",)
+
+    def __init__(self, versions: tuple) -> None:
+        self.versions = tuple(versions)
+
+    def __eq__(self, other: object) -> bool:
+        return other in self.versions or (isinstance(other, _OneOf) and other.versions == self.versions)
+
+    def __hash__(self) -> int:
+        return hash(self.versions)
 
 
 def _version(t: Tensor) -> Optional[int]:
@@ -54,6 +79,10 @@ def _untracked(key: Any) -> bool:
     return isinstance(key, tuple) and any(_untracked(k) for k in key)
 
 
+def _view(t: Tensor) -> tuple:
+    return (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
 _WARNED = False
 
 
@@ -69,49 +98,83 @@ def _warn_untracked() -> None:
 
 
 class _Cache:
-    """anchor tensor object -> (key, prepared). One entry per live anchor."""
+    """Prepared forms on the storages of their weight tensors (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[tuple, Any]] = {}
+        self._storages: dict[int, weakref.ref] = {}  # storages holding entries (for clear())
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def _drop(self, ident: int) -> None:
+    def _slot(self, anchor: Tensor) -> dict:
+        storage = anchor.untyped_storage()
+        slot = getattr(storage, _ATTR, None)
+        if slot is None:
+            slot = {}
+            setattr(storage, _ATTR, slot)
+            ident = id(storage)
+            self._storages[ident] = weakref.ref(storage, lambda _r, i=ident: self._forget(i))
+        return slot
+
+    def _forget(self, ident: int) -> None:
         with self._lock:
-            self._entries.pop(ident, None)
+            self._storages.pop(ident, None)
 
     def get(self, anchor: Tensor, key: tuple, build: Callable[[], Any]) -> Any:
-        ident = id(anchor)
-        key = (_fingerprint(anchor),) + key
-        if _untracked(key):  # never served from (or kept in) the cache
+        fp = (_fingerprint(anchor),) + key
+        if _untracked(fp):  # never served from (or kept in) the cache
             _warn_untracked()
             value = build()
             with self._lock:
                 self.misses += 1
-                self._entries.pop(ident, None)
+                getattr(anchor.untyped_storage(), _ATTR, {}).pop(self._key(anchor, key), None)
             return value
+        where = self._key(anchor, key)
         with self._lock:
-            entry = self._entries.get(ident)
-            if entry is not None and entry[0] == key:
+            entry = self._slot(anchor).get(where)
+            if entry is not None and entry[0] == fp:
                 self.hits += 1
                 return entry[1]
         value = build()
+        self.put(anchor, key, value)
+        return value
+
+    def put(self, anchor: Tensor, key: tuple, value: Any, versions: tuple = ()) -> None:
+        """Stores `value` as the prepared form of `anchor` at its current version (or at any
+        of `versions`)."""
+        fp = (_fingerprint(anchor),) + key
+        if versions:
+            fp = ((fp[0][0], _OneOf(versions)) + fp[0][2:],) + key
         with self._lock:
             self.misses += 1
-            fresh = ident not in self._entries
-            self._entries[ident] = (key, value)
-        if fresh:
-            weakref.finalize(anchor, self._drop, ident)
-        return value
+            self._slot(anchor)[self._key(anchor, key)] = (fp, value)
+
+    @staticmethod
+    def _key(anchor: Tensor, key: tuple) -> tuple:
+        return _view(anchor) + tuple(k for k in _strip_versions(key))
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            for ref in list(self._storages.values()):
+                storage = ref()
+                if storage is not None:
+                    getattr(storage, _ATTR, {}).clear()
             self.hits = self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return sum(len(getattr(r(), _ATTR, {})) for r in self._storages.values()
+                       if r() is not None)
+
+
+def _strip_versions(key: tuple):
+    """The op key without the fingerprints' versions and pointers (one entry per view and
+    op key; a new version replaces the entry instead of adding one)."""
+    for k in key:
+        if isinstance(k, tuple) and len(k) == 4 and isinstance(k[1], int):  # a fingerprint
+            yield ("fp", k[2], k[3])
+        else:
+            yield k
 
 
 _CACHE = _Cache()

@@ -1,5 +1,16 @@
 """nn.Modules on cpukern's kernels: TernaryLinear, WidelyLinear (stand-ins for nn.Linear)
-and FusedMoE; they call the torch.library ops of cpukern.torch.ops."""
+and FusedMoE; they call the torch.library ops of cpukern.torch.ops.
+
+dtypes: the weights stay in their own formats whatever ``.to(dtype)``, ``.half()``,
+``.bfloat16()``, ``.float()`` or ``.double()`` is applied (those set only the module's
+``dtype``, the activation dtype it reports). Every module accepts float32, float16, bfloat16
+and float64 activations and returns the input's dtype (bf16 in, bf16 out); the kernels compute
+in their own precision (fp32 for the ternary layers, bf16 in/out with fp32 accumulation for
+FusedMoE).
+
+Load time: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name) builds the
+kernel layout now instead of at the first forward; it is kept on the weights' storage, so it
+survives vLLM's ``replace_parameter`` (see cpukern.torch._weight_cache)."""
 
 from __future__ import annotations
 
@@ -22,16 +33,52 @@ def _flatten(x: Tensor, features: int, name: str) -> tuple[Tensor, tuple]:
     return x.reshape(-1, features), lead
 
 
-class _LinearLike(nn.Module):
-    """The forward shared by the layers that stand in for an nn.Linear: rows of float32 x
-    through the subclass's `_kernel`, then the bias."""
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _check_float(x: Tensor, name: str) -> None:
+    if not isinstance(x, Tensor) or x.dtype not in _FLOATS:
+        got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"{name}: expected a float32, float16, bfloat16 or float64 tensor, got {got}")
+
+
+class _WeightFormatsKept(nn.Module):
+    """Module dtype conversions (.to(dtype), .half(), .bfloat16(), .float(), .double()) set the
+    activation dtype (``dtype``) and leave every floating-point weight in its own format."""
+
+    _act_dtype = torch.float32
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activation dtype (set by .to(dtype) / .half() / ...; inputs of any float dtype
+        are accepted and the result has the input's dtype)."""
+        return self._act_dtype
+
+    def _apply(self, fn, recurse=True):
+        # What fn does to a float32 and a float16 tensor tells whether it converts dtypes.
+        to32, to16 = fn(torch.zeros(1)), fn(torch.zeros(1, dtype=torch.float16))
+        if to32.dtype == torch.float32 and to16.dtype == torch.float16:
+            return super()._apply(fn, recurse)
+        if to32.dtype in _FLOATS:
+            self._act_dtype = to32.dtype
+        return super()._apply(lambda t: t if t.is_floating_point() else fn(t), recurse)
+
+
+class _LinearLike(_WeightFormatsKept):
+    """The forward shared by the layers that stand in for an nn.Linear: rows of x (as float32)
+    through the subclass's `_kernel`, then the bias, returned in x's dtype."""
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_float(x, "x")
         x2, lead = _flatten(x, self.in_features, "x")
         y = self._kernel(x2.to(torch.float32).contiguous())
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(lead + (self.out_features,))
+        return y.reshape(lead + (self.out_features,)).to(x.dtype)
+
+    def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "nn.Module":
+        """vLLM's name for prepare()."""
+        return self.prepare()
 
 
 class TernaryLinear(_LinearLike):
@@ -86,6 +133,14 @@ class TernaryLinear(_LinearLike):
 
     def _kernel(self, x2: Tensor) -> Tensor:
         return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa)
+
+    def prepare(self) -> "TernaryLinear":
+        """Builds the kernel layout now (load time) instead of at the first forward; with
+        act="int8" also the int8 layout. Returns self."""
+        w = _ops.prepared_ternary(self.packed, self.in_features, self.scale, self.isa)
+        if self.act == "int8" and self.in_features:
+            _ternary.gemv(w, torch.zeros(1, self.in_features), act="int8", threads=1)
+        return self
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -145,19 +200,27 @@ class WidelyLinear(_LinearLike):
     def _kernel(self, x2: Tensor) -> Tensor:
         return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
+    def prepare(self) -> "WidelyLinear":
+        """Builds the kernel layout now (load time) instead of at the first forward. Returns
+        self."""
+        _ops.prepared_widely_linear(self.planes, self.scales, self.in_features // 2, self.isa)
+        return self
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"stages={self.stages}, bias={self.bias is not None}")
 
 
-class FusedMoE(nn.Module):
+class FusedMoE(_WeightFormatsKept):
     """A bf16 Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
 
     Buffers: ``w13`` bf16 (E, 2I, H) (rows [gate; up], or interleaved for "swigluoai"), ``w2``
     bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16.
     ``forward(x, router_logits)`` routes with softmax + top-k in torch (renormalised if
     ``renormalize``) and runs ``torch.ops.cpukern.fused_moe``; ``experts(x, topk_weights,
-    topk_ids)`` takes the routing from the caller. x: bf16 (..., H); returns bf16 (..., H).
+    topk_ids)`` takes the routing from the caller. x: bf16 (..., H) (float32 and float16 are
+    accepted too: rounded to bf16 for the kernel, the result converted back to x's dtype);
+    returns x's dtype (..., H).
 
     Bound (tested): against a float32 torch oracle of ``experts(x, topk_weights, topk_ids)``
     (tests/python/moe_oracle.py: the activation output rounded to bf16 as the kernel does,
@@ -237,15 +300,29 @@ class FusedMoE(nn.Module):
             w = w / w.sum(dim=-1, keepdim=True)
         return w.contiguous(), ids.to(torch.int32)
 
+    _act_dtype = torch.bfloat16
+
+    def prepare(self) -> "FusedMoE":
+        """Packs the experts now (load time) instead of at the first forward. Returns self."""
+        forced = _ops._isa(self.isa)
+        _ops.prepared_experts(self.w13, "w13", forced, getattr(self, "w13_scales", None))
+        _ops.prepared_experts(self.w2, "w2", forced, getattr(self, "w2_scales", None))
+        return self
+
+    def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "FusedMoE":
+        """vLLM's name for prepare()."""
+        return self.prepare()
+
     def experts(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
+        _check_float(x, "x")
         x2, lead = _flatten(x, self.hidden, "x")
-        y = torch.ops.cpukern.fused_moe(x2.contiguous(), self.w13, self.w2,
-                                        topk_weights.reshape(-1, self.topk).contiguous(),
+        y = torch.ops.cpukern.fused_moe(x2.to(torch.bfloat16).contiguous(), self.w13, self.w2,
+                                        topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
                                         topk_ids.reshape(-1, self.topk).contiguous(),
                                         self.activation, self.w13_bias, self.w2_bias, False, self.isa,
                                         getattr(self, "w13_scales", None),
                                         getattr(self, "w2_scales", None))
-        return y.reshape(lead + (self.hidden,))
+        return y.reshape(lead + (self.hidden,)).to(x.dtype)
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
         tw, ids = self.route(router_logits.reshape(-1, self.num_experts))

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+import cpukern as _cpukern
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
@@ -23,6 +24,12 @@ def _isa(isa: Optional[str]) -> Optional[str]:
     if isa is None or isa in _VLLM_ISAS:
         return None
     return isa
+
+
+def _threads() -> Optional[int]:
+    """torch.get_num_threads() unless cpukern.set_num_threads chose a count (then None: the
+    kernels use that one)."""
+    return None if _cpukern.num_threads_is_set() else torch.get_num_threads()
 
 
 def _u32(t: Tensor, name: str) -> Tensor:
@@ -44,7 +51,12 @@ def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act:
                  isa: str = "") -> Tensor:
     """y[..., m] = scale[m] * sum_k w[m, k] x[..., k] (see cpukern.ternary.gemv)."""
     _check_2d_or_1d(x, "x")
-    k = int(x.shape[-1])
+    prepared = prepared_ternary(packed, int(x.shape[-1]), scale, isa)
+    return _ternary.gemv(prepared, x, act=act, threads=_threads())
+
+
+def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str) -> Any:
+    """The TernaryWeights of packed (M, ceil(k/16)) with scale, from the cache or made now."""
     p = _u32(packed, "packed")
 
     def build() -> Any:
@@ -53,8 +65,7 @@ def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act:
             s = s.reshape(1).expand(p.shape[0]).contiguous()
         return _ternary.prepare(p, k, s, isa=_isa(isa))
 
-    prepared = _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)), build)
-    return _ternary.gemv(prepared, x, act=act)
+    return _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)), build)
 
 
 @ternary_gemv.register_fake
@@ -69,11 +80,15 @@ def _(packed, x, scale=None, act="fp32", isa=""):
 def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, isa: str = "") -> Tensor:
     """y = U x + W conj(x) as a real layer (see cpukern.ternary.widely_linear)."""
     _check_2d_or_1d(x, "x")
-    m = int(x.shape[-1]) // 2
+    layer = prepared_widely_linear(planes, scales, int(x.shape[-1]) // 2, isa)
+    return _ternary.widely_linear(layer, x, threads=_threads())
+
+
+def prepared_widely_linear(planes: Tensor, scales: Tensor, m: int, isa: str) -> Any:
+    """The WidelyLinearWeights of planes and scales, from the cache or made now."""
     p = _u32(planes, "planes")
-    layer = _CACHE.get(planes, (m, _fingerprint(scales), _isa(isa)),
-                       lambda: _ternary.prepare_widely_linear(p, scales, m, isa=_isa(isa)))
-    return _ternary.widely_linear(layer, x)
+    return _CACHE.get(planes, (m, _fingerprint(scales), _isa(isa)),
+                      lambda: _ternary.prepare_widely_linear(p, scales, m, isa=_isa(isa)))
 
 
 @widely_linear.register_fake
@@ -84,7 +99,9 @@ def _(planes, scales, x, isa=""):
     return x.new_empty(tuple(x.shape[:-1]) + (2 * planes.shape[-2],), dtype=torch.float32)
 
 
-def _packed_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
+def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
+    """The PackedExperts of bf16 (E, O, I) weights or MXFP4 blocks with their scales, from the
+    cache or made now (isa: a forced variant name or None)."""
     if w.dtype == torch.uint8:  # MXFP4 blocks (E, O, I/32, 16) with scales (E, O, I/32)
         if scales is None:
             raise ValueError(f"{name}_scales: required with uint8 MXFP4 blocks {name}")
@@ -113,12 +130,12 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
                     w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
                     w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None) -> None:
     forced = _isa(isa)
-    p13 = _packed_experts(w13, "w13", forced, w13_scales)
-    p2 = _packed_experts(w2, "w2", forced, w2_scales)
+    p13 = prepared_experts(w13, "w13", forced, w13_scales)
+    p2 = prepared_experts(w2, "w2", forced, w2_scales)
     if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
         topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
     _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
-                   w2_bias=w2_bias, skip_weighted=skip_weighted, out=out)
+                   w2_bias=w2_bias, skip_weighted=skip_weighted, threads=_threads(), out=out)
 
 
 @torch.library.custom_op("cpukern::fused_moe", mutates_args=())

@@ -4,7 +4,6 @@ topk_id, skip_weighted, act, isa)``; see the cpukern.torch docstring."""
 
 from __future__ import annotations
 
-import weakref
 from typing import Optional
 
 import torch
@@ -32,13 +31,15 @@ def prepack_moe_weight(weight: Tensor, packed_weight: Tensor, isa: str) -> None:
         raise TypeError("packed_weight: expected a contiguous tensor")
     if packed_weight.data_ptr() != weight.data_ptr():
         packed_weight.copy_(weight)
-    # Pack now (the load-time cost belongs here). The custom-op machinery bumps the version
-    # of packed_weight once more after this returns: the first cpu_fused_moe adopts the
-    # packing if the version is the one seen here or the next (see _adopt).
-    _PENDING[id(packed_weight)] = (packed_weight.data_ptr(), tuple(packed_weight.shape),
-                                   _version(packed_weight), _isa(isa),
-                                   _moe.prepack(packed_weight, isa=_isa(isa)))
-    weakref.finalize(packed_weight, _PENDING.pop, id(packed_weight), None)
+    # Pack now (the load-time cost belongs here), into the cache on packed_weight's storage,
+    # where cpu_fused_moe finds it whatever tensor object wraps that storage then (vLLM's
+    # replace_parameter makes a new Parameter). The custom-op machinery bumps the version of
+    # packed_weight once more after this returns: the version seen here and the next match.
+    v = _version(packed_weight)
+    isa_ = _isa(isa)
+    packed = _moe.prepack(packed_weight, isa=isa_)
+    if v is not None:  # inference tensors cannot be tracked: cpu_fused_moe packs per call
+        _CACHE.put(packed_weight, (isa_,), packed, versions=(v, v + 1))
 
 
 @prepack_moe_weight.register_fake
@@ -46,27 +47,11 @@ def _(weight, packed_weight, isa):
     return None
 
 
-# Packings made by prepack_moe_weight, adopted by the first cpu_fused_moe call on that tensor.
-_PENDING: dict[int, tuple] = {}
-
-
-def _adopt(w: Tensor, isa: Optional[str]) -> None:
-    pending = _PENDING.pop(id(w), None)
-    if pending is None:
-        return
-    ptr, shape, version, pisa, packed = pending
-    if (ptr == w.data_ptr() and shape == tuple(w.shape) and pisa == isa
-            and _version(w) in (version, version + 1)):
-        _CACHE.get(w, (isa,), lambda: packed)
-
-
 @torch.library.custom_op("cpukern::cpu_fused_moe", mutates_args=("output",))
 def cpu_fused_moe(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
                   w13_bias: Optional[Tensor], w2_bias: Optional[Tensor], topk_weights: Tensor,
                   topk_id: Tensor, skip_weighted: bool, act: str, isa: str) -> None:
     """vLLM order: output (T, H) bf16 <- fused MoE of input with the packed w13, w2."""
-    for w in (w13, w2):
-        _adopt(w, _isa(isa))
     _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, act, w13_bias, w2_bias,
                     skip_weighted, isa)
 
