@@ -4,7 +4,11 @@
 
 For each op it checks the selected variant against the reference on a real model shape and
 times it against the obvious baseline measured in the same run (numpy fp32 `W @ x` for the
-ternary ops, the reference variant for MoE). --plot FILE.png draws every measured kernel
+ternary ops, the reference variant for MoE). Every timing is given twice: hot (the same
+weights every call: cached where they fit in the L3) and cold (calls rotate over distinct
+weight sets spanning at least 3x the L3, so the weights stream from memory; for MoE, over 8
+routings to different experts), cold next to its fraction of the measured all-core read
+bandwidth. --plot FILE.png draws every measured kernel
 on a roofline (benchmarks/roofline.py: measured read bandwidth and BLAS fp32 peak).
 """
 
@@ -85,6 +89,41 @@ def read_bandwidth(nbytes: int, threads: Optional[int]) -> float:
     return _ext.read_bandwidth(nbytes, threads or 0, min(0.5, 2 * MIN_TIME))
 
 
+def l3_bytes() -> int:
+    """The L3 of cpu0 from sysfs (32 MiB when unreadable)."""
+    best = 0
+    for i in range(8):
+        d = f"/sys/devices/system/cpu/cpu0/cache/index{i}"
+        try:
+            if open(f"{d}/level").read().strip() != "3":
+                continue
+            size = open(f"{d}/size").read().strip()
+        except OSError:
+            continue
+        best = max(best, int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size))
+    return best or 32 << 20
+
+
+COLD_MAX_SETS = 64  # --quick: tiny shapes would need hundreds of copies; the span is reported
+
+
+def cold_copies(make: Callable[[], Any], nbytes: int) -> list[Any]:
+    """Distinct weight sets spanning >= 3x the L3 (at least 2; at most COLD_MAX_SETS)."""
+    n = min(COLD_MAX_SETS, max(2, -(-3 * l3_bytes() // max(1, nbytes))))
+    return [make() for _ in range(n)]
+
+
+def timeit_rotating(fns: list[Callable[[], Any]]) -> float:
+    """Median seconds per call over calls that rotate through fns (the cold sets)."""
+    state = {"i": 0}
+
+    def step():
+        fns[state["i"] % len(fns)]()
+        state["i"] += 1
+
+    return timeit(step)
+
+
 def selected(op: str) -> str:
     return next(v["name"] for v in cpukern.kernels(op) if v["selected"])
 
@@ -99,7 +138,7 @@ def print_table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) ->
         print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
 
 
-def demo_ternary(args, rng, results):
+def demo_ternary(args, rng, results, bandwidth):
     m, k = args.ternary_shape
     print(f"\n== ternary_gemv: {m} x {k} ({'Llama-3-8B down' if (m, k) == (4096, 14336) else 'custom'}), "
           f"selected '{selected('ternary_gemv')}'")
@@ -110,6 +149,8 @@ def demo_ternary(args, rng, results):
     del w
     fast = ternary.prepare(packed, k, scale)
     ref = ternary.prepare(packed, k, scale, isa="reference")
+    cold = cold_copies(lambda: ternary.prepare(packed, k, scale), fast.nbytes)
+    cold_span = len(cold) * fast.nbytes
     rows = []
     for b in args.batches:
         x = rng.standard_normal((b, k)).astype(np.float32)
@@ -122,28 +163,39 @@ def demo_ternary(args, rng, results):
         ops = 2.0 * m * k * b  # adds/subtracts, counted like the FLOPs of a dense GEMV
         io_bytes = 4 * b * (k + m)
         measured(f"B={b}", "numpy fp32 W@x", ops, dense.nbytes + io_bytes, t_np)
-        row = {"op": "ternary_gemv", "shape": f"{m}x{k}", "B": b}
+        row = {"op": "ternary_gemv", "shape": f"{m}x{k}", "B": b, "cold_sets": len(cold),
+               "cold_span_MiB": cold_span / 2**20, "l3_MiB": l3_bytes() / 2**20}
         for act in ("fp32", "int8"):
-            progress(f"ternary_gemv B={b}: act={act}")
+            progress(f"ternary_gemv B={b}: act={act}, hot and cold ({len(cold)} sets)")
             t = timeit(lambda: ternary.gemv(fast, x, act=act, threads=args.threads))
-            row[f"{act}_ms"] = t * 1e3
+            t_cold = timeit_rotating([lambda w=w: ternary.gemv(w, x, act=act, threads=args.threads)
+                                      for w in cold])
+            row[f"{act}_hot_ms"] = t * 1e3
+            row[f"{act}_cold_ms"] = t_cold * 1e3
             row[f"{act}_gw_s"] = m * k * b / t / 1e9
             row[f"{act}_vs_numpy"] = t_np / t
+            row[f"{act}_cold_GB_s"] = fast.nbytes / t_cold / 1e9
+            row[f"{act}_cold_of_read_bw"] = fast.nbytes / t_cold / bandwidth
             for key, v in measured(f"B={b}", f"ternary_gemv {act}", ops, fast.nbytes + io_bytes, t).items():
                 row[f"{act}_{key}"] = v
-        row.update({"numpy_ms": t_np * 1e3, "packed_GB_s": packed.nbytes / row["fp32_ms"] / 1e6,
+            measured(f"B={b}", f"ternary_gemv {act} cold", ops, fast.nbytes + io_bytes, t_cold)
+        row.update({"numpy_ms": t_np * 1e3, "packed_GB_s": packed.nbytes / row["fp32_hot_ms"] / 1e6,
                     "check": "ok" if ok else "MISMATCH"})
         rows.append(row)
-    print_table(rows, [("B", "B", "d"), ("fp32_ms", "fp32 ms", ".3f"), ("fp32_gw_s", "Gweights/s", ".1f"),
+    print(f"hot: the same weights every call; cold: {len(cold)} prepared copies ({cold_span / 2**20:.0f} MiB"
+          f"{'' if cold_span >= 3 * l3_bytes() else ', LESS than 3x the L3: not cold (--quick)'}) in rotation")
+    print_table(rows, [("B", "B", "d"), ("fp32_hot_ms", "fp32 hot ms", ".3f"), ("fp32_gw_s", "Gweights/s", ".1f"),
                        ("packed_GB_s", "GB/s (2-bit)", ".1f"), ("fp32_vs_numpy", "vs numpy", ".1f"),
-                       ("int8_ms", "int8 ms", ".3f"), ("int8_gw_s", "Gweights/s", ".1f"),
-                       ("int8_vs_numpy", "vs numpy", ".1f"), ("numpy_ms", "numpy fp32 W@x ms", ".3f"),
+                       ("fp32_cold_ms", "fp32 cold ms", ".3f"), ("fp32_cold_of_read_bw", "of read BW", ".0%"),
+                       ("int8_hot_ms", "int8 hot ms", ".3f"), ("int8_gw_s", "Gweights/s", ".1f"),
+                       ("int8_vs_numpy", "vs numpy", ".1f"), ("int8_cold_ms", "int8 cold ms", ".3f"),
+                       ("int8_cold_of_read_bw", "of read BW", ".0%"), ("numpy_ms", "numpy fp32 W@x ms", ".3f"),
                        ("check", "check", "s")])
     results["ternary_gemv"] = rows
     return all(r["check"] == "ok" for r in rows)
 
 
-def demo_widely_linear(args, rng, results):
+def demo_widely_linear(args, rng, results, bandwidth):
     n2, m2 = args.wl_shape
     n, m = n2 // 2, m2 // 2
     print(f"\n== widely_linear (Fairy2i, 2 stages): {n2} x {m2}, selected '{selected('widely_linear')}'")
@@ -152,6 +204,7 @@ def demo_widely_linear(args, rng, results):
     dense = ternary.widely_linear_dense(planes, scales, m)
     layer = ternary.prepare_widely_linear(planes, scales, m)
     ref = ternary.prepare_widely_linear(planes, scales, m, isa="reference")
+    cold = cold_copies(lambda: ternary.prepare_widely_linear(planes, scales, m), layer.nbytes)
     rows = []
     for b in args.batches[:2]:
         x = rng.standard_normal((b, m2)).astype(np.float32)
@@ -161,6 +214,7 @@ def demo_widely_linear(args, rng, results):
         ok = bool(np.all(np.abs(y - y_ref) <= 2e-5 * mag + 1e-30))
         progress(f"widely_linear B={b}: fused, unfused, numpy")
         t_f = timeit(lambda: ternary.widely_linear(layer, x, threads=args.threads))
+        t_c = timeit_rotating([lambda l=l: ternary.widely_linear(l, x, threads=args.threads) for l in cold])
         t_u = timeit(lambda: ternary.widely_linear(layer, x, fused=False, threads=args.threads))
         t_np = timeit(lambda: x @ dense.T)
         ops = 2.0 * n2 * m2 * b  # dense-equivalent operations of the (2n, 2m) layer
@@ -168,11 +222,17 @@ def demo_widely_linear(args, rng, results):
         point = measured(f"B={b}", "widely_linear fused", ops, layer.nbytes + io_bytes, t_f)
         measured(f"B={b}", "widely_linear unfused", ops, layer.nbytes + io_bytes, t_u)
         measured(f"B={b}", "numpy fp32 a@x", ops, dense.nbytes + io_bytes, t_np)
-        rows.append({**point, "B": b, "fused_ms": t_f * 1e3, "unfused_ms": t_u * 1e3,
+        rows.append({**point, "B": b, "fused_ms": t_f * 1e3, "fused_cold_ms": t_c * 1e3,
+                     "cold_of_read_bw": layer.nbytes / t_c / bandwidth, "cold_sets": len(cold),
+                     "unfused_ms": t_u * 1e3,
                      "fusion": t_u / t_f, "GB_s": planes.nbytes / t_f / 1e9,
                      "numpy_ms": t_np * 1e3, "vs_numpy": t_np / t_f,
                      "check": "ok" if ok else "MISMATCH"})
-    print_table(rows, [("B", "B", "d"), ("fused_ms", "fused ms", ".3f"), ("unfused_ms", "unfused ms", ".3f"),
+    print(f"hot: the same layer every call; cold: {len(cold)} prepared copies in rotation "
+          f"({len(cold) * layer.nbytes / 2**20:.0f} MiB; L3 {l3_bytes() >> 20} MiB"
+          f"{'' if len(cold) * layer.nbytes >= 3 * l3_bytes() else ': LESS than 3x the L3, not cold (--quick)'})")
+    print_table(rows, [("B", "B", "d"), ("fused_ms", "fused hot ms", ".3f"), ("fused_cold_ms", "fused cold ms", ".3f"),
+                       ("cold_of_read_bw", "of read BW", ".0%"), ("unfused_ms", "unfused hot ms", ".3f"),
                        ("fusion", "fusion gain", ".2f"), ("GB_s", "plane GB/s", ".1f"),
                        ("numpy_ms", "numpy a@x ms", ".3f"), ("vs_numpy", "vs numpy", ".1f"),
                        ("check", "check", "s")])
@@ -207,9 +267,14 @@ def demo_moe(args, rng, results, bandwidth):
         x = (rng.standard_normal((t, h))).astype(ml_dtypes.bfloat16)
         tw, ids = moe.route(rng.standard_normal((t, e)).astype(np.float32), topk)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=args.threads)
-        progress(f"fused_moe T={t}: selected and reference variants")
+        progress(f"fused_moe T={t}: selected (hot, cold) and reference variants")
         y = moe.fused_moe(x, p13, p2, tw, ids, **kw)
         t_fast = timeit(lambda: moe.fused_moe(x, p13, p2, tw, ids, **kw))
+        # Cold: 8 routings drawn independently, in rotation (a call's experts were not the
+        # previous call's); their mean touched bytes give the cold GB/s.
+        routes = [moe.route(rng.standard_normal((t, e)).astype(np.float32), topk) for _ in range(8)]
+        t_cold = timeit_rotating([lambda r=r: moe.fused_moe(x, p13, p2, r[0], r[1], **kw) for r in routes])
+        cold_touched = float(np.mean([len(np.unique(r[1])) for r in routes])) * expert_bytes
         t0 = time.perf_counter()  # the scalar reference is slow: one call checks and times it
         y_ref = moe.fused_moe(x, r13, r2, tw, ids, **kw)
         t_ref = time.perf_counter() - t0
@@ -217,12 +282,20 @@ def demo_moe(args, rng, results, bandwidth):
         touched = len(np.unique(ids)) * expert_bytes
         flops = 2 * t * topk * 3 * h * inter
         point = measured(f"T={t}", "fused_moe", flops, touched + 4 * t * h, t_fast)
-        rows.append({**point, "T": t, "ms": t_fast * 1e3, "TFLOP_s": flops / t_fast / 1e12,
+        rows.append({**point, "T": t, "hot_ms": t_fast * 1e3, "TFLOP_s": flops / t_fast / 1e12,
                      "GB_s": touched / t_fast / 1e9, "of_read_bw": touched / bandwidth / t_fast,
+                     "hot_fits_l3": int(touched <= l3_bytes()), "cold_ms": t_cold * 1e3,
+                     "cold_GB_s": cold_touched / t_cold / 1e9,
+                     "cold_of_read_bw": cold_touched / bandwidth / t_cold,
                      "ref_ms": t_ref * 1e3, "vs_ref": t_ref / t_fast,
                      "check": "ok" if ok else "MISMATCH"})
-    print_table(rows, [("T", "T", "d"), ("ms", "ms", ".2f"), ("TFLOP_s", "TFLOP/s", ".3f"),
-                       ("GB_s", "weights GB/s", ".1f"), ("of_read_bw", "of read BW", ".2f"),
+    print(f"hot: the same routing every call (its experts {'fit' if rows and rows[0]['hot_fits_l3'] else 'do not fit'}"
+          f" in the {l3_bytes() >> 20} MiB L3 at T={rows[0]['T'] if rows else '-'}); cold: 8 routings in rotation"
+          f"{'' if e * expert_bytes >= 3 * l3_bytes() else ' (the whole layer is LESS than 3x the L3: not cold, --quick)'}")
+    print_table(rows, [("T", "T", "d"), ("hot_ms", "hot ms", ".2f"), ("TFLOP_s", "TFLOP/s", ".3f"),
+                       ("GB_s", "weights GB/s", ".1f"), ("of_read_bw", "of read BW", ".0%"),
+                       ("cold_ms", "cold ms", ".2f"), ("cold_GB_s", "cold GB/s", ".1f"),
+                       ("cold_of_read_bw", "of read BW", ".0%"),
                        ("ref_ms", "reference ms", ".1f"), ("vs_ref", "speedup", ".1f"),
                        ("check", "check", "s")])
     results["fused_moe"] = rows
@@ -245,6 +318,37 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_id() -> dict[str, Any]:
+    """Family/model/stepping (x86) or MIDR fields (AArch64) of the first CPU in /proc/cpuinfo."""
+    keys = {"cpu family": "family", "model": "model", "stepping": "stepping",
+            "CPU implementer": "implementer", "CPU part": "part", "CPU variant": "variant",
+            "CPU revision": "revision"}
+    out: dict[str, Any] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                k, _, v = line.partition(":")
+                k, v = k.strip(), v.strip()
+                if k in keys:
+                    out[keys[k]] = int(v, 0) if v.lstrip("-").isdigit() or v.startswith("0x") else v
+    except OSError:
+        pass
+    return out
+
+
+def machine_probe() -> dict[str, Any]:
+    """The measured clock from benchmarks/bandwidth (the C++ probe) where it is in the
+    runfiles (`bazel run //:demo`); {} otherwise."""
+    import subprocess
+    binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bandwidth", "bandwidth")
+    if not os.access(binary, os.X_OK):
+        return {}
+    r = subprocess.run([binary, "--json"], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
 def shape(s: str) -> tuple[int, int]:
@@ -278,6 +382,11 @@ def main(argv=None) -> int:
     print(f"cpukern {cpukern.__version__} on {info['arch']} ({info['vendor']}, {platform.processor() or '?'}), "
           f"{info['num_cores']} cores, L2 {info['l2_bytes'] >> 10} KiB")
     print(f"features: {' '.join(info['features']) or '(none)'}")
+    ident = cpu_id()
+    probed = machine_probe()
+    clock = probed.get("clock_GHz_measured")
+    print(f"cpu: {cpu_model()} ({', '.join(f'{k} {v}' for k, v in ident.items()) or '?'}), "
+          f"L3 {l3_bytes() >> 20} MiB, clock {f'{clock:.2f} GHz (measured)' if clock else 'not measured (run as bazel run //:demo)'}")
     for op in ("ternary_gemv", "widely_linear", "fused_moe"):
         print(f"{op}:")
         for v in cpukern.kernels(op):
@@ -292,13 +401,14 @@ def main(argv=None) -> int:
     results: dict[str, Any] = {
         "version": cpukern.__version__,
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu_model": cpu_model(), "platform": platform.platform(), **info},
+        "machine": {"cpu_model": cpu_model(), "platform": platform.platform(), **info, **ident,
+                    "l3_bytes": l3_bytes(), **({"clock_GHz_measured": clock} if clock else {})},
         "threads": threads,
         "quick": bool(args.quick),
         "read_bandwidth_GB_s": bw / 1e9,
     }
-    ok = demo_ternary(args, rng, results)
-    ok &= demo_widely_linear(args, rng, results)
+    ok = demo_ternary(args, rng, results, bw)
+    ok &= demo_widely_linear(args, rng, results, bw)
     ok &= demo_moe(args, rng, results, bw)
     print(f"\n{'all selected variants agree with the reference' if ok else 'MISMATCH against the reference'}"
           f" ({time.time() - t0:.1f} s)")

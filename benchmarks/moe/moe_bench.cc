@@ -1,15 +1,23 @@
 // Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, T in {1, 16, 64, 256},
 // threads 1 and all. Counters: ms per call, TFLOP/s, GB/s of expert weights touched (each
-// distinct routed expert's w13 + w2 read once). The reference variant (scalar) runs T=1 only.
+// distinct routed expert's w13 + w2 read once), of_probe = that GB/s over the all-core
+// streaming-read probe (benchmarks/bandwidth). The reference variant (scalar) runs T=1 only.
+// Every layer row ends in /hot or /cold:
+//   hot:  the same routing every call (the same experts' weights; fits_l3 says whether they
+//         fit in the L3 at all: for these layers they never do, so hot streams them too);
+//   cold: calls rotate over 8 routings drawn independently, whose experts together span
+//         >= 3x the L3, so a call's experts were not read by the call before.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/machine.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/moe/moe.h"
@@ -83,44 +91,79 @@ Packed& packed(const Layer& l, const std::string& isa, const std::string& format
   return p;
 }
 
-void run(benchmark::State& state, const Layer* l, std::string isa, std::string format,
-         int64_t t, int threads) {
-  Packed& p = packed(*l, isa, format);
-  std::vector<bf16_t> x(size_t(t * l->h)), out(size_t(t * l->h));
-  fill_random(x, 1.0f, 5);
-  std::vector<float> wts(size_t(t * l->topk));
-  std::vector<int32_t> ids(size_t(t * l->topk));
-  std::mt19937 rng(11);
-  std::vector<int32_t> perm(size_t(l->e));
-  std::vector<char> touched(size_t(l->e), 0);
+// One routing of t tokens: topk distinct experts per token, weights 1/topk.
+struct Routing {
+  std::vector<float> wts;
+  std::vector<int32_t> ids;
+  int64_t experts = 0;  // distinct experts touched
+};
+
+Routing make_routing(const Layer& l, int64_t t, uint32_t seed) {
+  Routing r;
+  r.wts.assign(size_t(t * l.topk), 1.0f / float(l.topk));
+  r.ids.resize(size_t(t * l.topk));
+  std::mt19937 rng(seed);
+  std::vector<int32_t> perm(size_t(l.e));
+  std::vector<char> touched(size_t(l.e), 0);
   for (int64_t tok = 0; tok < t; ++tok) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    for (int64_t j = 0; j < l->topk; ++j) {
-      ids[tok * l->topk + j] = perm[j];
-      wts[tok * l->topk + j] = 1.0f / float(l->topk);
-      touched[perm[j]] = 1;
+    for (int64_t j = 0; j < l.topk; ++j) {
+      r.ids[size_t(tok * l.topk + j)] = perm[size_t(j)];
+      touched[size_t(perm[size_t(j)])] = 1;
     }
   }
-  const int64_t experts = std::count(touched.begin(), touched.end(), 1);
+  r.experts = std::count(touched.begin(), touched.end(), 1);
+  return r;
+}
+
+constexpr int kColdRoutings = 8;
+
+// Bytes of one expert (w13 + w2): bf16 2 per weight, MXFP4 17/32 (4.25 bits).
+double expert_bytes(const Layer& l, const std::string& format) {
+  return (3.0 * l.i * l.h) * (format == "bf16" ? 2 : 17.0 / 32);
+}
+
+// A cold row is registered only where the layer's weights span >= 3x the L3 (all of these do).
+bool cold_possible(const Layer& l, const std::string& format) {
+  return double(l.e) * expert_bytes(l, format) >= 3.0 * double(bench::l3_bytes());
+}
+
+void run(benchmark::State& state, const Layer* l, std::string isa, std::string format,
+         int64_t t, int threads, bool cold) {
+  Packed& p = packed(*l, isa, format);
+  std::vector<bf16_t> x(size_t(t * l->h)), out(size_t(t * l->h));
+  fill_random(x, 1.0f, 5);
+  std::vector<Routing> routes;
+  for (int r = 0; r < (cold ? kColdRoutings : 1); ++r) routes.push_back(make_routing(*l, t, 11 + r));
+  double experts = 0;
+  for (const Routing& r : routes) experts += double(r.experts) / double(routes.size());
+  size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    fused_moe(x.data(), t, l->h, *p.w13, *p.w2, wts.data(), ids.data(), l->topk, l->act,
+    const Routing& r = routes[next];
+    if (++next == routes.size()) next = 0;
+    fused_moe(x.data(), t, l->h, *p.w13, *p.w2, r.wts.data(), r.ids.data(), l->topk, l->act,
               l->bias ? p.b13.data() : nullptr, l->bias ? p.b2.data() : nullptr, false, threads,
               out.data());
     benchmark::DoNotOptimize(out.data());
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double flop = double(t) * l->topk * (2.0 * 2 * l->i * l->h + 2.0 * l->h * l->i);
-  // Bytes of weights read: bf16 2 per weight, MXFP4 17/32 (4.25 bits).
-  const double bytes = double(experts) * (3.0 * l->i * l->h) * (format == "bf16" ? 2 : 17.0 / 32);
+  const double bytes = experts * expert_bytes(*l, format);  // weights read per call (mean)
   const double n = double(state.iterations());
   state.counters["ms"] = benchmark::Counter(1e-3 * n, benchmark::Counter::kIsRate |
                                                           benchmark::Counter::kInvert);
   state.counters["TFLOP/s"] = benchmark::Counter(flop * n * 1e-12, benchmark::Counter::kIsRate);
   state.counters["GB/s"] = benchmark::Counter(bytes * n * 1e-9, benchmark::Counter::kIsRate);
-  state.counters["experts"] = double(experts);
+  state.counters["of_probe"] = bytes * n / seconds / bench::probe_bytes_per_s(bench::all_cores());
+  state.counters["experts"] = experts;
+  state.counters["fits_l3"] = bytes <= double(bench::l3_bytes()) ? 1 : 0;
 }
 
 int register_all() {
+  bench::add_machine_context();
   const int all = std::max(1, cpu_info().num_cores);
   for (const Layer& l : kLayers)
     for (const Variant& v : registry().variants()) {
@@ -129,16 +172,17 @@ int register_all() {
       for (int64_t t : {1, 16, 64, 256}) {
         if (v.name == std::string("reference") && t > 1) continue;
         if (format == "mxfp4" && (l.h % 32 || l.i % 32)) continue;
-        for (int th : {1, all}) {
-          if (th == all && all == 1 && th != 1) continue;
-          const std::string name = std::string("moe/") + l.name + "/" + v.name + "/" + format +
-                                   "/T:" + std::to_string(t) + "/threads:" + std::to_string(th);
-          benchmark::RegisterBenchmark(name.c_str(), run, &l, v.name, format, t, th)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime()
-              ->MinTime(0.2);
-          if (all == 1) break;
-        }
+        for (int th : all == 1 ? std::vector<int>{1} : std::vector<int>{1, all})
+          for (bool cold : {false, true}) {
+            if (cold && !cold_possible(l, format)) continue;
+            const std::string name = std::string("moe/") + l.name + "/" + v.name + "/" +
+                                     format + "/T:" + std::to_string(t) + "/threads:" +
+                                     std::to_string(th) + (cold ? "/cold" : "/hot");
+            benchmark::RegisterBenchmark(name.c_str(), run, &l, v.name, format, t, th, cold)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime()
+                ->MinTime(0.2);
+          }
       }
     }
   return 0;
@@ -213,40 +257,22 @@ const int registered_ukernels = register_ukernels();
 }  // namespace
 }  // namespace cpukern::moe
 
-// ---- the DRAM read-bandwidth floor: every core streams its share of 1 GiB (summing int64) ----
-#include <thread>
+// ---- the DRAM read-bandwidth floor: the shared all-core probe (kernels/common/bandwidth.cc,
+// also `//benchmarks/bandwidth`), as rows, so a filtered run prints it next to the layers ----
 namespace cpukern::moe {
 namespace {
 
 void read_bandwidth(benchmark::State& state, int threads) {
-  const size_t n = size_t(1) << 27;  // 1 GiB of int64
-  static std::vector<int64_t> buf(n, 1);
-  std::vector<int64_t> sums(size_t(threads) * 8);
-  for (auto _ : state) {
-    std::vector<std::thread> ts;
-    for (int th = 0; th < threads; ++th)
-      ts.emplace_back([&, th] {
-        const int64_t* p = buf.data() + n / threads * th;
-        int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (size_t q = 0; q < n / threads; q += 4) {
-          s0 += p[q], s1 += p[q + 1], s2 += p[q + 2], s3 += p[q + 3];
-        }
-        sums[th * 8] = s0 + s1 + s2 + s3;
-      });
-    for (auto& t : ts) t.join();
-    benchmark::DoNotOptimize(sums.data());
-  }
-  state.counters["GB/s"] = benchmark::Counter(double(n) * 8 * 1e-9 * double(state.iterations()),
-                                              benchmark::Counter::kIsRate);
+  for (auto _ : state) benchmark::DoNotOptimize(threads);
+  state.counters["GB/s"] = bench::probe_bytes_per_s(threads) * 1e-9;
 }
 
 const int registered_bw = [] {
   const int all = std::max(1, cpu_info().num_cores);
-  for (int th : {1, all})
-    benchmark::RegisterBenchmark(("bandwidth/read_1GiB/threads:" + std::to_string(th)).c_str(),
+  for (int th = 1; th <= all; ++th)
+    benchmark::RegisterBenchmark(("bandwidth/read/threads:" + std::to_string(th)).c_str(),
                                  read_bandwidth, th)
-        ->UseRealTime()
-        ->MinTime(0.5);
+        ->Iterations(1);
   return 0;
 }();
 

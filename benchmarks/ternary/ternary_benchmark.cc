@@ -1,8 +1,15 @@
 // Ternary GEMV benchmarks, registered from the registry (the kernel list): every row this CPU runs,
 // fp32 and int8 modes, real layer shapes (M x K), batch 1/4/16, 1 thread and all threads.
-// Counters: Gweights/s (M*K*B per second) and GB/s of the prepared bytes the mode reads.
+// Every name ends in /hot or /cold:
+//   hot:  the same prepared weights every call (cached where they fit in the L3);
+//   cold: calls rotate over distinct prepared copies spanning >= 3x the L3 (sysfs), so every
+//         call streams its weights from memory (B=1 and B=16, and the 32768x14336 layer).
+// Counters: Gweights/s (M*K*B per second), GB/s of the prepared bytes the mode reads, and
+// of_probe = that GB/s over the all-core streaming-read probe (benchmarks/bandwidth).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -11,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/common/machine.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
@@ -59,16 +67,45 @@ std::shared_ptr<const PreparedWeights> make_weights(const Variant& v, int64_t m,
   return last;
 }
 
+// The cold rotation of (variant, shape): bench::cold_sets copies, one rotation alive at a time.
+const std::vector<std::shared_ptr<const PreparedWeights>>& cold_weights(const Variant& v,
+                                                                       int64_t m, int64_t k) {
+  static std::tuple<const Variant*, int64_t, int64_t> key;
+  static std::vector<std::shared_ptr<const PreparedWeights>> sets;
+  if (sets.empty() || key != std::make_tuple(&v, m, k)) {
+    sets.clear();
+    const int64_t bytes = int64_t(std::min(v.ukernel.f32.packed_size(m, k),
+                                           v.ukernel.i8.packed_size(m, k)));
+    const int n = bench::cold_sets(bytes);
+    std::vector<float> scale(size_t(m), 0.5f);
+    for (int i = 0; i < n; ++i) {
+      sets.push_back(prepare(packed_weights(m, k).data(), m, words_for(k), k, scale.data(), v.name));
+      sets.back()->i8_data();
+    }
+    key = std::make_tuple(&v, m, k);
+  }
+  return sets;
+}
+
 void run_bench(benchmark::State& state, const Variant* v, Shape sh, int64_t batch, Act act,
-               int threads) {
-  const auto w = make_weights(*v, sh.m, sh.k);
+               int threads, bool cold) {
+  std::vector<std::shared_ptr<const PreparedWeights>> ws;
+  if (cold)
+    ws = cold_weights(*v, sh.m, sh.k);
+  else
+    ws = {make_weights(*v, sh.m, sh.k)};
   std::vector<float> x(size_t(batch * sh.k)), y(size_t(batch * sh.m));
   std::mt19937 rng(3);
   for (auto& e : x) e = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    gemv(*w, x.data(), batch, nullptr, 0, act, threads, y.data());
+    gemv(*ws[next], x.data(), batch, nullptr, 0, act, threads, y.data());
+    if (++next == ws.size()) next = 0;
     benchmark::DoNotOptimize(y.data());
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double iters = double(state.iterations());
   const double bytes = double(act == Act::kF32 ? v->ukernel.f32.packed_size(sh.m, sh.k)
                                                : v->ukernel.i8.packed_size(sh.m, sh.k));
@@ -77,31 +114,50 @@ void run_bench(benchmark::State& state, const Variant* v, Shape sh, int64_t batc
                          benchmark::Counter::kIsRate);
   state.counters["GB/s"] =
       benchmark::Counter(bytes * iters * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["of_probe"] =
+      bytes * iters / seconds / bench::probe_bytes_per_s(bench::all_cores());
+  state.counters["sets"] = double(ws.size());
 }
 
+// Cold rows: the weights of these calls come from memory (B=1 decode, B=16 small batch), plus
+// a layer too big for any L3 (32768x14336, a 128k-vocabulary head shape).
+const Shape kColdShapes[] = {{4096, 14336}, {14336, 4096}, {32768, 14336}};
+
 const bool registered = [] {
+  bench::add_machine_context();
   const int all = get_num_threads();
+  auto add = [&](const Variant* v, Shape sh, Act act, int64_t batch, int threads, bool cold) {
+    const std::string name = std::string(v->name) + "/" + (act == Act::kF32 ? "fp32" : "int8") +
+                             "/" + std::to_string(sh.m) + "x" + std::to_string(sh.k) + "/B" +
+                             std::to_string(batch) + "/T" + std::to_string(threads) +
+                             (cold ? "/cold" : "/hot");
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), run_bench, v, sh, batch, act, threads,
+                                           cold);
+    b->UseRealTime()->Unit(benchmark::kMicrosecond);
+    if (v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar")) b->MinTime(0.05);
+  };
   for (const Variant& row : registry().variants()) {
     if (!row.supported()) continue;
     const Variant* v = &row;
+    // Registered shape-major within a variant, so that consecutive benchmarks share one
+    // prepared copy (make_weights) or one cold rotation (cold_weights) of the weights.
     for (const Shape& sh : kShapes)
       for (Act act : {Act::kF32, Act::kInt8})
         for (int64_t batch : {1, 4, 16})
           for (int threads : {1, all}) {
-            if (threads == all && all == 1 && threads != 1) continue;
-            // Registered shape-major within a variant, so that consecutive
-            // benchmarks share one prepared copy of the weights (make_weights).
-            const std::string name = std::string(v->name) + "/" +
-                                     (act == Act::kF32 ? "fp32" : "int8") + "/" +
-                                     std::to_string(sh.m) + "x" + std::to_string(sh.k) + "/B" +
-                                     std::to_string(batch) + "/T" + std::to_string(threads);
-            auto* b = benchmark::RegisterBenchmark(name.c_str(), run_bench, v, sh, batch, act,
-                                                   threads);
-            b->UseRealTime()->Unit(benchmark::kMicrosecond);
-            if (v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar"))
-              b->MinTime(0.05);
+            add(v, sh, act, batch, threads, false);
             if (all == 1) break;
           }
+    const bool scalar = v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar");
+    for (const Shape& sh : kColdShapes) {
+      if (scalar && sh.m > 4096 * 4) continue;  // minutes per call set: the hot rows suffice
+      for (Act act : {Act::kF32, Act::kInt8})
+        for (int64_t batch : {1, 16})
+          for (int threads : {1, all}) {
+            add(v, sh, act, batch, threads, true);
+            if (all == 1) break;
+          }
+    }
   }
   return true;
 }();

@@ -19,7 +19,8 @@ def main():
         if b.get("run_type") == "aggregate":
             continue
         name = b["run_name"] if "run_name" in b else b["name"]
-        m = re.match(r"widely_linear/(\w+)/(\d+x\d+)/S(\d)/B(\d)/t(\d)/(fused|unfused)", name)
+        # Hot rows only (same layer every call); the cold rows are read from the JSON directly.
+        m = re.match(r"widely_linear/(\w+)/(\d+x\d+)/S(\d)/B(\d)/t(\d)/(fused|unfused)/hot", name)
         if m:
             key = m.groups()
             # Single thread: CPU time of the calling thread (the shared machine's load

@@ -2,9 +2,13 @@
 // variant this CPU supports x layer shapes x stages x batch x threads (1, 2) x
 // fused/unfused, prepare() per variant, and every supported packer alone.
 // Counter GB/s = bytes of the prepared planes per call / time (the unfused schedule reads
-// them twice, so at equal GB/s it is doing twice the memory traffic).
+// them twice, so at equal GB/s it is doing twice the memory traffic); of_probe = GB/s over
+// the all-core streaming-read probe (benchmarks/bandwidth).
+// Layer rows end in /hot (the same prepared layer every call) or /cold (calls rotate over
+// distinct prepared copies spanning >= 3x the L3, so the planes come from memory).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <random>
@@ -12,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "benchmarks/common/machine.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/widely_linear/ukernel.h"
@@ -47,12 +52,13 @@ const Planes& planes_for(int64_t n, int64_t m, int64_t S) {
   return p;
 }
 
+// Copy `copy` of the prepared layer (cold rows rotate over copies 0..n-1).
 std::shared_ptr<const PreparedLayer> layer_for(const std::string& isa, int64_t n, int64_t m,
-                                               int64_t S) {
-  static std::map<std::tuple<std::string, int64_t, int64_t, int64_t>,
+                                               int64_t S, int copy = 0) {
+  static std::map<std::tuple<std::string, int64_t, int64_t, int64_t, int>,
                   std::shared_ptr<const PreparedLayer>>
       cache;
-  auto& l = cache[{isa, n, m, S}];
+  auto& l = cache[{isa, n, m, S, copy}];
   if (!l) {
     const Planes& p = planes_for(n, m, S);
     l = cpukern::widely_linear::prepare(p.planes.data(), p.scales.data(), false, S, n,
@@ -62,18 +68,30 @@ std::shared_ptr<const PreparedLayer> layer_for(const std::string& isa, int64_t n
 }
 
 void bench(benchmark::State& state, std::string isa, int64_t rows, int64_t cols, int64_t S,
-           int64_t B, int threads, bool fused) {
+           int64_t B, int threads, bool fused, bool cold) {
   const int64_t n = rows / 2, m = cols / 2;
-  auto layer = layer_for(isa, n, m, S);
+  std::vector<std::shared_ptr<const PreparedLayer>> layers = {layer_for(isa, n, m, S)};
+  if (cold)
+    for (int c = 1, sets = cpukern::bench::cold_sets(layers[0]->nbytes()); c < sets; ++c)
+      layers.push_back(layer_for(isa, n, m, S, c));
+  const auto& layer = layers[0];
   std::vector<float> x(B * 2 * m), y(B * 2 * n);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(rng);
+  size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    cpukern::widely_linear::run(*layer, x.data(), B, fused, threads, y.data());
+    cpukern::widely_linear::run(*layers[next], x.data(), B, fused, threads, y.data());
+    if (++next == layers.size()) next = 0;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state.counters["of_probe"] =
+      double(layer->nbytes()) * double(state.iterations()) / seconds /
+      cpukern::bench::probe_bytes_per_s(cpukern::bench::all_cores());
   state.counters["GB/s"] = benchmark::Counter(double(layer->nbytes()) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.counters["Gw/s"] = benchmark::Counter(double(S * 4 * n * m) / 1e9,
@@ -124,22 +142,26 @@ void register_all() {
       for (int64_t S : {1, 2})
         for (int64_t B : {1, 4})
           for (int threads : {1, 2})
-            for (bool fused : {true, false}) {
-              const std::string name = "widely_linear/" + v.name + "/" + std::to_string(sh[0]) +
-                                       "x" + std::to_string(sh[1]) + "/S" + std::to_string(S) +
-                                       "/B" + std::to_string(B) + "/t" + std::to_string(threads) +
-                                       (fused ? "/fused" : "/unfused");
-              benchmark::RegisterBenchmark(name.c_str(), bench, v.name, sh[0], sh[1], S, B,
-                                           threads, fused)
-                  ->Unit(benchmark::kMicrosecond)
-                  ->UseRealTime();
-            }
+            for (bool fused : {true, false})
+              for (bool cold : {false, true}) {
+                if (cold && B != 1) continue;  // cold: decode (B=1) only
+                const std::string name =
+                    "widely_linear/" + v.name + "/" + std::to_string(sh[0]) + "x" +
+                    std::to_string(sh[1]) + "/S" + std::to_string(S) + "/B" + std::to_string(B) +
+                    "/t" + std::to_string(threads) + (fused ? "/fused" : "/unfused") +
+                    (cold ? "/cold" : "/hot");
+                benchmark::RegisterBenchmark(name.c_str(), bench, v.name, sh[0], sh[1], S, B,
+                                             threads, fused, cold)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime();
+              }
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  cpukern::bench::add_machine_context();
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
