@@ -17,6 +17,13 @@ namespace {
 
 constexpr int kMaxThreads = limits::kMaxPoolThreads;
 
+// The stop flag of the innermost StopScope on this thread (nullptr: none).
+thread_local const std::atomic<bool>* t_stop = nullptr;
+
+bool stop_requested(const std::atomic<bool>* stop) {
+  return stop && stop->load(std::memory_order_relaxed);
+}
+
 class ThreadPool {
  public:
   ~ThreadPool() {
@@ -31,9 +38,13 @@ class ThreadPool {
   void run(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
     if (num_tasks <= 0) return;
     threads = int(std::min<int64_t>({threads, num_tasks, kMaxThreads}));
+    const std::atomic<bool>* stop = t_stop;
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (threads <= 1 || !busy.owns_lock()) {
-      for (int64_t i = 0; i < num_tasks; ++i) task(i);
+      for (int64_t i = 0; i < num_tasks; ++i) {
+        if (stop_requested(stop)) throw Interrupted();
+        task(i);
+      }
       return;
     }
     grow(threads - 1);
@@ -42,6 +53,8 @@ class ThreadPool {
       task_ = &task;
       num_tasks_ = num_tasks;
       next_.store(0);
+      stop_flag_ = stop;
+      interrupted_.store(false);
       error_ = nullptr;
       helpers_wanted_ = threads - 1;
       helpers_active_ = 0;
@@ -54,6 +67,7 @@ class ThreadPool {
     done_cv_.wait(lock, [&] { return helpers_active_ == 0; });
     task_ = nullptr;
     if (error_) std::rethrow_exception(error_);
+    if (interrupted_.load()) throw Interrupted();
   }
 
  private:
@@ -64,6 +78,10 @@ class ThreadPool {
 
   void work() {
     for (int64_t i; (i = next_.fetch_add(1)) < num_tasks_;) {
+      if (stop_requested(stop_flag_)) {  // task i is claimed and skipped: the job is incomplete
+        interrupted_.store(true);
+        return;
+      }
       try {
         (*task_)(i);
       } catch (...) {
@@ -97,6 +115,8 @@ class ThreadPool {
   const std::function<void(int64_t)>* task_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};
+  const std::atomic<bool>* stop_flag_ = nullptr;  // the caller's stop flag, read before each task
+  std::atomic<bool> interrupted_{false};
   std::exception_ptr error_;
   uint64_t generation_ = 0;
   int helpers_wanted_ = 0;
@@ -142,6 +162,9 @@ int get_num_threads() {
   const int n = g_default_threads.load();
   return n > 0 ? n : cpu_info().num_cores;
 }
+
+StopScope::StopScope(const std::atomic<bool>* flag) : outer_(t_stop) { t_stop = flag; }
+StopScope::~StopScope() { t_stop = outer_; }
 
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
   pool().run(num_tasks, threads > 0 ? threads : get_num_threads(), task);

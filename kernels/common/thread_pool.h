@@ -1,7 +1,9 @@
 // A persistent thread pool for row-parallel kernels. No thread is created per call.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 
 namespace cpukern {
 
@@ -14,7 +16,29 @@ int get_num_threads();
 // atomic counter, so a task must not depend on which thread runs it; results are then
 // identical for any thread count. Calls from several threads at once are safe: a call
 // that finds the pool busy runs its tasks on its own thread. An exception thrown by a
-// task is rethrown here after all tasks have stopped.
+// task is rethrown here after all tasks have stopped. With a StopScope alive on the calling
+// thread, the call may instead end early by throwing Interrupted (below).
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task);
+
+// Thrown by parallel_for when the calling thread's stop flag was set while tasks were left:
+// the tasks in flight finished, the others never ran (the call's output is incomplete).
+struct Interrupted : std::runtime_error {
+  Interrupted() : std::runtime_error("cpukern: interrupted") {}
+};
+
+// While alive, every parallel_for called on this thread reads *flag (one relaxed atomic load)
+// before it starts each task, on every thread that runs the tasks; once it reads true, no new
+// task starts and the call throws Interrupted. Scopes nest (the innermost flag is read).
+// Calls made on other threads are not affected.
+class StopScope {
+ public:
+  explicit StopScope(const std::atomic<bool>* flag);
+  ~StopScope();
+  StopScope(const StopScope&) = delete;
+  StopScope& operator=(const StopScope&) = delete;
+
+ private:
+  const std::atomic<bool>* outer_;
+};
 
 }  // namespace cpukern

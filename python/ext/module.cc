@@ -133,6 +133,9 @@ NB_MODULE(_ext, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::bad_alloc&) {
       PyErr_SetString(PyExc_MemoryError, "cpukern: out of memory");
+    } catch (const Interrupted&) {
+      // Ctrl-C stopped the call (gil.h): Python's SIGINT handler raises KeyboardInterrupt.
+      if (PyErr_CheckSignals() == 0) PyErr_SetNone(PyExc_KeyboardInterrupt);
     }
   });
   ext::bind_common(m);

@@ -66,7 +66,7 @@ void bind_moe(nb::module_& m) {
 
   m.def("moe_prepack", [](const InArray& w, const std::string& isa) {
     const auto* wp = in_ptr<uint16_t>(w, "w", {3});
-    GilRelease release;
+    GilRelease release(double(w.size()));
     return moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
   });
 
@@ -79,7 +79,7 @@ void bind_moe(nb::module_& m) {
     if (blocks.shape(3) != 16)
       throw_arg("blocks", "expected shape (E, O, I/32, 16), got " + describe_array(blocks));
     check_shape(scales, "scales", {e, o, nb});
-    GilRelease release;
+    GilRelease release(double(blocks.size()) * 2.0);
     return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa);
   });
 
@@ -147,7 +147,7 @@ void bind_moe(nb::module_& m) {
                           {w13_bias ? &*w13_bias : nullptr, "w13_bias"},
                           {w2_bias ? &*w2_bias : nullptr, "w2_bias"}});
         const moe::Activation act = moe::parse_activation(activation);
-        GilRelease release;
+        GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
         moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),

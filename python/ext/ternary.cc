@@ -105,7 +105,7 @@ void bind_ternary(nb::module_& m) {
         }
         check_no_overlap(out, "out", {{&x, "x"}, {scale ? &*scale : nullptr, "scale"}});
         const ternary::Act a = ternary::parse_act(act);
-        GilRelease release;
+        GilRelease release(double(batch) * double(w.m) * double(w.k));
         ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),

@@ -163,3 +163,114 @@ def test_gemv_bad_input_names_the_argument():
         ternary.gemv(tw, np.ones(31, np.float32))
     with pytest.raises(TypeError, match="x: expected a numpy array"):
         ternary.gemv(tw, [1.0] * 32)
+
+
+# --- the scale epilogues (shared by every variant, so only a float64 model catches a change) ---
+
+def int8_model(w, x, scale):
+    """float64 model of act="int8" (the gemv docstring): each row of x is quantised in fp32,
+    q = clip(rint(x * fp32(127 / max|x|)), -127, 127), a row with max|x| < 2**-100 scaled by
+    2**64 first (exact) and its result by 2**-64; then y = (w @ q) * max|x| / 127 * scale in
+    float64. The kernel's three fp32 roundings after the exact integer dot product stay within
+    4 * 2**-24 of |y| (plus 2**-148 where y is subnormal)."""
+    x = np.atleast_2d(x).astype(np.float32)
+    amax = np.abs(x).max(axis=1) if x.shape[1] else np.zeros(x.shape[0], np.float32)
+    pre = np.where((amax > 0) & (amax < np.float32(2.0**-100)), np.float32(2.0**64), np.float32(1))
+    amax = amax * pre
+    with np.errstate(divide="ignore"):
+        qs = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint((x * pre[:, None]) * qs[:, None]), -127, 127)
+    acc = q.astype(np.float64) @ w.astype(np.float64).T
+    dq = amax.astype(np.float64) / 127 / pre.astype(np.float64)
+    return acc * dq[:, None] * np.asarray(scale, np.float64)
+
+
+def assert_int8_matches_model(y, want):
+    err = np.abs(y.astype(np.float64) - want)
+    bound = 4 * 2.0**-24 * np.abs(want) + 2.0**-148
+    assert np.all(err <= bound), (np.max(err / (np.abs(want) + 2.0**-148)), np.argwhere(err > bound)[:5])
+
+
+def epilogue_rows(k, rng):
+    """Activation rows reaching every branch of the int8 quantiser and epilogue: ordinary rows
+    of very different max|x| (each row has its own dequantisation factor), an all-zero row
+    (max|x| = 0), tiny rows (max|x| < 2**-100: the 2**64 pre-scale; without it 127 / max|x|
+    overflows for the subnormal row 3 and max|x| / 127 is subnormal for row 7), a row at
+    exactly 2**-100 (not tiny), one with a single nonzero entry, and one far above 1."""
+    x = rng.standard_normal((8, k)).astype(np.float32)
+    x[1] *= np.float32(1e-3)
+    x[2] = 0
+    x[3] = (x[3].astype(np.float64) * 1e-39).astype(np.float32)  # subnormal activations
+    x[4] = x[4] / np.abs(x[4]).max() * np.float32(2.0**-100)
+    x[5] = 0
+    x[5, k // 2] = -3.25
+    x[6] *= np.float32(1e30)
+    x[7] = (x[7].astype(np.float64) * 1e-37).astype(np.float32)
+    return x
+
+
+# (scale given at prepare, scale given at the call): every form the epilogue takes.
+SCALE_CASES = {
+    "none": (None, None),
+    "scalar": (None, -1.75),
+    "per_row": (None, "rows"),
+    "prepared_per_row": ("rows", None),
+    "call_scalar_overrides_prepared": ("rows", 0.5),
+    "call_per_row_overrides_prepared": ("rows", "rows2"),
+}
+
+
+def _scale(form, m, rng):
+    if form is None or isinstance(form, float):
+        return form
+    s = rng.uniform(0.25, 4.0, m).astype(np.float32)
+    s[::3] *= -1
+    return s
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("case", list(SCALE_CASES))
+def test_int8_epilogue_matches_float64_model(isa, case):
+    rng = np.random.default_rng(77)
+    m, k = 37, 301
+    w = random_ternary(m, k, rng)
+    w[0] = 0
+    prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
+    tw = ternary.prepare(ternary.pack(w), k, prepared, isa=isa)
+    effective = called if called is not None else prepared if prepared is not None else 1.0
+    x = epilogue_rows(k, rng)
+    y = ternary.gemv(tw, x, called, act="int8")
+    want = int8_model(w, x, effective)
+    assert_int8_matches_model(y, want)
+    assert np.all(y[2] == 0) and np.all(y[:, 0] == 0)  # zero row of x, zero row of w
+    assert np.count_nonzero(want[3]) > m // 2 and np.count_nonzero(want[7]) > m // 2
+    for b in (0, 3, 6):  # batch 1 (1-D x) gives the same bits as its row of the batch
+        np.testing.assert_array_equal(ternary.gemv(tw, x[b], called, act="int8"), y[b])
+
+
+@pytest.mark.parametrize("case", list(SCALE_CASES))
+def test_int8_epilogue_empty_shapes(case):
+    rng = np.random.default_rng(78)
+    m = 6
+    prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
+    tw = ternary.prepare(ternary.pack(np.zeros((m, 0), np.int8)), 0, prepared)
+    y = ternary.gemv(tw, np.zeros((3, 0), np.float32), called, act="int8")  # k = 0: y = 0
+    assert y.shape == (3, m) and np.all(y == 0)
+    assert ternary.gemv(tw, np.zeros((0, 0), np.float32), called, act="int8").shape == (0, m)
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("case", list(SCALE_CASES))
+def test_fp32_scale_epilogue_matches_float64_model(isa, case):
+    rng = np.random.default_rng(79)
+    m, k = 37, 301
+    w = random_ternary(m, k, rng)
+    prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
+    tw = ternary.prepare(ternary.pack(w), k, prepared, isa=isa)
+    effective = called if called is not None else prepared if prepared is not None else 1.0
+    x = epilogue_rows(k, rng)
+    y = ternary.gemv(tw, x, called)
+    want, mag = model(w, x, effective)
+    assert np.all(np.abs(y - want) <= 1e-5 * mag + 2.0**-148), np.max(np.abs(y - want) / (mag + 1e-30))
+    assert np.all(y[2] == 0)
+    np.testing.assert_array_equal(ternary.gemv(tw, x[6], called), y[6])
