@@ -34,6 +34,19 @@ class AlignedBuffer {
     std::memset(p_, 0, rounded);
     n_ = bytes;
   }
+  // resize without zeroing, for a buffer the caller overwrites completely (a prepared
+  // layout: zeroing it first would cost a pass over memory on one thread).
+  void resize_for_overwrite(size_t bytes) {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+    if (bytes == 0) return;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    p_ = std::aligned_alloc(64, rounded);
+    if (!p_) throw std::bad_alloc();
+    std::memset(static_cast<char*>(p_) + bytes, 0, rounded - bytes);  // the tail stays zero
+    n_ = bytes;
+  }
   // Grows only (keeps capacity), for scratch reused across calls. Contents undefined.
   void reserve(size_t bytes) {
     if (bytes > n_) resize(bytes);

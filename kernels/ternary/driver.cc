@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,37 +39,142 @@ AlignedBuffer& scratch(int i) {
   return buf[i];
 }
 
+// ---- prepare ------------------------------------------------------------------------------
+// Rows are prepared in tasks of whole tiles on the thread pool: a task copies its rows of
+// public words (about kPrepareChunkBytes, so the copy and the layout it packs stay in L2),
+// validates the copy and packs it. Every layout places a row at a position fixed by (m, k),
+// so the bytes do not depend on the split or the thread count.
+constexpr int64_t kPrepareChunkBytes = int64_t(128) << 10;
+
+int64_t prepare_rows_per_task(int64_t words, int64_t tile) {
+  const int64_t rows = kPrepareChunkBytes / std::max<int64_t>(1, words * 4);
+  return std::max<int64_t>(1, rows / tile) * tile;
+}
+
+// A task's copy of its rows (per thread, reused; one much larger than a chunk, for very long
+// rows, is given back after the task).
+class ChunkCopy {
+ public:
+  explicit ChunkCopy(int64_t n) : buf_(buffer()) {
+    if (int64_t(buf_.size()) < n) buf_.resize(size_t(n));
+  }
+  ~ChunkCopy() {
+    if (int64_t(buf_.size()) * 4 > 4 * kPrepareChunkBytes) std::vector<uint32_t>().swap(buf_);
+  }
+  uint32_t* data() { return buf_.data(); }
+
+ private:
+  static std::vector<uint32_t>& buffer() {
+    thread_local std::vector<uint32_t> b;
+    return b;
+  }
+  std::vector<uint32_t>& buf_;
+};
+
+// Index (row-major) of the first word of rows [0, m) holding a code 0b11 or a nonzero code
+// past k, or -1. The common case (no error) is one OR over each row.
+int64_t first_bad_word(const uint32_t* p, int64_t m, int64_t words, int64_t k) {
+  const uint32_t past = ternary_codes::past_mask(int(k - (words - 1) * 16));
+  auto bad = [&](uint32_t word, int64_t wi) {
+    return ternary_codes::invalid_codes(word) != 0 || (wi == words - 1 && (word & past) != 0);
+  };
+  for (int64_t r = 0; r < m; ++r) {
+    const uint32_t* row = p + r * words;
+    uint32_t any = 0;
+    for (int64_t wi = 0; wi < words; ++wi) any |= row[wi] & (row[wi] >> 1);
+    if (!(any & 0x55555555u) && !(row[words - 1] & past)) continue;
+    for (int64_t wi = 0; wi < words; ++wi)
+      if (bad(row[wi], wi)) return r * words + wi;
+  }
+  return -1;
+}
+
+[[noreturn]] void throw_bad_word(int64_t index, uint32_t word, int64_t words, int64_t k) {
+  const int64_t r = index / words, wi = index % words;
+  if (const uint32_t bad = ternary_codes::invalid_codes(word)) {
+    const int c = __builtin_ctz(bad) / 2;
+    throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
+                            "] (word [" + s(r) + ", " + s(wi) + "])");
+  }
+  const int valid = int(std::min<int64_t>(16, k - wi * 16));
+  const int c = __builtin_ctz(word & ternary_codes::past_mask(valid)) / 2;
+  throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
+                          " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
+}
+
 }  // namespace
 
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t k, const float* scale) {
+                                                       int64_t m, int64_t k, const float* scale,
+                                                       int threads) {
+  const int nthreads = limits::resolve_threads(threads);
   auto p = std::make_shared<PreparedWeights>();
   p->variant = &v;
   p->isa = v.name;
   p->m = m;
   p->k = k;
   if (scale) p->scale.assign(scale, scale + m);
-  p->data.resize(size_t(v.ukernel.f32.packed_size(m, k)));
-  if (m > 0 && k > 0) packer_for(v.ukernel.f32.layout).pack(packed, m, k, p->data.data());
+  const F32Ukernel& uk = v.ukernel.f32;
+  if (m == 0 || k == 0) {
+    p->data.resize(size_t(uk.packed_size(m, k)));
+    return p;
+  }
+  // Packers write every byte of the layout (tested), each task its own rows: no zeroing
+  // pass, and the first touch of the pages is spread over the threads.
+  p->data.resize_for_overwrite(size_t(uk.packed_size(m, k)));
+  const Packer& packer = packer_for(uk.layout);
+  const int64_t words = words_for(k), rpt = prepare_rows_per_task(words, uk.mr);
+  const int64_t tasks = (m + rpt - 1) / rpt;
+  struct BadWord {
+    int64_t index = -1;
+    uint32_t word = 0;
+  };
+  std::vector<BadWord> bad(static_cast<size_t>(tasks));
+  char* base = p->data.data<char>();
+  parallel_for(tasks, nthreads, [&](int64_t t) {
+    const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
+    // The caller's words are read once: this copy is validated and packed (another thread
+    // writing 0b11 codes into `packed` during the call cannot reach the kernels' layouts).
+    ChunkCopy copy(n * words);
+    std::memcpy(copy.data(), packed + r0 * words, size_t(n * words * 4));
+    if (const int64_t i = first_bad_word(copy.data(), n, words, k); i >= 0) {
+      bad[size_t(t)] = {r0 * words + i, copy.data()[i]};
+      return;
+    }
+    packer.pack(copy.data(), n, k, base + uk.packed_size(r0, k));
+  });
+  for (const BadWord& b : bad)  // the first in row-major order, whatever the thread count
+    if (b.index >= 0) throw_bad_word(b.index, b.word, words, k);
   return p;
 }
 
-const void* PreparedWeights::i8_data() const {
-  std::call_once(i8_once_, [this] {
+const void* PreparedWeights::i8_data(int threads) const {
+  std::call_once(i8_once_, [&] {
     const F32Ukernel& f = variant->ukernel.f32;
     const I8Ukernel& q = variant->ukernel.i8;
     if (std::strcmp(f.layout, q.layout) == 0) {  // one layout serves both modes
       i8_ptr_ = data.data();
       return;
     }
-    i8_buf_.resize(size_t(q.packed_size(m, k)));
-    if (m > 0 && k > 0) {
-      // The public words are restored from the fp32 layout (the caller's copy may be gone).
+    if (m == 0 || k == 0) {
+      i8_buf_.resize(size_t(q.packed_size(m, k)));
+    } else {
+      i8_buf_.resize_for_overwrite(size_t(q.packed_size(m, k)));  // every byte is packed
+      // The public words are restored from the fp32 layout (the caller's copy may be gone),
+      // task by task (whole tiles of both layouts).
       const Packer& from = packer_for(f.layout);
+      const Packer& to = packer_for(q.layout);
       if (!from.unpack) throw std::logic_error(std::string(from.name) + " has no unpack");
-      std::vector<uint32_t> words(size_t(m * words_for(k)));
-      from.unpack(data.data(), m, k, words.data());
-      packer_for(q.layout).pack(words.data(), m, k, i8_buf_.data());
+      const int64_t words = words_for(k);
+      const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
+      const char* src = data.data<char>();
+      char* dst = i8_buf_.data<char>();
+      parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
+        const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
+        ChunkCopy words_of(n * words);
+        from.unpack(src + f.packed_size(r0, k), n, k, words_of.data());
+        to.pack(words_of.data(), n, k, dst + q.packed_size(r0, k));
+      });
     }
     i8_ptr_ = i8_buf_.data();
     i8_bytes_ = int64_t(i8_buf_.size());
@@ -78,7 +184,7 @@ const void* PreparedWeights::i8_data() const {
 
 std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
                                                int64_t k, const float* scale,
-                                               const std::string& isa) {
+                                               const std::string& isa, int threads) {
   check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
   check_arg(k <= limits::kMaxElements, "k", "expected k <= 2**46, got " + s(k));
@@ -87,27 +193,9 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
                 ", got " + s(words));
   checked_mul(m, words * 16, "packed");
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
+  limits::resolve_threads(threads);             // throws naming "threads"
   const Variant& v = registry().select(isa);  // throws naming "isa"
-  // The caller's words are read once: the copy is validated and packed (another thread
-  // writing 0b11 codes into `packed` during the call cannot reach the kernels' layouts).
-  std::vector<uint32_t> copy(packed, packed + m * words);
-  packed = copy.data();
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t wi = 0; wi < words; ++wi) {
-      const uint32_t word = packed[r * words + wi];
-      if (const uint32_t bad = ternary_codes::invalid_codes(word)) {
-        const int c = __builtin_ctz(bad) / 2;
-        throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
-                                "] (word [" + s(r) + ", " + s(wi) + "])");
-      }
-      const int valid = int(std::min<int64_t>(16, k - wi * 16));
-      if (const uint32_t past = word & ternary_codes::past_mask(valid)) {
-        const int c = __builtin_ctz(past) / 2;
-        throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
-                                " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
-      }
-    }
-  return prepare_variant(v, packed, m, k, scale);
+  return prepare_variant(v, packed, m, k, scale, threads);  // validates the words
 }
 
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
@@ -204,7 +292,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       std::memset(acc, 0, size_t(batch * m * 4));
     } else {
       const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
-      const char* wbase = static_cast<const char*>(w.i8_data());
+      const char* wbase = static_cast<const char*>(w.i8_data(nthreads));
       const int64_t rb = uk.row_bytes(k);
       parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
         const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);

@@ -41,8 +41,9 @@ struct PreparedWeights {
   int64_t m = 0, k = 0;
   std::vector<float> scale;  // (m,) or empty (no scale)
   AlignedBuffer data;        // the fp32 micro-kernel's layout
-  // The int8 micro-kernel's layout (packs it on first use; thread-safe).
-  const void* i8_data() const;
+  // The int8 micro-kernel's layout (packs it on first use, on `threads` threads as in gemv;
+  // thread-safe).
+  const void* i8_data(int threads = 0) const;
   // Bytes held now: the fp32 layout, plus the int8 one once packed.
   int64_t nbytes() const { return int64_t(data.size()) + i8_bytes_.load(); }
 
@@ -54,10 +55,11 @@ struct PreparedWeights {
 };
 
 // packed: (m, words), words == words_for(k), every code valid and codes past k zero.
-// scale: nullptr or (m,). isa: "" = default selection.
+// scale: nullptr or (m,). isa: "" = default selection. threads: as in gemv (the layout's
+// bytes do not depend on it).
 std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
                                                int64_t k, const float* scale,
-                                               const std::string& isa);
+                                               const std::string& isa, int threads = 0);
 
 // y[b, r] = s[r] * sum_j w[r, j] * x[b, j] for b < batch.
 // x: (batch, k) float32 row-major; y: (batch, m). scale: scale_len 0 -> the prepared scale

@@ -37,11 +37,14 @@ namespace cpukern::ternary {
 // ---- packers ------------------------------------------------------------------------------
 struct Packer {
   const char* name;  // ternary_pack_<layout>__<isa>
-  // Public words (m, words_for(k)) -> the layout, into zeroed memory of the micro-kernel's
-  // packed_size(m, k).
+  // Public words (m, words_for(k)) -> the layout: every byte of the micro-kernel's
+  // packed_size(m, k) at dst (padding included). The driver packs row ranges in parallel:
+  // rows [r0, r0 + m) with r0 on a tile boundary of every micro-kernel reading the layout
+  // go to dst = layout + packed_size(r0, k), so a packer must give the same bytes for any
+  // such split (rows never depend on other rows).
   void (*pack)(const uint32_t* packed, int64_t m, int64_t k, void* dst);
-  // The inverse (the int8 layout is packed lazily from the fp32 one); nullptr for layouts
-  // only int8 micro-kernels read.
+  // The inverse (the int8 layout is packed lazily from the fp32 one), by the same row
+  // ranges; nullptr for layouts only int8 micro-kernels read.
   void (*unpack)(const void* src, int64_t m, int64_t k, uint32_t* packed);
 };
 
@@ -145,9 +148,11 @@ const Registry<TernaryGemvUkernel>& registry();
 const std::vector<Variant>& simde_variants();
 
 // Internal entry point: prepare for an explicit row (prepare() and tests of rows outside
-// the registry, e.g. simde_variants()). The weights must be valid (prepare checks them).
+// the registry, e.g. simde_variants()). Validates the codes (0b11, past k) but not the
+// shapes (prepare checks those).
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t k, const float* scale);
+                                                       int64_t m, int64_t k, const float* scale,
+                                                       int threads = 0);
 
 // Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0).
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,

@@ -1,23 +1,46 @@
 // Packer of the lut4r16 layout (layouts.h), portable; read by the NEON fp32 micro-kernel.
+// A group of 4 columns is one public byte, so each layout byte is one table lookup.
+#include <cstring>
+
 #include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "public words are read as bytes");
 
 namespace cpukern::ternary {
 namespace {
 
-constexpr int64_t kR = layouts::kLut4r16Rows, kC = layouts::kLut4r16Cols;
+constexpr int64_t kR = layouts::kLut4r16Rows;
+
+// Public byte <-> layout byte (add pattern in bits 0-3, subtract pattern in bits 4-7).
+struct Tables {
+  uint8_t to_layout[256] = {}, to_public[256] = {};
+  constexpr Tables() {
+    for (int b = 0; b < 256; ++b) {
+      int l = 0;
+      for (int c = 0; c < 4; ++c) {
+        const int w = ternary_codes::decode(uint32_t(b), c);
+        l |= w > 0 ? 1 << c : w < 0 ? 16 << c : 0;
+      }
+      to_layout[b] = uint8_t(l);
+      if (ternary_codes::invalid_codes(uint32_t(b)) == 0) to_public[l] = uint8_t(b);
+    }
+  }
+};
+inline constexpr Tables kTables{};
 
 void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   const int64_t words = words_for(k), groups = layouts::lut4r16_groups(k);
   uint8_t* out = static_cast<uint8_t*>(dst);
-  for (int64_t r = 0; r < m; ++r) {
-    uint8_t* tile = out + (r / kR) * groups * kR;
-    for (int64_t j = 0; j < k; ++j) {
-      const int w = ternary_codes::decode(packed[r * words + j / 16], int(j % 16));
-      if (w == 0) continue;
-      const int bit = int(j % kC) + (w < 0 ? 4 : 0);
-      tile[(j / kC) * kR + r % kR] |= uint8_t(1u << bit);
+  const int64_t rows = (m + kR - 1) / kR * kR;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* lanes = out + (r / kR) * groups * kR + r % kR;
+    if (r >= m) {  // padding rows
+      for (int64_t g = 0; g < groups; ++g) lanes[g * kR] = 0;
+      continue;
     }
+    const uint8_t* s = reinterpret_cast<const uint8_t*>(packed + r * words);
+    for (int64_t g = 0; g < groups; ++g) lanes[g * kR] = kTables.to_layout[s[g]];
   }
 }
 
@@ -25,17 +48,10 @@ void unpack(const void* src, int64_t m, int64_t k, uint32_t* packed) {
   const int64_t words = words_for(k), groups = layouts::lut4r16_groups(k);
   const uint8_t* in = static_cast<const uint8_t*>(src);
   for (int64_t r = 0; r < m; ++r) {
-    const uint8_t* tile = in + (r / kR) * groups * kR;
-    for (int64_t wi = 0; wi < words; ++wi) {
-      uint32_t word = 0;
-      for (int64_t j = wi * 16; j < k && j < wi * 16 + 16; ++j) {
-        const unsigned byte = tile[(j / kC) * kR + r % kR];
-        const int c = int(j % kC);
-        const int w = int((byte >> c) & 1u) - int((byte >> (c + 4)) & 1u);
-        word |= ternary_codes::encode(w, int(j % 16));
-      }
-      packed[r * words + wi] = word;
-    }
+    const uint8_t* lanes = in + (r / kR) * groups * kR + r % kR;
+    uint8_t* d = reinterpret_cast<uint8_t*>(packed + r * words);
+    for (int64_t g = 0; g < groups; ++g) d[g] = kTables.to_public[lanes[g * kR]];
+    std::memset(d + groups, 0, size_t(words * 4 - groups));
   }
 }
 

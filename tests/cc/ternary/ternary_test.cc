@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <random>
-#include <thread>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/cpu_features.h"
@@ -303,13 +305,92 @@ TEST_P(VariantTest, Int8LayoutPackedLazilyOnce) {
               ref.nnz_amax[size_t(i)] / 254.0 * 1.0001 + 1e-5 * ref.abs_sum[size_t(i)]);
 }
 
+// prepare packs row tiles in parallel: the fp32 layout and the lazily packed int8 layout
+// are the same bytes for any thread count (several tasks with a ragged last one), and equal
+// what the layout's packer writes for the whole matrix in one call.
+TEST_P(VariantTest, PreparedBytesIndependentOfThreads) {
+  std::mt19937 rng(31);
+  const auto& uk = variant_->ukernel;
+  for (const auto& [m, k] : {std::pair<int64_t, int64_t>{16 * 40 + 9, 4096 + 29}, {3, 70000}}) {
+    const auto p = pack_weights(make_weights(m, k, Fill::kRandom, rng), m, k);
+    std::vector<uint8_t> f32(size_t(uk.f32.packed_size(m, k))), i8(size_t(uk.i8.packed_size(m, k)));
+    packer_for(uk.f32.layout).pack(p.data(), m, k, f32.data());
+    packer_for(uk.i8.layout).pack(p.data(), m, k, i8.data());
+    for (int threads : {1, 2, 3, 7}) {
+      const auto pw = prepare_variant(*variant_, p.data(), m, k, nullptr, threads);
+      ASSERT_EQ(0, std::memcmp(pw->data.data(), f32.data(), f32.size()))
+          << "fp32 layout, threads=" << threads << " m=" << m << " k=" << k;
+      ASSERT_EQ(0, std::memcmp(pw->i8_data(threads), i8.data(), i8.size()))
+          << "int8 layout, threads=" << threads << " m=" << m << " k=" << k;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Variants, VariantTest,
     ::testing::ValuesIn(cpukern::testing::test_variant_names(registry(), simde_variants())),
     [](const auto& info) { return info.param; });
 
-// Every packer of the kernel list writes the same bytes as the first (portable) packer of
-// its layout, and unpack restores the public words.
+// The reference of every layout: layouts.h restated weight by weight from the int8 weights
+// (slow and obvious; independent of the packers' tables and bit streams).
+std::vector<uint8_t> reference_layout(const std::string& layout, const std::vector<int8_t>& w,
+                                      int64_t m, int64_t k, int64_t size) {
+  std::vector<uint8_t> out(size_t(size), 0);
+  auto u32 = [&](int64_t i) -> uint32_t& {
+    EXPECT_LE((i + 1) * 4, size) << layout;
+    return reinterpret_cast<uint32_t*>(out.data())[i];
+  };
+  const int64_t words = words_for(k);
+  auto wt = [&](int64_t r, int64_t j) { return int(w[size_t(r * k + j)]); };
+  auto tiles = [&](int64_t rows) { return (m + rows - 1) / rows; };
+  if (layout == "t2p16" || layout == "t2p16r16") {
+    const int64_t R = layout == "t2p16" ? 1 : 16;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        u32((r / R) * words * R + (j / 16) * R + r % R) |= ternary_codes::encode(wt(r, j), int(j % 16));
+  } else if (layout == "lut3r8") {
+    const int64_t nblk = (k + 29) / 30;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        if (wt(r, j) != 0)
+          u32((r / 8) * nblk * 16 + (j / 30) * 16 + (wt(r, j) < 0 ? 8 : 0) + r % 8) |=
+              1u << (j % 30);
+  } else if (layout == "lut27r16") {
+    const int64_t nblk = (k + 17) / 18;
+    for (int64_t i = 0; i < tiles(16) * nblk * 16; ++i)
+      for (int g = 0; g < 6; ++g) u32(i) |= 13u << (5 * g);  // three zero weights
+    const uint32_t pow3[3] = {1, 3, 9};
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        u32((r / 16) * nblk * 16 + (j / 18) * 16 + r % 16) +=
+            uint32_t(wt(r, j)) * (pow3[(j % 18) % 3] << (5 * ((j % 18) / 3)));
+  } else if (layout == "lut4r16") {
+    const int64_t groups = (k + 3) / 4;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        if (wt(r, j) != 0)
+          out[size_t((r / 16) * groups * 16 + (j / 4) * 16 + r % 16)] |=
+              uint8_t(1u << (j % 4 + (wt(r, j) < 0 ? 4 : 0)));
+  } else if (layout == "q2b128" || layout == "q2b256") {
+    const int64_t C = layout == "q2b128" ? 128 : 256, rb = (k + C - 1) / C * (C / 4);
+    std::fill(out.begin(), out.end(), uint8_t(0x55));  // w = 0 everywhere, past k too
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t c = j % C, q = c / (C / 4);
+        uint8_t& byte = out[size_t(r * rb + (j / C) * (C / 4) + c % (C / 4))];
+        byte = uint8_t((byte & ~(3u << (2 * q))) | (uint32_t(wt(r, j) + 1) << (2 * q)));
+      }
+  } else {
+    ADD_FAILURE() << "no reference for layout " << layout << ": add it here";
+  }
+  return out;
+}
+
+// Every packer of the kernel list writes exactly the reference bytes (every byte: the
+// output starts as garbage), also when called on row ranges the way prepare's tasks call it
+// (rows [r0, r0 + n) at packed_size(r0, k), r0 a multiple of 16, every layout's tile), and
+// unpack restores the public words. Edge shapes: m = 1, k = 1, ragged row tiles, k around
+// each layout's column group (3, 4, 16, 18, 30, 128, 256) and a large k.
 class PackerTest : public ::testing::TestWithParam<std::string> {};
 
 // packed_size of `layout`, from a micro-kernel that reads it and that this CPU may call
@@ -326,34 +407,57 @@ int64_t (*layout_size(const char* layout))(int64_t, int64_t) {
   return nullptr;
 }
 
-TEST_P(PackerTest, SameBytesAsPortablePackerAndRoundTrip) {
+TEST_P(PackerTest, ReferenceBytesOnEdgeShapesRowRangesAndRoundTrip) {
   const PackerRow* row = nullptr;
-  const PackerRow* first = nullptr;
   for (const auto& r : packers())
     if (GetParam() == r.packer.name) row = &r;
   ASSERT_NE(row, nullptr);
-  for (const auto& r : packers())
-    if (!first && std::string(r.layout) == row->layout) first = &r;
   if (!row->supported())
     GTEST_SKIP() << row->packer.name << " needs CPU features this CPU lacks: "
                  << joined(missing_features(row->required));
   const auto size = layout_size(row->layout);
   if (!size) GTEST_SKIP() << "no micro-kernel this CPU runs reads layout " << row->layout;
   std::mt19937 rng(21);
-  for (int64_t k : {1, 16, 29, 30, 31, 257, 1000})
-    for (int64_t m : {1, 8, 9, 17}) {
-      const auto p = pack_weights(make_weights(m, k, Fill::kRandom, rng), m, k);
-      std::vector<char> a(size_t(size(m, k))), b(a.size());
-      row->packer.pack(p.data(), m, k, a.data());
-      first->packer.pack(p.data(), m, k, b.data());
-      ASSERT_EQ(a, b) << row->packer.name << " vs " << first->packer.name << " k=" << k
-                      << " m=" << m;
-      if (!row->packer.unpack) continue;
-      std::vector<uint32_t> back(size_t(m * words_for(k)) + 1, 0xFFFFFFFFu);
-      back.back() = p.back();
-      row->packer.unpack(a.data(), m, k, back.data());
-      ASSERT_EQ(back, p) << row->packer.name << " unpack k=" << k << " m=" << m;
-    }
+  struct Case {
+    int64_t m, k;
+  };
+  std::vector<Case> cases;
+  for (int64_t k : {1, 2, 3, 4, 5, 15, 16, 17, 18, 19, 29, 30, 31, 32, 35, 36, 37, 60, 61, 127,
+                    128, 129, 255, 256, 257, 1000})
+    for (int64_t m : {1, 7, 8, 9, 16, 17, 33}) cases.push_back({m, k});
+  cases.push_back({40, 14336 + 5});  // large
+  int checked = 0;
+  for (const Case& c : cases) {
+    const int64_t m = c.m, k = c.k;
+    const Fill fill = checked % 7 == 3 ? Fill::kAllMinus : checked % 7 == 5 ? Fill::kAllPlus
+                                                                            : Fill::kRandom;
+    const auto w = make_weights(m, k, fill, rng);
+    const auto p = pack_weights(w, m, k);
+    const auto ref = reference_layout(row->layout, w, m, k, size(m, k));
+    std::vector<uint8_t> a(ref.size(), 0xA5);
+    row->packer.pack(p.data(), m, k, a.data());
+    ASSERT_EQ(a, ref) << row->packer.name << " k=" << k << " m=" << m;
+    // Row ranges of 16 rows (a ragged last one), packed last to first.
+    std::vector<uint8_t> b(ref.size(), 0x5A);
+    const int64_t words = words_for(k);
+    for (int64_t r0 = (m - 1) / 16 * 16; r0 >= 0; r0 -= 16)
+      row->packer.pack(p.data() + r0 * words, std::min<int64_t>(16, m - r0), k,
+                       b.data() + size(r0, k));
+    ASSERT_EQ(b, ref) << row->packer.name << " by 16-row ranges, k=" << k << " m=" << m;
+    ++checked;
+    if (!row->packer.unpack) continue;
+    std::vector<uint32_t> back(size_t(m * words) + 1, 0xFFFFFFFFu);
+    back.back() = p.back();
+    row->packer.unpack(a.data(), m, k, back.data());
+    ASSERT_EQ(back, p) << row->packer.name << " unpack k=" << k << " m=" << m;
+    // The last 16-row range alone (the lazy int8 layout unpacks by ranges).
+    const int64_t r0 = (m - 1) / 16 * 16;
+    std::vector<uint32_t> part(size_t((m - r0) * words), 0xFFFFFFFFu);
+    row->packer.unpack(a.data() + size(r0, k), m - r0, k, part.data());
+    ASSERT_TRUE(std::equal(part.begin(), part.end(), p.begin() + r0 * words))
+        << row->packer.name << " unpack of rows " << r0 << ".., k=" << k << " m=" << m;
+  }
+  std::printf("[ %s ] checked %d shapes\n", row->packer.name, checked);
 }
 
 std::vector<std::string> packer_names() {
@@ -388,6 +492,36 @@ TEST(TernaryApi, PrepareValidates) {
   expect_arg_error([&] { prepare(ok.data(), -1, 1, 2, nullptr, ""); }, "packed");
   expect_arg_error([&] { prepare(nullptr, 1, 1, 2, nullptr, ""); }, "packed");
   expect_arg_error([&] { prepare(ok.data(), 1, 1, 2, nullptr, "no_such_isa"); }, "isa");
+}
+
+// The words are validated by prepare's parallel tasks; the error names the first bad word
+// in row-major order for any thread count, and both checks stay (0b11, nonzero past k).
+TEST(TernaryApi, PrepareReportsTheFirstBadWordForAnyThreadCount) {
+  const int64_t m = 700, k = 4100, words = words_for(k);  // several tasks
+  std::vector<uint32_t> p(size_t(m * words), 0x2u);
+  p[size_t(650 * words + 3)] = 0x3u << 8;                  // 0b11 in a late task
+  p[size_t(300 * words + words - 1)] = 0x2u << (2 * 4);    // k % 16 = 4: column 4 is past k
+  p[size_t(301 * words + 1)] = 0xCu;                      // 0b11, later in row-major order
+  for (int threads : {1, 2, 3, 8})
+    for (const char* isa : {"reference", ""}) {
+      try {
+        prepare(p.data(), m, words, k, nullptr, isa, threads);
+        ADD_FAILURE() << "expected an error";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "packed: nonzero code past k = 4100 for column 4100 of row 300 (word [300, 256])")
+            << "threads=" << threads;
+      }
+    }
+  p[size_t(300 * words + words - 1)] = 0x2u;
+  try {
+    prepare(p.data(), m, words, k, nullptr, "", 2);
+    ADD_FAILURE() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "packed: invalid code 0b11 for weight [301, 17] (word [301, 1])");
+  }
+  expect_arg_error([&] { prepare(p.data(), m, words, k, nullptr, "", -1); }, "threads");
 }
 
 TEST(TernaryApi, GemvValidatesBeforeWriting) {

@@ -1,0 +1,73 @@
+// Helpers shared by the packers. A packer reads the public words one row at a time from a
+// zero-padded copy of the row, as a little-endian stream of 2-bit codes (byte b of the row =
+// columns 4b..4b+3), so that every layout's blocks are fixed-width fields of that stream:
+// reads a few bytes past the row's end stay in bounds and see zeros (weight 0), which is
+// what codes past k are (prepare validates that).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the packers read public words as bytes (byte b = columns 4b..4b+3)");
+
+// For table-lookup loops: GCC's vectorizer turns their lookups into element-by-element
+// inserts, measured 1.7x slower than the scalar loop (q2b128 portable packer, Zen 3).
+#if defined(__GNUC__) && !defined(__clang__)
+#define CPUKERN_SCALAR_LOOKUPS __attribute__((optimize("no-tree-vectorize")))
+#else
+#define CPUKERN_SCALAR_LOOKUPS
+#endif
+
+namespace cpukern::ternary::pack_rows {
+
+// Zero-padded bytes past a row copy, enough for one 8-byte read at any byte of the row.
+inline constexpr int64_t kPadBytes = 16;
+
+// A reusable row buffer: load() copies `bytes` bytes of a row; the rest up to `size` bytes
+// plus kPadBytes stays zero.
+class RowBuffer {
+ public:
+  explicit RowBuffer(int64_t bytes, int64_t size = 0)
+      : bytes_(bytes), buf_(size_t((bytes > size ? bytes : size) + kPadBytes + 7) / 8, 0) {}
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(buf_.data()); }
+  // Copies `bytes` bytes of `row` (the padding stays zero).
+  const uint8_t* load(const void* row) {
+    std::memcpy(buf_.data(), row, size_t(bytes_));
+    return data();
+  }
+  void clear() { std::memset(buf_.data(), 0, buf_.size() * 8); }
+
+ private:
+  int64_t bytes_;
+  std::vector<uint64_t> buf_;  // 8-byte aligned
+};
+
+// 64 bits of a little-endian bit stream from bit `bit` on (the top bit % 8 bits are zero).
+inline uint64_t bits_at(const void* s, int64_t bit) {
+  uint64_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(s) + (bit >> 3), 8);
+  return v >> (bit & 7);
+}
+
+// ORs `v` (< 2**56) into the stream at bit `bit`.
+inline void or_bits_at(void* s, int64_t bit, uint64_t v) {
+  uint8_t* p = static_cast<uint8_t*>(s) + (bit >> 3);
+  uint64_t t;
+  std::memcpy(&t, p, 8);
+  t |= v << (bit & 7);
+  std::memcpy(p, &t, 8);
+}
+
+// Spreads the 16 low bits of v to the even bits of a word (the inverse of
+// ternary_codes::compress_even_bits).
+inline constexpr uint32_t spread_to_even_bits(uint32_t v) {
+  v &= 0xFFFFu;
+  v = (v | (v << 8)) & 0x00FF00FFu;
+  v = (v | (v << 4)) & 0x0F0F0F0Fu;
+  v = (v | (v << 2)) & 0x33333333u;
+  v = (v | (v << 1)) & 0x55555555u;
+  return v;
+}
+
+}  // namespace cpukern::ternary::pack_rows
