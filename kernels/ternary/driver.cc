@@ -13,6 +13,7 @@
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/ternary/grouped.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
 
@@ -106,17 +107,28 @@ int64_t first_bad_word(const uint32_t* p, int64_t m, int64_t words, int64_t k) {
 
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
                                                        int64_t m, int64_t k, const float* scale,
-                                                       int threads) {
+                                                       int threads, int64_t group_size) {
   const int nthreads = limits::resolve_threads(threads);
   auto p = std::make_shared<PreparedWeights>();
   p->variant = &v;
   p->isa = v.name;
   p->m = m;
   p->k = k;
-  if (scale) p->scale.assign(scale, scale + m);
+  p->group_size = group_size;
+  if (scale) p->scale.assign(scale, scale + m * (group_size > 0 ? groups_for(k, group_size) : 1));
   const F32Ukernel& uk = v.ukernel.f32;
   if (m == 0 || k == 0) {
     p->data.resize(size_t(uk.packed_size(m, k)));
+    return p;
+  }
+  if (group_size > 0) {  // one validated copy, then the (block, group) sub-layouts
+    const int64_t words = words_for(k);
+    std::vector<uint32_t> copy(packed, packed + m * words);
+    if (const int64_t i = first_bad_word(copy.data(), m, words, k); i >= 0)
+      throw_bad_word(i, copy[size_t(i)], words, k);
+    const grouped::Plan plan(m, k, group_size, uk.packed_size);
+    p->data.resize(size_t(plan.bytes()));  // zeroed: the alignment gaps between sub-layouts
+    grouped::pack(plan, packer_for(uk.layout), copy.data(), k, nthreads, p->data.data());
     return p;
   }
   // Packers write every byte of the layout (tested), each task its own rows: no zeroing
@@ -165,6 +177,17 @@ const void* PreparedWeights::i8_data(int threads) const {
       const Packer& from = packer_for(f.layout);
       const Packer& to = packer_for(q.layout);
       if (!from.unpack) throw std::logic_error(std::string(from.name) + " has no unpack");
+      if (group_size > 0) {
+        const grouped::Plan fp(m, k, group_size, f.packed_size);
+        const grouped::Plan qp(m, k, group_size, q.packed_size);
+        std::vector<uint32_t> words(size_t(m * words_for(k)));
+        grouped::unpack(fp, from, data.data(), k, words.data());
+        i8_buf_.resize(size_t(qp.bytes()));
+        grouped::pack(qp, to, words.data(), k, limits::resolve_threads(threads), i8_buf_.data());
+        i8_ptr_ = i8_buf_.data();
+        i8_bytes_ = int64_t(i8_buf_.size());
+        return;
+      }
       const int64_t words = words_for(k);
       const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
       const char* src = data.data<char>();
@@ -184,7 +207,8 @@ const void* PreparedWeights::i8_data(int threads) const {
 
 std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
                                                int64_t k, const float* scale,
-                                               const std::string& isa, int threads) {
+                                               const std::string& isa, int threads,
+                                               int64_t group_size) {
   check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
   check_arg(k <= limits::kMaxElements, "k", "expected k <= 2**46, got " + s(k));
@@ -194,8 +218,12 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
   checked_mul(m, words * 16, "packed");
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
   limits::resolve_threads(threads);             // throws naming "threads"
+  check_arg(group_size == 0 || (group_size >= 16 && group_size % 16 == 0), "group_size",
+            "expected 0 (no groups) or a multiple of 16, got " + s(group_size));
+  check_arg(group_size == 0 || scale != nullptr || m * k == 0, "scale",
+            "group scales are required with group_size > 0");
   const Variant& v = registry().select(isa);  // throws naming "isa"
-  return prepare_variant(v, packed, m, k, scale, threads);  // validates the words
+  return prepare_variant(v, packed, m, k, scale, threads, group_size);  // validates the words
 }
 
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
@@ -239,8 +267,11 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(act != Act::kInt8 || k <= kMaxInt8K, "act",
             "int8 mode needs K <= " + s(kMaxInt8K) + " (127 * K must fit int32), got K = " + s(k) +
                 "; use act='fp32'");
+  check_arg(w.group_size == 0 || scale_len == 0, "scale",
+            "expected none: the weights carry their group scales (one per row and group of " +
+                s(w.group_size) + " columns)");
   const int nthreads = limits::resolve_threads(threads);
-  if (scale_len == 0 && !w.scale.empty()) {
+  if (scale_len == 0 && !w.scale.empty() && w.group_size == 0) {
     scale = w.scale.data();
     scale_len = m;
   }
@@ -288,6 +319,10 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       std::memset(q + k, 0, size_t(stride - k));
       xsum[b] = sum;
     }
+    if (w.group_size > 0 && k > 0) {
+      grouped::gemv_i8(w, uk, xq, stride, dq, post, batch, nthreads, y);
+      return;
+    }
     if (k == 0) {
       std::memset(acc, 0, size_t(batch * m * 4));
     } else {
@@ -310,6 +345,9 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   const F32Ukernel& uk = v.ukernel.f32;
   if (k == 0) {
     std::fill(y, y + batch * m, 0.0f);
+  } else if (w.group_size > 0) {
+    grouped::gemv_f32(w, uk, x, batch, nthreads, y);
+    return;
   } else {
     const F32Geometry geo = uk.geometry(m, k);
     AlignedBuffer& xb = scratch(0);

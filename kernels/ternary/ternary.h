@@ -39,7 +39,8 @@ struct PreparedWeights {
   const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
   std::string isa;                   // its name
   int64_t m = 0, k = 0;
-  std::vector<float> scale;  // (m,) or empty (no scale)
+  std::vector<float> scale;  // (m,), (m, groups) row-major when group_size > 0, or empty
+  int64_t group_size = 0;    // > 0: one scale per row and group of group_size columns
   AlignedBuffer data;        // the fp32 micro-kernel's layout
   // The int8 micro-kernel's layout (packs it on first use, on `threads` threads as in gemv;
   // thread-safe).
@@ -55,13 +56,19 @@ struct PreparedWeights {
 };
 
 // packed: (m, words), words == words_for(k), every code valid and codes past k zero.
-// scale: nullptr or (m,). isa: "" = default selection. threads: as in gemv (the layout's
-// bytes do not depend on it).
+// scale: nullptr or (m,); with group_size > 0 (a multiple of 16), (m, groups_for(k, G))
+// row-major, required: one scale per row and group of G columns (kernels/ternary/grouped.h).
+// isa: "" = default selection. threads: as in gemv (the layout's bytes do not depend on it).
 std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
                                                int64_t k, const float* scale,
-                                               const std::string& isa, int threads = 0);
+                                               const std::string& isa, int threads = 0,
+                                               int64_t group_size = 0);
+inline int64_t groups_for(int64_t k, int64_t group_size) {
+  return (k + group_size - 1) / group_size;
+}
 
-// y[b, r] = s[r] * sum_j w[r, j] * x[b, j] for b < batch.
+// y[b, r] = s[r] * sum_j w[r, j] * x[b, j] for b < batch (with group scales:
+// sum_g s[r, g] * sum_{j in g} w[r, j] x[b, j], and scale_len must be 0).
 // x: (batch, k) float32 row-major; y: (batch, m). scale: scale_len 0 -> the prepared scale
 // (or 1 when it has none); 1 -> one scalar; m -> per row. threads: 0 = the default,
 // 1..limits::kMaxThreads explicit (limits::resolve_threads).

@@ -152,7 +152,7 @@ const std::vector<Variant>& simde_variants();
 // shapes (prepare checks those).
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
                                                        int64_t m, int64_t k, const float* scale,
-                                                       int threads = 0);
+                                                       int threads = 0, int64_t group_size = 0);
 
 // Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0).
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,

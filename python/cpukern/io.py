@@ -7,6 +7,8 @@ data. cpukern files carry, in the JSON's "__metadata__" (all values strings):
     "k.<name>": K         for every packed uint32 tensor <name>: (M, ceil(K/16)) packed rows,
                           or widely-linear planes (stages, 4, n, ceil(K/16)) with K = m
     "stages.<name>": S    for planes (S = shape[0])
+    "group_size.<name>": G  for packed rows whose scale has one value per row and group of G
+                          columns (a multiple of 16), e.g. 256 for GGUF TQ1_0/TQ2_0
 
 plus any caller metadata. Other tensors (scales float32, biases, bf16 experts, ...) are
 stored as they are.
@@ -46,7 +48,9 @@ DTYPES: dict[str, np.dtype] = {
     "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
 }
 
-__all__ = ["save", "load", "validate_bytes", "validate_header", "Checkpoint", "FORMAT_VERSION"]
+__all__ = ["save", "load", "read_safetensors", "validate_bytes", "validate_header", "Checkpoint",
+           "FORMAT_VERSION"]
+_RESERVED = ("cpukern.", "k.", "stages.", "group_size.")
 
 
 class Checkpoint(dict):
@@ -62,6 +66,11 @@ class Checkpoint(dict):
 
     def stages(self, name: str) -> int:
         return int(self.metadata[f"stages.{name}"])
+
+    def group_size(self, name: str) -> Optional[int]:
+        """G when the scale of packed tensor `name` is per group of G columns, else None."""
+        g = self.metadata.get(f"group_size.{name}")
+        return None if g is None else int(g)
 
 
 def _to_numpy(a: Any, name: str) -> np.ndarray:
@@ -80,20 +89,23 @@ def _to_numpy(a: Any, name: str) -> np.ndarray:
 
 
 def save(path: str | os.PathLike, tensors: Mapping[str, Any], *, k: Optional[Mapping[str, int]] = None,
+         group_size: Optional[Mapping[str, int]] = None,
          metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes `tensors` (name -> numpy array or torch tensor) with the safetensors package.
 
     k: name -> K for every uint32 tensor (required for each): packed rows (M, ceil(K/16)) from
     cpukern.ternary.pack/quantize, or planes (S, 4, n, ceil(m/16)) from phase_quantize with
     K = m. The header records the format version, K and, for planes, the number of stages.
+    group_size: name -> G for packed rows whose scale is per group of G columns (G a multiple
+    of 16; the scale tensor is saved by the caller like any other, shape (M, ceil(K/G))).
     """
     from safetensors.numpy import save_file
 
     k = dict(k or {})
     arrays = {str(name): _to_numpy(a, name) for name, a in tensors.items()}
     meta = {str(a): str(b) for a, b in (metadata or {}).items()}
-    if any(key.startswith(("cpukern.", "k.", "stages.")) for key in meta):
-        raise ValueError("metadata: keys starting with 'cpukern.', 'k.' or 'stages.' are reserved")
+    if any(key.startswith(_RESERVED) for key in meta):
+        raise ValueError(f"metadata: keys starting with {', '.join(map(repr, _RESERVED))} are reserved")
     meta["cpukern.format"] = FORMAT
     meta["cpukern.format_version"] = FORMAT_VERSION
     for name in k:
@@ -111,6 +123,12 @@ def save(path: str | os.PathLike, tensors: Mapping[str, Any], *, k: Optional[Map
         if a.ndim == 4:
             meta[f"stages.{name}"] = str(a.shape[0])
         _check_packed(name, list(a.shape), meta)
+    for name, g in (group_size or {}).items():
+        if name not in arrays or arrays[name].dtype != np.uint32 or arrays[name].ndim != 2:
+            raise ValueError(f"group_size: names no packed (M, words) uint32 tensor: {name!r}")
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 16 or g % 16:
+            raise ValueError(f"group_size[{name!r}]: expected a multiple of 16 >= 16, got {g!r}")
+        meta[f"group_size.{name}"] = str(int(g))
     save_file(arrays, os.fspath(path), metadata=meta)
 
 
@@ -158,11 +176,13 @@ def _check_packed(name: str, shape: list[int], meta: Mapping[str, str]) -> None:
         _fail(f"tensor {name!r}: a packed uint32 tensor must have 2 or 4 dimensions, got shape {shape}")
 
 
-def validate_header(header_bytes: bytes, data_size: int) -> tuple[dict[str, dict], dict[str, str]]:
+def validate_header(header_bytes: bytes, data_size: int, *,
+                    cpukern_format: bool = True) -> tuple[dict[str, dict], dict[str, str]]:
     """Parses and validates a safetensors JSON header for a data region of `data_size` bytes.
 
     Returns (entries: name -> {"dtype": np.dtype, "shape": tuple, "begin": int, "end": int},
-    metadata). Raises ValueError on any inconsistency.
+    metadata). Raises ValueError on any inconsistency. cpukern_format=False checks only the
+    safetensors structure (files other tools wrote, for cpukern.convert).
     """
     try:
         text = header_bytes.decode("utf-8")
@@ -176,10 +196,10 @@ def validate_header(header_bytes: bytes, data_size: int) -> tuple[dict[str, dict
     meta = header.get("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(a, str) and isinstance(b, str) for a, b in meta.items()):
         _fail("__metadata__: expected an object of string values")
-    if meta.get("cpukern.format") != FORMAT:
+    if cpukern_format and meta.get("cpukern.format") != FORMAT:
         _fail(f"__metadata__['cpukern.format']: expected {FORMAT!r}, got {meta.get('cpukern.format')!r:.80}")
     version = meta.get("cpukern.format_version")
-    if version != FORMAT_VERSION:
+    if cpukern_format and version != FORMAT_VERSION:
         _fail(f"__metadata__['cpukern.format_version']: this cpukern reads version {FORMAT_VERSION!r}, "
               f"got {version!r:.80}")
     entries: dict[str, dict] = {}
@@ -219,8 +239,10 @@ def validate_header(header_bytes: bytes, data_size: int) -> tuple[dict[str, dict
         pos = end
     if pos != data_size:
         _fail(f"data: tensors cover {pos} bytes, the file holds {data_size} after the header")
+    if not cpukern_format:
+        return entries, meta
     for key in meta:
-        for prefix in ("k.", "stages."):
+        for prefix in ("k.", "stages.", "group_size."):
             if key.startswith(prefix):
                 target = key[len(prefix):]
                 if target not in entries or entries[target]["dtype"] != np.uint32:
@@ -230,6 +252,9 @@ def validate_header(header_bytes: bytes, data_size: int) -> tuple[dict[str, dict
             if f"k.{name}" not in meta:
                 _fail(f"__metadata__: missing 'k.{name}' for the packed uint32 tensor {name!r}")
             _check_packed(name, list(e["shape"]), meta)
+            gkey = f"group_size.{name}"
+            if gkey in meta and (len(e["shape"]) != 2 or _meta_int(meta, gkey) % 16):
+                _fail(f"__metadata__[{gkey!r}]: expected a multiple of 16 for a 2-D packed tensor")
     return entries, meta
 
 
@@ -301,6 +326,18 @@ def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     or safetensors' mappings (replace files by writing a new one and renaming it, or load with
     mmap=False). What ternary.prepare, prepare_widely_linear and moe.prepack return are copies
     in their own layouts and do not depend on the file."""
+    tensors, meta = _read(path, mmap, cpukern_format=True)
+    return Checkpoint(tensors, meta)
+
+
+def read_safetensors(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Any safetensors file (e.g. a Hugging Face checkpoint), with load's checks on the
+    structure and its mapping rules: (name -> numpy array, metadata). BF16 tensors come back
+    as ml_dtypes.bfloat16 arrays."""
+    return _read(path, mmap, cpukern_format=False)
+
+
+def _read(path: str | os.PathLike, mmap: bool, *, cpukern_format: bool) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -319,5 +356,5 @@ def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     if len(buf) != size:
         _fail(f"read {len(buf)} bytes, the file has {size} (changed while reading?)")
     n, data_size = _split(buf, size)
-    entries, meta = validate_header(bytes(buf[8:8 + n]), data_size)
-    return Checkpoint(_views(buf, 8 + n, entries), meta)
+    entries, meta = validate_header(bytes(buf[8:8 + n]), data_size, cpukern_format=cpukern_format)
+    return _views(buf, 8 + n, entries), meta

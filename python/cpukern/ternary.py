@@ -100,24 +100,44 @@ def _row_scale(scale: Any, m: int) -> Any:
     return s
 
 
-def prepare(packed: Any, k: int, scale: Any = None, *, isa: Optional[str] = None) -> TernaryWeights:
+def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int] = None,
+            isa: Optional[str] = None, threads: Optional[int] = None) -> TernaryWeights:
     """Converts packed weights once into the selected (or forced) kernel's own layout.
 
     The result keeps K and the scale (None, a float or float32 (M,)); pass it to gemv.
+    group_size=G (a multiple of 16, e.g. 256 for GGUF TQ1_0/TQ2_0): scale is float32
+    (M, ceil(K/G)), one per row and group of G columns; gemv then computes
+    sum_g scale[m, g] * sum_{k in g} w[m, k] x[k] (multiplication-free inside a group, one
+    multiply per row and group) and takes no `scale` of its own.
+    threads: as in gemv (the layout does not depend on it).
     """
-    return _prepare(packed, k, scale, isa, "packed")
+    return _prepare(packed, k, scale, isa, "packed", group_size, threads)
 
 
-def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str) -> TernaryWeights:
+def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: Any = None,
+             threads: Any = None) -> TernaryWeights:
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
+    nthreads = threads_arg(threads)
     packed = _packed(packed, k, name)
     m = shape_of(packed)[0]
-    s = _row_scale(scale, m)
-    if s is not None and shape_of(s) != (m,):
-        raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+    if group_size is None:
+        g = 0
+        s = _row_scale(scale, m)
+        if s is not None and shape_of(s) != (m,):
+            raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+    else:
+        g = int_arg(group_size, "group_size", 16)
+        if g % 16:
+            raise ValueError(f"group_size: expected a multiple of 16, got {g}")
+        groups = -(-k // g)
+        if scale is None:
+            raise ValueError(f"scale: expected float32 group scales of shape ({m}, {groups}) with "
+                             f"group_size={g}, got None")
+        s = check_array(scale, "scale", "float32", (2,))
+        check_shape(s, "scale", (m, groups))
     try:
-        prepared = _ext.ternary_prepare(packed, k, s, isa)
+        prepared = _ext.ternary_prepare(packed, k, s, isa, g, nthreads)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
@@ -131,7 +151,8 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     """y[..., m] = scale[m] * sum_k w[m, k] * x[..., k].
 
     weights: a packed uint32 (M, ceil(K/16)) array (converted on every call) or a
-    TernaryWeights from prepare (the fast path; its scale is used unless `scale` is given).
+    TernaryWeights from prepare (the fast path; its scale is used unless `scale` is given;
+    weights with group scales take none here).
     x: float32 (K,) or (B, K). scale: None (1), a float or float32 (M,).
     act="fp32": activations stay fp32 and weights act as masked add/subtract; the result is
     within 1e-5 * sum_k |w x| * |scale| of exact arithmetic (bitwise equal across variants

@@ -21,6 +21,8 @@ void bind_ternary(nb::module_& m) {
                    "(M, K) of the logical weight matrix.")
       .def_prop_ro("nbytes", &PreparedWeights::nbytes, "Bytes of the prepared layout.")
       .def_prop_ro("has_scale", [](const PreparedWeights& w) { return !w.scale.empty(); })
+      .def_ro("group_size", &PreparedWeights::group_size,
+              "G when the scale is per row and group of G columns, else 0.")
       .def("__repr__", [](const PreparedWeights& w) {
         return "TernaryWeights(isa='" + w.isa + "', shape=(" + std::to_string(w.m) + ", " +
                std::to_string(w.k) + "), nbytes=" + std::to_string(w.nbytes()) + ")";
@@ -65,19 +67,24 @@ void bind_ternary(nb::module_& m) {
 
   m.def(
       "ternary_prepare",
-      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa) {
+      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa,
+         int64_t group_size, int threads) {
         check_extent(k, "k", 0);
         const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
         const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
         const float* sp = nullptr;
-        if (scale) {
+        if (scale && group_size > 0) {
+          sp = in_ptr<float>(*scale, "scale", {2});
+          check_shape(*scale, "scale", {rows, ternary::groups_for(k, group_size)});
+        } else if (scale) {
           sp = in_ptr<float>(*scale, "scale", {1});
           check_shape(*scale, "scale", {rows});
         }
         GilRelease release;
-        return ternary::prepare(pp, rows, words, k, sp, isa);
+        return ternary::prepare(pp, rows, words, k, sp, isa, threads, group_size);
       },
-      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"));
+      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
+      nb::arg("group_size") = 0, nb::arg("threads") = 0);
 
   m.def(
       "ternary_gemv",

@@ -75,10 +75,11 @@ class WheelTest(unittest.TestCase):
         self.assertEqual(meta["License-Expression"], "Apache-2.0")
         self.assertEqual(meta.get_all("License-File"), ["LICENSE"])
         self.assertEqual(meta["Requires-Python"], self.abi.requires_python)
-        self.assertEqual(sorted(meta.get_all("Provides-Extra")), ["io", "torch"])
+        self.assertEqual(sorted(meta.get_all("Provides-Extra")), ["gguf", "io", "torch"])
         reqs = meta.get_all("Requires-Dist")
         self.assertIn(f'{_pin("requirements-host.txt", "torch")}; extra == "torch"', reqs)
         self.assertIn(f'{_pin("requirements.txt", "safetensors")}; extra == "io"', reqs)
+        self.assertIn(f'{_pin("requirements-host.txt", "gguf")}; extra == "gguf"', reqs)
         self.assertTrue(any(r.startswith("numpy") for r in reqs), reqs)
         self.assertTrue(any(r.startswith("ml_dtypes") for r in reqs), reqs)
         for c in self.abi.classifiers:

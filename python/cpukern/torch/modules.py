@@ -85,7 +85,10 @@ class TernaryLinear(_LinearLike):
     """A BitNet b1.58 ternary nn.Linear running cpukern's multiplication-free GEMV.
 
     Weights: ``packed`` int32 (out, ceil(in/16)) (cpukern.ternary's packed format, viewed as
-    int32 so that every torch tool handles it), ``scale`` float32 (out,), optional ``bias``.
+    int32 so that every torch tool handles it), ``scale`` float32 (out,) (or, with
+    ``group_size=G``, (out, ceil(in/G)): one per row and group of G inputs, as GGUF TQ1_0/TQ2_0
+    store them), optional ``bias``. ``from_checkpoint`` builds one from a cpukern file
+    (``ternary.load``, e.g. written by ``cpukern.convert``).
     Input: float32 (..., in) (other dtypes are converted, which copies); output float32
     (..., out).
 
@@ -99,14 +102,35 @@ class TernaryLinear(_LinearLike):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 act: str = "fp32", isa: str = "") -> None:
+                 act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
         super().__init__()
         self.in_features, self.out_features = int(in_features), int(out_features)
-        self.act, self.isa = act, isa
+        self.act, self.isa, self.group_size = act, isa, int(group_size)
         words = (self.in_features + 15) // 16
         self.register_buffer("packed", torch.zeros(self.out_features, words, dtype=torch.int32))
-        self.register_buffer("scale", torch.ones(self.out_features, dtype=torch.float32))
+        scale_shape = ((self.out_features, -(-self.in_features // self.group_size)) if self.group_size
+                       else (self.out_features,))
+        self.register_buffer("scale", torch.ones(scale_shape, dtype=torch.float32))
         self.register_buffer("bias", torch.zeros(self.out_features) if bias else None)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt, name: str, *, bias: Optional[str] = None, act: str = "fp32",
+                        isa: str = "") -> "TernaryLinear":
+        """The layer stored as packed rows ``name`` (K and any group size in the header) with
+        its scale under ``cpukern.convert.scale_name(name)`` (``<p>.weight`` -> ``<p>.scale``)
+        and an optional bias tensor, from ``ternary.load`` (the arrays are copied into the
+        module's buffers)."""
+        from cpukern.convert import scale_name
+
+        packed, k = ckpt[name], ckpt.k(name)
+        g = ckpt.group_size(name) or 0
+        mod = cls(k, packed.shape[0], bias is not None, act=act, isa=isa, group_size=g)
+        with torch.no_grad():
+            mod.packed.copy_(torch.from_numpy(packed.view("int32").copy()))
+            mod.scale.copy_(torch.from_numpy(ckpt[scale_name(name)].astype("float32")).reshape(mod.scale.shape))
+            if bias is not None:
+                mod.bias.copy_(torch.from_numpy(ckpt[bias].astype("float32")))
+        return mod
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, granularity: str = "row", act: str = "fp32",
@@ -125,26 +149,31 @@ class TernaryLinear(_LinearLike):
         """The float nn.Linear this layer computes (scale * ternary weights)."""
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
         w = _ternary.unpack(self.packed.view(torch.uint32), self.in_features).to(torch.float32)
+        s = (self.scale.repeat_interleave(self.group_size, dim=1)[:, :self.in_features] if self.group_size
+             else self.scale[:, None])
         with torch.no_grad():
-            lin.weight.copy_(w * self.scale[:, None])
+            lin.weight.copy_(w * s)
             if self.bias is not None:
                 lin.bias.copy_(self.bias)
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa)
+        return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
+                                              self.group_size)
 
     def prepare(self) -> "TernaryLinear":
         """Builds the kernel layout now (load time) instead of at the first forward; with
         act="int8" also the int8 layout. Returns self."""
-        w = _ops.prepared_ternary(self.packed, self.in_features, self.scale, self.isa)
+        w = _ops.prepared_ternary(self.packed, self.in_features, self.scale, self.isa,
+                                  self.group_size)
         if self.act == "int8" and self.in_features:
             _ternary.gemv(w, torch.zeros(1, self.in_features), act="int8", threads=1)
         return self
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, act={self.act!r}")
+                f"bias={self.bias is not None}, act={self.act!r}"
+                + (f", group_size={self.group_size}" if self.group_size else ""))
 
 
 class WidelyLinear(_LinearLike):

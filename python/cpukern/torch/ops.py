@@ -48,28 +48,32 @@ def _check_2d_or_1d(x: Tensor, name: str) -> None:
 
 @torch.library.custom_op("cpukern::ternary_gemv", mutates_args=())
 def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act: str = "fp32",
-                 isa: str = "") -> Tensor:
-    """y[..., m] = scale[m] * sum_k w[m, k] x[..., k] (see cpukern.ternary.gemv)."""
+                 isa: str = "", group_size: int = 0) -> Tensor:
+    """y[..., m] = scale[m] * sum_k w[m, k] x[..., k] (see cpukern.ternary.gemv); with
+    group_size = G > 0, scale is (M, ceil(K/G)): one per row and group of G columns."""
     _check_2d_or_1d(x, "x")
-    prepared = prepared_ternary(packed, int(x.shape[-1]), scale, isa)
+    prepared = prepared_ternary(packed, int(x.shape[-1]), scale, isa, group_size)
     return _ternary.gemv(prepared, x, act=act, threads=_threads())
 
 
-def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str) -> Any:
+def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str,
+                     group_size: int = 0) -> Any:
     """The TernaryWeights of packed (M, ceil(k/16)) with scale, from the cache or made now."""
     p = _u32(packed, "packed")
 
     def build() -> Any:
         s = scale
+        if group_size:
+            return _ternary.prepare(p, k, s, group_size=group_size, isa=_isa(isa))
         if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
             s = s.reshape(1).expand(p.shape[0]).contiguous()
         return _ternary.prepare(p, k, s, isa=_isa(isa))
 
-    return _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa)), build)
+    return _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa), group_size), build)
 
 
 @ternary_gemv.register_fake
-def _(packed, x, scale=None, act="fp32", isa=""):
+def _(packed, x, scale=None, act="fp32", isa="", group_size=0):
     torch._check(packed.dim() == 2, lambda: "packed: expected 2 dimensions (M, words)")
     torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
     torch._check(x.dtype == torch.float32, lambda: "x: expected float32")

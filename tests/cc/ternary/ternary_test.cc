@@ -256,6 +256,65 @@ TEST_P(VariantTest, LargeShapesCrossTilingPaths) {
   }
 }
 
+// Group scales (grouped.h): one scale per row and group of G columns. Exact inputs (small
+// integer x, power-of-two scales) give the float64 model's value exactly in fp32 mode; int8
+// mode equals the reference variant bitwise (exact int32 group sums, one shared epilogue);
+// random inputs stay within the fp32 bound; no result depends on the thread count.
+TEST_P(VariantTest, GroupScalesMatchFloat64Model) {
+  std::mt19937 rng(515);
+  struct Shape { int64_t m, k, g; };
+  const Shape shapes[] = {{1, 16, 16}, {9, 100, 32}, {130, 300, 64}, {5, 100, 256},
+                          {257, 1000, 256}, {300, 512, 128}, {129, 4096 + 7, 256}};
+  for (const Shape& sh : shapes) {
+    const int64_t m = sh.m, k = sh.k, g = sh.g, groups = groups_for(k, g);
+    const auto w = make_weights(m, k, Fill::kRandom, rng);
+    const auto p = pack_weights(w, m, k);
+    std::vector<float> s2(size_t(m * groups)), sr(size_t(m * groups));
+    for (auto& v : s2) v = std::ldexp(std::uniform_int_distribution<int>(0, 1)(rng) ? 1.0f : -1.0f,
+                                      std::uniform_int_distribution<int>(-3, 3)(rng));
+    for (auto& v : sr) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    for (const auto* s : {&s2, &sr}) {
+      const bool exact = s == &s2;
+#if defined(CPUKERN_TEST_SIMDE)
+      const auto pw = prepare_variant(*variant_, p.data(), m, k, s->data(), 2, g);
+#else
+      const auto pw = prepare(p.data(), m, words_for(k), k, s->data(), variant_->name, 2, g);
+#endif
+      const auto pr = prepare(p.data(), m, words_for(k), k, s->data(), "reference", 1, g);
+      ASSERT_EQ(pw->group_size, g);
+      for (int64_t batch : {1, 5}) {
+        const auto x = random_x(batch * k, rng, exact);
+        std::vector<float> y(size_t(batch * m)), y3(y.size()), yr(y.size());
+        gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, 1, y.data());
+        gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, 3, y3.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), y3.data(), y.size() * 4)) << "threads, k=" << k;
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t r = 0; r < m; ++r) {
+            double model = 0, bound = 0;
+            for (int64_t gi = 0; gi < groups; ++gi) {
+              double part = 0, mag = 0;
+              for (int64_t j = gi * g; j < std::min(k, gi * g + g); ++j) {
+                part += double(w[size_t(r * k + j)]) * x[size_t(b * k + j)];
+                mag += std::fabs(double(w[size_t(r * k + j)]) * x[size_t(b * k + j)]);
+              }
+              model += double((*s)[size_t(r * groups + gi)]) * part;
+              bound += std::fabs(double((*s)[size_t(r * groups + gi)])) * mag;
+            }
+            const double got = y[size_t(b * m + r)];
+            if (exact)
+              ASSERT_EQ(got, model) << "m=" << m << " k=" << k << " g=" << g << " [" << b << ", " << r << "]";
+            else
+              ASSERT_LE(std::fabs(got - model), 1e-5 * bound + 1e-30)
+                  << "m=" << m << " k=" << k << " g=" << g << " [" << b << ", " << r << "]";
+          }
+        gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, 2, y.data());
+        gemv(*pr, x.data(), batch, nullptr, 0, Act::kInt8, 1, yr.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), yr.data(), y.size() * 4)) << "int8 m=" << m << " k=" << k;
+      }
+    }
+  }
+}
+
 TEST_P(VariantTest, EmptyShapes) {
   std::mt19937 rng(5);
   // k = 0: y = 0.
@@ -522,6 +581,17 @@ TEST(TernaryApi, PrepareReportsTheFirstBadWordForAnyThreadCount) {
               "packed: invalid code 0b11 for weight [301, 17] (word [301, 1])");
   }
   expect_arg_error([&] { prepare(p.data(), m, words, k, nullptr, "", -1); }, "threads");
+}
+
+TEST(TernaryApi, GroupScalesValidate) {
+  const int64_t m = 4, k = 64;
+  std::vector<uint32_t> p(size_t(m * words_for(k)), 0);
+  std::vector<float> s(size_t(m * 4), 1.0f), x(size_t(k), 1.0f), y(static_cast<size_t>(m));
+  expect_arg_error([&] { prepare(p.data(), m, words_for(k), k, s.data(), "", 0, 8); }, "group_size");
+  expect_arg_error([&] { prepare(p.data(), m, words_for(k), k, s.data(), "", 0, 24); }, "group_size");
+  expect_arg_error([&] { prepare(p.data(), m, words_for(k), k, nullptr, "", 0, 16); }, "scale");
+  const auto w = prepare(p.data(), m, words_for(k), k, s.data(), "", 0, 16);
+  expect_arg_error([&] { gemv(*w, x.data(), 1, s.data(), 1, Act::kF32, 1, y.data()); }, "scale");
 }
 
 TEST(TernaryApi, GemvValidatesBeforeWriting) {
