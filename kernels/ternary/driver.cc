@@ -115,7 +115,15 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
   p->m = m;
   p->k = k;
   p->group_size = group_size;
-  if (scale) p->scale.assign(scale, scale + m * (group_size > 0 ? groups_for(k, group_size) : 1));
+  if (scale && group_size > 0) {  // given (m, groups); kept group-major for the epilogue
+    const int64_t groups = groups_for(k, group_size);
+    p->scale.resize(size_t(m * groups));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        p->scale[size_t(gi * m + r)] = scale[r * groups + gi];
+  } else if (scale) {
+    p->scale.assign(scale, scale + m);
+  }
   const F32Ukernel& uk = v.ukernel.f32;
   if (m == 0 || k == 0) {
     p->data.resize(size_t(uk.packed_size(m, k)));

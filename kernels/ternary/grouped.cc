@@ -73,15 +73,18 @@ void unpack(const Plan& plan, const Packer& packer, const void* src, int64_t k, 
 
 namespace {
 
-// y rows [r0, r0 + rows) of every batch row: the first group sets, later groups add.
-void add_scaled(const float* partial, int64_t ldp, const float* scale, int64_t groups, int64_t gi,
-                int64_t r0, int64_t rows, int64_t batch, int64_t m, float* y) {
+// y rows [r0, r0 + rows) of every batch row += s[r] * partial[b, r] (the first group sets).
+// s: the group's scales of these rows, contiguous (PreparedWeights keeps them group-major).
+template <class T>
+void add_scaled(const T* partial, int64_t ldp, const float* s, bool first, int64_t rows,
+                int64_t batch, int64_t m, float* y) {
   for (int64_t b = 0; b < batch; ++b) {
-    float* yb = y + b * m + r0;
-    const float* pb = partial + b * ldp;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float v = scale[(r0 + r) * groups + gi] * pb[r];
-      yb[r] = gi == 0 ? v : yb[r] + v;
+    float* yb = y + b * m;
+    const T* pb = partial + b * ldp;
+    if (first) {
+      for (int64_t r = 0; r < rows; ++r) yb[r] = s[r] * float(pb[r]);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) yb[r] += s[r] * float(pb[r]);
     }
   }
 }
@@ -113,7 +116,8 @@ void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, in
       F32Args a{base + plan.offset(blk, gi), rows, xp.data<char>() + xoff[size_t(gi)], batch,
                 partial.data(), kBlockRows, &geo[size_t(gi)]};
       uk.run(&a);
-      add_scaled(partial.data(), kBlockRows, w.scale.data(), groups, gi, r0, rows, batch, m, y);
+      add_scaled(partial.data(), kBlockRows, &w.scale[size_t(gi * m + r0)], gi == 0, rows, batch,
+                 m, y + r0);
     }
   });
 }
@@ -140,14 +144,13 @@ void gemv_i8(const PreparedWeights& w, const I8Ukernel& uk, const int8_t* xq, in
   parallel_for(plan.blocks(), threads, [&](int64_t blk) {
     const int64_t r0 = blk * kBlockRows, rows = plan.rows(blk);
     std::vector<int32_t> acc(size_t(batch * kBlockRows));
-    std::vector<float> partial(size_t(batch * kBlockRows));
     for (int64_t gi = 0; gi < groups; ++gi) {
       I8Args a{base + plan.offset(blk, gi), rows, plan.cols(gi),
                qg.data<int8_t>() + gi * batch * kp, kp, &sums[size_t(gi * batch)], batch,
                acc.data(), kBlockRows};
       uk.run(&a);
-      for (size_t i = 0; i < acc.size(); ++i) partial[i] = float(acc[i]);
-      add_scaled(partial.data(), kBlockRows, w.scale.data(), groups, gi, r0, rows, batch, m, y);
+      add_scaled(acc.data(), kBlockRows, &w.scale[size_t(gi * m + r0)], gi == 0, rows, batch, m,
+                 y + r0);
     }
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t r = 0; r < rows; ++r) y[b * m + r0 + r] = y[b * m + r0 + r] * dq[b] * post[b];

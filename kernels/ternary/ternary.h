@@ -39,7 +39,7 @@ struct PreparedWeights {
   const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
   std::string isa;                   // its name
   int64_t m = 0, k = 0;
-  std::vector<float> scale;  // (m,), (m, groups) row-major when group_size > 0, or empty
+  std::vector<float> scale;  // (m,), or (groups, m) group-major when group_size > 0, or empty
   int64_t group_size = 0;    // > 0: one scale per row and group of group_size columns
   AlignedBuffer data;        // the fp32 micro-kernel's layout
   // The int8 micro-kernel's layout (packs it on first use, on `threads` threads as in gemv;
