@@ -4,7 +4,9 @@
 // exp / tanh / erf: no libm, no Sleef, branch-free, NaN-propagating.
 //
 // fp32 math on the fp32 GEMM output, plus the bf16 bias in fp32; the result is rounded to bf16
-// (round to nearest even) because the second GEMM consumes bf16.
+// (round to nearest even) because the second GEMM consumes bf16. Lane-wise: an output depends
+// only on its own gate, up and bias, never on its lane, on the column tile or on the rows
+// sharing the call (a ragged tail goes through the same vector code), so it is batch-invariant.
 #pragma once
 #include <cstdint>
 #include <cstring>

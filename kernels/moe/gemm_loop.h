@@ -3,6 +3,9 @@
 // that file's ISA flags; T provides only the register tile and the packers:
 //   kMR, kNR, kKR   rows per tile, columns per weight panel, k per step
 //   kNP             panels one tile call may cover (a wider tile for few rows)
+//   kNPGemv         panels per tile call when the whole chunk is one row block (decode: no
+//                   K blocking, each panel streamed once); 0 (default): kNP. More panels give
+//                   a 1-2 row tile independent accumulator chains without splitting any sum
 //   kBlockK         K blocking when a chunk has several row blocks
 //   A, kARows       packed A element type; packed_a rows come in groups of kARows
 //   a_stride(k)     A elements from row r to row r + 1 (row blocks start at r * a_stride)
@@ -26,8 +29,13 @@
 //                   operations on the same values as the bf16 kernel (bitwise equal results),
 //                   with the decode amortised over the row blocks. One row block (decode GEMV)
 //                   keeps the tile's in-register decode (weights stream once, no buffer).
-// Each output element is one tile's k-ordered sum (continued across K blocks through C, which
-// is exact), so the loop order below does not change any result.
+// Batch invariance: every tile computes each output element as ONE fp32 accumulation chain,
+// sequential in k (continued across K blocks through C, which is exact), for every row count M
+// and panel count. A token's result therefore does not depend on how many rows share its
+// block, on the row split, on the K blocking or on the column split: the whole batch, the
+// token alone and any chunking give the same bits. Tiles hide the FMA latency with more
+// rows or more panels (independent chains), never by splitting a sum (no even/odd-k
+// accumulators, no partial sums combined at the end).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -44,7 +52,7 @@ namespace cpukern::moe {
 inline constexpr int64_t kKBlock = 256;
 
 struct TileDefaults {
-  static constexpr int kNP = 1, kARows = 1, kStepW = 0;
+  static constexpr int kNP = 1, kNPGemv = 0, kARows = 1, kStepW = 0;
   static constexpr bool kBlockK = false;
   static constexpr WeightFormat kFormat = WeightFormat::kBf16;
   using W = bf16_t;
@@ -84,7 +92,8 @@ template <class B>
 }
 
 // Several row blocks over quantized weights: decode each (panel, K block) once into buf, then
-// the Bf16 tile for every row block (the K blocks and row blocks of blocked_gemm<Bf16>).
+// the Bf16 tile for every row block (the K blocks and row blocks of blocked_gemm<Bf16>). Every
+// K block after the first accumulates into C (the sum continues, never restarts).
 template <class T>
 void decoded_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {
@@ -134,11 +143,12 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
   const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
   const int64_t step = step_w<T>(), panel = ks * step;
   // One row block: no K blocking (a decode GEMV streams each panel in one pass, and the
-  // hardware prefetcher keeps up with a plain stream).
+  // hardware prefetcher keeps up with a plain stream), and kNPGemv panels per tile call.
   const int64_t kb = T::kBlockK && m > T::kMR ? kKBlock / T::kKR : ks;
   const int64_t pf = kb < ks ? kb * step * int64_t(sizeof(W)) : 0;
-  for (int64_t p = p0; p < p1; p += T::kNP) {
-    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
+  const int64_t npc = m > T::kMR || T::kNPGemv == 0 ? T::kNP : T::kNPGemv;
+  for (int64_t p = p0; p < p1; p += npc) {
+    const int np = int(std::min<int64_t>(npc, p1 - p));
     float* cp = c + (p - p0) * T::kNR;
     for (int64_t k0 = 0; k0 < ks; k0 += kb) {
       const int64_t nk = std::min(kb, ks - k0);

@@ -146,3 +146,123 @@ def test_fused_moe_bad_input_names_the_argument():
         moe.fused_moe(x, w13, p2, tw, ids)
     with pytest.raises(ValueError, match="x"):
         moe.fused_moe(x[:, :5].copy(), p13, p2, tw, ids)
+
+
+# ---- batch invariance ---------------------------------------------------------------------
+
+def _mx_layer(rng, e, h, inter):
+    """MXFP4 experts (blocks, scales) of w13 and w2."""
+    def mx(shape, k):
+        return (rng.integers(0, 256, shape + (k // 32, 16), dtype=np.uint8),
+                rng.integers(120, 126, shape + (k // 32,), dtype=np.uint8))
+    return mx((e, 2 * inter), h), mx((e, h), inter)
+
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("e,topk,act", [(1, 1, "swigluoai"), (4, 2, "silu")])
+def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
+    """A token's output is the same bits whatever tokens share its call: the whole batch, each
+    token alone, random chunks, any thread count (H and I past one K block of 256)."""
+    rng = np.random.default_rng(11 + e)
+    h, inter, t = 288, 320, 20 if UNDER_QEMU else 70
+    x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, True, rng)
+    tw, ids = moe.route(logits, topk)
+    if fmt == "mxfp4":
+        (q13, s13), (q2, s2) = _mx_layer(rng, e, h, inter)
+        p13 = moe.prepack(q13, format="mxfp4", scales=s13, isa=isa)
+        p2 = moe.prepack(q2, format="mxfp4", scales=s2, isa=isa)
+    else:
+        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+
+    def call(t0, t1, threads):
+        return moe.fused_moe(x[t0:t1], p13, p2, tw[t0:t1], ids[t0:t1], activation=act,
+                             w13_bias=b13, w2_bias=b2, threads=threads).view(np.uint16)
+
+    alone = np.concatenate([call(q, q + 1, 1) for q in range(t)])
+    for n in (1, 4, 5, 8, 9, 45, 64, 70):
+        for threads in (1, 2, 3):
+            if n <= t:
+                np.testing.assert_array_equal(call(0, n, threads), alone[:n],
+                                              err_msg=f"batch of {n}, threads={threads}")
+    for _ in range(2):
+        t0 = 0
+        while t0 < t:
+            t1 = min(t, t0 + int(rng.integers(1, 20)))
+            threads = int(rng.integers(1, 4))
+            np.testing.assert_array_equal(call(t0, t1, threads), alone[t0:t1],
+                                          err_msg=f"chunk [{t0}, {t1}), threads={threads}")
+            t0 = t1
+
+
+# ---- K blocking against the float64 model --------------------------------------------------
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("h,inter,act", [(320, 288, "swigluoai"), (288, 544, "silu")])
+def test_fused_moe_k_blocks_match_float64_model(isa, h, inter, act):
+    """H and I past the kernels' K block (256 k): experts with several row blocks (12+ rows)
+    sum K in blocks continued through C; a block that overwrote instead of adding fails here."""
+    rng = np.random.default_rng(h + inter)
+    e, topk, t = 2, 2, 13
+    x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, True, rng)
+    tw, ids = moe.route(logits, topk)  # topk == e: every expert gets all 13 tokens
+    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
+    check_close(out, model(x, w13, w2, tw, ids, act, b13, b2))
+
+
+# ---- every branch of every activation ------------------------------------------------------
+
+# Gate and up values (exact in bf16) that reach every branch of activations.h and of the
+# float64 model: exp's clamps (|x| > 87.3 / 88.3, through sigmoid, erf and tanh), the sign
+# branches of erf and tanh, 0, and swigluoai's clamps (gate > 7; up > 7 and up < -7) with
+# values on both sides of each limit.
+GATES = [-100.0, -90.0, -60.0, -20.0, -8.0, -7.5, -3.0, -1.0, -0.5, -0.01, 0.0, 0.01, 0.5, 1.0,
+         3.0, 6.5, 6.9375, 7.0, 7.0625, 7.5, 8.0, 20.0, 60.0, 90.0, 100.0]
+UPS = [-10.0, -7.5, -7.0625, -7.0, -6.9375, -1.0, 0.0, 0.5, 6.9375, 7.0, 7.0625, 7.5, 10.0]
+
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "swigluoai"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_every_activation_branch_matches_float64_model(isa, act, bias):
+    """Token t is one-hot at k = t, so its gate/up pre-activations are exactly the w13 entries
+    of column t (plus the bias); w2 is the identity, so out[t, j] = bf16(act(gate, up)) of
+    pair j alone, checked against the float64 model value by value."""
+    g, u = np.meshgrid(GATES, UPS, indexing="ij")
+    pairs = np.stack([g.ravel(), u.ravel()], 1)  # every (gate, up) combination
+    inter = h = 64
+    t = -(-len(pairs) // inter)
+    pairs = np.concatenate([pairs, np.zeros((t * inter - len(pairs), 2))])
+    gate, up = pairs[:, 0].reshape(t, inter), pairs[:, 1].reshape(t, inter)
+    b13 = None
+    if bias:  # a bias that moves a few values across the clamps (applied before them)
+        rng = np.random.default_rng(3)
+        b13 = bf16(rng.choice([-0.5, 0.0, 0.25, 0.5], (1, 2 * inter)))
+        bg = b13[0, 0::2] if act == "swigluoai" else b13[0, :inter]
+        bu = b13[0, 1::2] if act == "swigluoai" else b13[0, inter:]
+        gate, up = gate - bg.astype(np.float64), up - bu.astype(np.float64)
+    w13 = np.zeros((1, 2 * inter, h), np.float64)
+    gr = np.arange(inter) * 2 if act == "swigluoai" else np.arange(inter)
+    ur = gr + 1 if act == "swigluoai" else np.arange(inter) + inter
+    w13[0, gr, :t] = gate.T
+    w13[0, ur, :t] = up.T
+    w13 = bf16(w13)
+    x = bf16(np.eye(t, h))
+    w2 = bf16(np.eye(h, inter)[None])
+    ids = np.zeros((t, 1), np.int32)
+    tw = np.ones((t, 1), np.float32)
+    out = moe.fused_moe(x, moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa), tw, ids,
+                        activation=act, w13_bias=b13, skip_weighted=True).astype(np.float64)
+    want = model(x, w13, w2, tw, ids, act, b13, None, skip=True)
+    # Rounding to bf16 may differ by one ulp (2**-8 relative); erf and tanh are approximated
+    # to ~2e-7 absolute, which 1 + erf / 1 + tanh scale by |0.5 gate up|.
+    g_eff = w13[0, gr, :t].T.astype(np.float64) + (0 if b13 is None else
+                                                   b13[0, gr].astype(np.float64))
+    u_eff = w13[0, ur, :t].T.astype(np.float64) + (0 if b13 is None else
+                                                   b13[0, ur].astype(np.float64))
+    tol = 2.0 ** -7 * np.abs(want) + 4e-7 * np.abs(g_eff * u_eff) + 1e-30
+    bad = np.argwhere(~(np.abs(out - want) <= tol))
+    assert not len(bad), "; ".join(
+        f"gate={g_eff[i, j]} up={u_eff[i, j]}: {out[i, j]} vs float64 {want[i, j]}"
+        for i, j in bad[:5])

@@ -5,9 +5,10 @@
 // bf16: weights widened to fp32 in registers (one 32-bit word holds the k and k+1 weights of a
 // column: `<< 16` gives the first as fp32, `& 0xffff0000` the second), A rows pre-widened to
 // fp32 and broadcast, 5 rows x 16 columns of fp32 accumulators (6 rows measured slower: 12
-// accumulators + operands exceed the 16 registers and GCC spills). For 1-2 rows (decode)
-// separate even/odd-k accumulators break the FMA latency chain, so the kernel streams weights
-// as a bf16 GEMV at memory bandwidth.
+// accumulators + operands exceed the 16 registers and GCC spills). Each C element is one FMA
+// chain in k order for every row count (batch-invariant); 1-2 rows (decode) cover 4 or 2
+// panels per call instead, 8 independent chains, so the kernel streams weights as a bf16 GEMV
+// at memory bandwidth.
 //
 // MXFP4 ("mxfp4p16", 4.25 bits per weight): per panel of 16 columns per block of 32 k, the 16
 // columns' e8m0 scales, then for each k pair j (0..15) the 16 columns' bytes j of their
@@ -18,7 +19,9 @@
 #pragma once
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
@@ -39,7 +42,7 @@ inline const T* launder_ptr(const T* p) {
   return p;
 }
 
-// bf16 weights: the panel's 32-bit words [k pair][16 columns].
+// bf16 weights: the panel's 32-bit words [k pair][16 columns] (pack_kpairs<16>).
 struct Bf16Src {
   static constexpr int kPairsPerBlock = 0;
   const uint32_t* w;
@@ -127,114 +130,99 @@ struct Mxfp4Src {
   }
 };
 
-// C[M][16] (= or +=) kh k pairs of A (M rows of stride kp) x the weights of src (from a block
-// start); pf > 0 (PF): prefetch pf bytes ahead.
-template <int M, bool PF, class Src>
-inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src src, float* c, int64_t ldc,
+// C[M][NP * 16] (= or +=) kh k pairs of A (M rows of stride kp) x the weights of NP panels
+// (src[j], each from a block start); PF: prefetch pf bytes ahead of the weights.
+// Every C element is one FMA chain in k order (c += a[2k] w[2k]; c += a[2k+1] w[2k+1]), the
+// same for every M and NP: batch-invariant. The chains are independent across rows and panels,
+// so a 1-row GEMV takes 4 panels (8 chains) to hide the FMA latency.
+template <int M, int NP, bool PF, class Src>
+inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src* src, float* c, int64_t ldc,
                      bool accumulate, int64_t pf) {
   constexpr int PB = Src::kPairsPerBlock;
-  auto new_block = [&](int64_t kk) {
+  __m256 c0[NP][M], c1[NP][M];
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    c0[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR) : _mm256_setzero_ps();
+    c1[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR + 8) : _mm256_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kh; ++kk) {
     if constexpr (PB > 0)
-      if (kk % PB == 0) src.block(kk / PB);
-  };
-  if constexpr (M <= 2) {
-    // Decode: even and odd k in separate accumulators, and for one row two k pairs per step:
-    // 8 independent FMA chains, so the loop streams weights instead of waiting on FMA latency.
-    constexpr int U = M == 1 ? 2 : 1;
-    __m256 e0[U][M], e1[U][M], o0[U][M], o1[U][M];
-    CPUKERN_UNROLL for (int u = 0; u < U; ++u) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      e0[u][r] = e1[u][r] = o0[u][r] = o1[u][r] = _mm256_setzero_ps();
-    }
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) if (accumulate) {
-      e0[0][r] = _mm256_loadu_ps(c + r * ldc);
-      e1[0][r] = _mm256_loadu_ps(c + r * ldc + 8);
-    }
-    auto step = [&](int u, int64_t kk) {
-      if constexpr (PF) _mm_prefetch(static_cast<const char*>(src.at(kk)) + pf, _MM_HINT_T0);
-      __m256 l0, l1, h0, h1;
-      src.load(kk, l0, l1, h0, h1);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        const __m256 ae = _mm256_broadcast_ss(a + r * kp + 2 * kk);
-        const __m256 ao = _mm256_broadcast_ss(a + r * kp + 2 * kk + 1);
-        e0[u][r] = _mm256_fmadd_ps(ae, l0, e0[u][r]);
-        e1[u][r] = _mm256_fmadd_ps(ae, l1, e1[u][r]);
-        o0[u][r] = _mm256_fmadd_ps(ao, h0, o0[u][r]);
-        o1[u][r] = _mm256_fmadd_ps(ao, h1, o1[u][r]);
-      }
-    };
-    int64_t kk = 0;
-    if constexpr (U == 2) {
-      for (; kk + 2 <= kh; kk += 2) {
-        new_block(kk);
-        step(0, kk);
-        step(1, kk + 1);
-      }
-    }
-    for (; kk < kh; ++kk) {
-      new_block(kk);
-      step(0, kk);
-    }
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      __m256 s0 = _mm256_add_ps(e0[0][r], o0[0][r]), s1 = _mm256_add_ps(e1[0][r], o1[0][r]);
-      if constexpr (U == 2) {
-        s0 = _mm256_add_ps(s0, _mm256_add_ps(e0[1][r], o0[1][r]));
-        s1 = _mm256_add_ps(s1, _mm256_add_ps(e1[1][r], o1[1][r]));
-      }
-      _mm256_storeu_ps(c + r * ldc, s0);
-      _mm256_storeu_ps(c + r * ldc + 8, s1);
-    }
-  } else {
-    __m256 c0[M], c1[M];
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      c0[r] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
-      c1[r] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
-    }
-    for (int64_t kk = 0; kk < kh; ++kk) {
-      new_block(kk);
-      if constexpr (PF) _mm_prefetch(static_cast<const char*>(src.at(kk)) + pf, _MM_HINT_T0);
+      if (kk % PB == 0)
+        CPUKERN_UNROLL for (int j = 0; j < NP; ++j) src[j].block(kk / PB);
+    if constexpr (PF)
+      CPUKERN_UNROLL for (int j = 0; j < NP; ++j)
+        _mm_prefetch(static_cast<const char*>(src[j].at(kk)) + pf, _MM_HINT_T0);
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
       __m256 l0, l1;
-      src.lo(kk, l0, l1);
+      src[j].lo(kk, l0, l1);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         const __m256 ae = _mm256_broadcast_ss(a + r * kp + 2 * kk);
-        c0[r] = _mm256_fmadd_ps(ae, l0, c0[r]);
-        c1[r] = _mm256_fmadd_ps(ae, l1, c1[r]);
+        c0[j][r] = _mm256_fmadd_ps(ae, l0, c0[j][r]);
+        c1[j][r] = _mm256_fmadd_ps(ae, l1, c1[j][r]);
       }
+    }
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
       __m256 h0, h1;
-      src.hi(kk, h0, h1);
+      src[j].hi(kk, h0, h1);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         const __m256 ao = _mm256_broadcast_ss(a + r * kp + 2 * kk + 1);
-        c0[r] = _mm256_fmadd_ps(ao, h0, c0[r]);
-        c1[r] = _mm256_fmadd_ps(ao, h1, c1[r]);
+        c0[j][r] = _mm256_fmadd_ps(ao, h0, c0[j][r]);
+        c1[j][r] = _mm256_fmadd_ps(ao, h1, c1[j][r]);
       }
     }
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      _mm256_storeu_ps(c + r * ldc, c0[r]);
-      _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
-    }
+  }
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    _mm256_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
+    _mm256_storeu_ps(c + r * ldc + j * kNR + 8, c1[j][r]);
   }
 }
 
+// The weight sources of panels w, w + panel, ...
+template <class Src, class WT, size_t... J>
+inline std::array<Src, sizeof...(J)> sources(const WT* w, int64_t panel,
+                                             std::index_sequence<J...>) {
+  return {Src(w + int64_t(J) * panel)...};
+}
+
+// np panels (stride `panel` W) in calls of G panels, the remainder in calls of G/2, G/4, ...
+template <int M, int G, bool PF, class Src, class WT>
+inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int64_t panel,
+                       int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+  int j = 0;
+  for (; j + G <= np; j += G) {
+    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<G>());
+    fma_tile<M, G, PF>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
+  }
+  if constexpr (G > 1)
+    if (j < np)
+      fma_panels<M, G / 2, PF, Src>(a, kp, kh, w + j * panel, panel, np - j, c + j * kNR, ldc,
+                                    accumulate, pf);
+}
 
 // Tile traits over a weight source: the bf16 kernel (Src = Bf16Src, k step = a k pair) and the
 // MXFP4 kernel (Mxfp4Src, k step = a 32-k block) share everything else.
 template <class Src>
 struct Tile : KpairsTile<kNR> {
-  static constexpr int kMR = 5, kActW = 8;
+  // One row block (decode): 4 panels per call, so 1 row runs 8 chains and 2 rows 8.
+  static constexpr int kMR = 5, kActW = 8, kNPGemv = 4;
   static constexpr bool kBlockK = true;
   using A = float;  // rows pre-widened to fp32
-  // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 4 where that avoids a
-  // slow 1- or 3-row tail: 6 = 4 + 2, 8 = 4 + 4, 7 = 5 + 2, 12 = 5 + 5 + 2.
-  static int64_t rows(int64_t rem) { return rem <= kMR ? rem : (rem == 6 || rem == 8) ? 4 : kMR; }
+  // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 3 or 4 where that avoids
+  // a 1- or 2-row tail (4 chains: latency-bound on one panel): 6 = 3 + 3, 7 = 4 + 3,
+  // 8 = 4 + 4, 11 = 5 + 3 + 3. Only the speed depends on the split, never the results.
+  static int64_t rows(int64_t rem) {
+    return rem <= kMR ? rem : rem == 6 ? 3 : (rem == 7 || rem == 8) ? 4 : kMR;
+  }
   static constexpr auto pack_a = pack_a_f32<kKR>;
   template <int M, class WT>
-  static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t, int,
+  static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t panel, int np,
                    float* c, int64_t ldc, bool accumulate, int64_t pf) {
     // nk k steps: k pairs (bf16) or blocks of 16 k pairs (MXFP4).
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
+    constexpr int G = M == 1 ? 4 : M == 2 ? 2 : 1;  // panels per call: 8 chains from 1-2 rows
     if (pf)
-      fma_tile<M, true>(a, lda, kh, Src(w), c, ldc, accumulate, pf);
+      fma_panels<M, G, true, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, pf);
     else
-      fma_tile<M, false>(a, lda, kh, Src(w), c, ldc, accumulate, 0);
+      fma_panels<M, G, false, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, 0);
   }
 };
 

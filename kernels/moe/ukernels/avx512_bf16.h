@@ -4,13 +4,16 @@
 //
 // Each 32-bit lane of a weight vector is the pair (w[col][k], w[col][k+1]); the matching A pair
 // is broadcast, and one instruction accumulates both products into the column's fp32 lane.
-// 8 rows x 32 columns (16 zmm accumulators); up to 4 rows use two accumulator sets (even / odd
-// k pairs) to hide the latency.
+// 8 rows x 32 columns (16 zmm accumulators). Each C element is one chain in k-pair order for
+// every row count (batch-invariant); up to 4 rows (decode) cover 2-4 panels per call instead,
+// for as many independent chains.
 #pragma once
-#include <immintrin.h>
+#include "kernels/common/simd_x86.h"
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
@@ -98,72 +101,73 @@ struct Mxfp4Src {
   }
 };
 
-// C[M][32] (= or +=) kh k pairs of A (M rows of stride kp, bf16 pairs) x the weights of src
-// (from a block start); pf > 0: prefetch the weights pf bytes ahead (the next K block).
-template <int M, class Src>
-inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, Src src, float* c, int64_t ldc,
+// C[M][NP * 32] (= or +=) kh k pairs of A (M rows of stride kp, bf16 pairs) x the weights of
+// NP panels (src[j], each from a block start); pf > 0: prefetch the weights pf bytes ahead (the
+// next K block). Every C element is one vdpbf16ps chain in k-pair order, the same for every M
+// and NP (batch-invariant); the chains are independent across rows and panels, so few rows
+// take several panels per call instead of splitting a sum.
+template <int M, int NP, class Src>
+inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, Src* src, float* c, int64_t ldc,
                     bool accumulate, int64_t pf) {
   constexpr int PB = Src::kPairsPerBlock;
-  auto new_block = [&](int64_t kk) {
+  __m512 c0[NP][M], c1[NP][M];
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    c0[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR) : _mm512_setzero_ps();
+    c1[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kh; ++kk) {
     if constexpr (PB > 0)
-      if (kk % PB == 0) src.block(kk / PB);
-  };
-  __m512 c0[M], c1[M];
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-    c0[r] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
-    c1[r] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
-  }
-  int64_t kk = 0;
-  if constexpr (M <= 4) {
-    __m512 d0[M], d1[M];
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) d0[r] = d1[r] = _mm512_setzero_ps();
-    for (; kk + 2 <= kh; kk += 2) {
-      new_block(kk);
-      if (pf) {
-        const char* q = src.at(kk) + pf;
-        CPUKERN_UNROLL for (int l = 0; l < 4; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
-      }
-      __m512i w0, w1, w2, w3;
-      src.pair(kk, w0, w1);
-      src.pair(kk + 1, w2, w3);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        const __m512i ae = bcast_pair(a + r * kp + 2 * kk);
-        const __m512i ao = bcast_pair(a + r * kp + 2 * kk + 2);
-        c0[r] = dp(c0[r], ae, w0);
-        c1[r] = dp(c1[r], ae, w1);
-        d0[r] = dp(d0[r], ao, w2);
-        d1[r] = dp(d1[r], ao, w3);
-      }
-    }
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      c0[r] = _mm512_add_ps(c0[r], d0[r]);
-      c1[r] = _mm512_add_ps(c1[r], d1[r]);
-    }
-  }
-  for (; kk < kh; ++kk) {
-    new_block(kk);
+      if (kk % PB == 0)
+        CPUKERN_UNROLL for (int j = 0; j < NP; ++j) src[j].block(kk / PB);
     if (pf) {
-      const char* q = src.at(kk) + pf;
-      _mm_prefetch(q, _MM_HINT_T0);
-      _mm_prefetch(q + 64, _MM_HINT_T0);
+      CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+        const char* q = src[j].at(kk) + pf;
+        _mm_prefetch(q, _MM_HINT_T0);
+        _mm_prefetch(q + 64, _MM_HINT_T0);
+      }
     }
-    __m512i w0, w1;
-    src.pair(kk, w0, w1);
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      const __m512i av = bcast_pair(a + r * kp + 2 * kk);
-      c0[r] = dp(c0[r], av, w0);
-      c1[r] = dp(c1[r], av, w1);
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      __m512i w0, w1;
+      src[j].pair(kk, w0, w1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        const __m512i av = bcast_pair(a + r * kp + 2 * kk);
+        c0[j][r] = dp(c0[j][r], av, w0);
+        c1[j][r] = dp(c1[j][r], av, w1);
+      }
     }
   }
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-    _mm512_storeu_ps(c + r * ldc, c0[r]);
-    _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    _mm512_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
+    _mm512_storeu_ps(c + r * ldc + j * kNR + 16, c1[j][r]);
   }
+}
+
+// The weight sources of panels w, w + panel, ...
+template <class Src, class WT, size_t... J>
+inline std::array<Src, sizeof...(J)> sources(const WT* w, int64_t panel,
+                                             std::index_sequence<J...>) {
+  return {Src(w + int64_t(J) * panel)...};
+}
+
+// np panels (stride `panel` W) in calls of G panels, the remainder in calls of G/2, G/4, ...
+template <int M, int G, class Src, class WT>
+inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int64_t panel,
+                      int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+  int j = 0;
+  for (; j + G <= np; j += G) {
+    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<G>());
+    dp_tile<M, G>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
+  }
+  if constexpr (G > 1)
+    if (j < np)
+      dp_panels<M, G / 2, Src>(a, kp, kh, w + j * panel, panel, np - j, c + j * kNR, ldc,
+                               accumulate, pf);
 }
 
 template <class Src>
 struct Tile : KpairsTile<kNR> {
-  static constexpr int kMR = 8, kActW = 16;
+  // One row block (decode): up to 4 panels per call (panels() below).
+  static constexpr int kMR = 8, kActW = 16, kNPGemv = 4;
   static constexpr bool kBlockK = true;
   using A = bf16_t;
   // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
@@ -173,10 +177,12 @@ struct Tile : KpairsTile<kNR> {
   }
   static constexpr auto pack_a = avx512bf16::pack_a;
   template <int M, class WT>
-  static void tile(const bf16_t* a, int64_t lda, int64_t nk, const WT* w, int64_t, int,
+  static void tile(const bf16_t* a, int64_t lda, int64_t nk, const WT* w, int64_t panel, int np,
                    float* c, int64_t ldc, bool accumulate, int64_t pf) {
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    dp_tile<M>(a, lda, kh, Src(w), c, ldc, accumulate, pf);
+    // Panels per call: 8-16 independent chains (2 per row and panel) for every row count.
+    constexpr int G = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+    dp_panels<M, G, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, pf);
   }
 };
 

@@ -6,7 +6,8 @@
 // holds a 2x2 block of C as [r0c0 r0c1 r1c0 r1c1].
 //
 // Packings ("bf16p<NR>x4"): weights [ceil(o/NR)][Kp/4][NR/2 column pairs][2][4] bf16; A per
-// block of 8 rows [Kp/4][4 row pairs][2][4] bf16, rows past m and k past K zero.
+// block of 8 rows [Kp/4][4 row pairs][2][4] bf16, rows past m and k past K zero. Row r of a
+// block is row pair r / 2, half r % 2 (the ukernel row-placement test checks every height).
 #pragma once
 #include <arm_neon.h>
 

@@ -4,14 +4,16 @@
 //
 // bf16 weights widened to fp32 in registers (one 32-bit word holds the k and k+1 weights of a
 // column: `<< 16` gives the first, `& 0xffff0000` the second), A rows pre-widened to fp32, FMA
-// by lane; 4 rows x 16 columns. 1-2 rows (decode) keep separate even/odd-k accumulators to
-// hide the FMA latency.
+// by lane; 4 rows x 16 columns. Each C element is one FMA chain in k order for every row count
+// (batch-invariant); 1 row (decode) covers 2 panels per call to hide the FMA latency.
 #pragma once
 #include <arm_neon.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
@@ -77,32 +79,35 @@ struct Mxfp4Src {
   }
 };
 
-template <int M, bool kDual, class Src>
-inline void fma_tile(const float* a, int64_t lda, int64_t kh, Src src, float* c, int64_t ldc,
+// C[M][NP * 16] (= or +=) kh k pairs of A (M rows of stride lda, fp32) x the weights of NP
+// panels (src[j], each from a block start). Every C element is one FMA chain in k order, the
+// same for every M and NP (batch-invariant); a 1-row GEMV takes 2 panels (8 chains) to hide the
+// FMA latency instead of splitting a sum.
+template <int M, int NP, class Src>
+inline void fma_tile(const float* a, int64_t lda, int64_t kh, Src* src, float* c, int64_t ldc,
                      bool accumulate) {
   constexpr int PB = Src::kPairsPerBlock;
   auto new_block = [&](int64_t kk) {
     if constexpr (PB > 0)
-      if (kk % PB == 0) src.block(kk / PB);
+      if (kk % PB == 0)
+        CPUKERN_UNROLL for (int j = 0; j < NP; ++j) src[j].block(kk / PB);
   };
-  float32x4_t acc[M][4], odd[kDual ? M : 1][4];
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
-      acc[r][q] = accumulate ? vld1q_f32(c + r * ldc + 4 * q) : vdupq_n_f32(0.0f);
-      if (kDual) odd[r][q] = vdupq_n_f32(0.0f);
-    }
+  float32x4_t acc[NP][M][4];
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j)
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+      CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
+        acc[j][r][q] = accumulate ? vld1q_f32(c + r * ldc + j * kNR + 4 * q) : vdupq_n_f32(0.0f);
   auto step = [&](int64_t kk, const float32x4_t* av, auto lane_pair) {
     constexpr int L = decltype(lane_pair)::value;
-    float32x4_t lo[4], hi[4];
-    src.pair(kk, lo, hi);
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-      CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
-        acc[r][q] = vfmaq_laneq_f32(acc[r][q], lo[q], av[r], 2 * L);
-        if constexpr (kDual)
-          odd[r][q] = vfmaq_laneq_f32(odd[r][q], hi[q], av[r], 2 * L + 1);
-        else
-          acc[r][q] = vfmaq_laneq_f32(acc[r][q], hi[q], av[r], 2 * L + 1);
-      }
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      float32x4_t lo[4], hi[4];
+      src[j].pair(kk, lo, hi);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+        CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
+          acc[j][r][q] = vfmaq_laneq_f32(acc[j][r][q], lo[q], av[r], 2 * L);
+          acc[j][r][q] = vfmaq_laneq_f32(acc[j][r][q], hi[q], av[r], 2 * L + 1);
+        }
+    }
   };
   int64_t kk = 0;
   for (; kk + 2 <= kh; kk += 2) {
@@ -118,29 +123,47 @@ inline void fma_tile(const float* a, int64_t lda, int64_t kh, Src src, float* c,
     new_block(kk);
     step(kk, av, std::integral_constant<int, 0>());
   }
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < 4; ++q) {
-      float32x4_t v = acc[r][q];
-      if constexpr (kDual) v = vaddq_f32(v, odd[r][q]);
-      vst1q_f32(c + r * ldc + 4 * q, v);
-    }
+  CPUKERN_UNROLL for (int j = 0; j < NP; ++j)
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+      CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
+        vst1q_f32(c + r * ldc + j * kNR + 4 * q, acc[j][r][q]);
+}
+
+// The weight sources of panels w, w + panel, ...
+template <class Src, class WT, size_t... J>
+inline std::array<Src, sizeof...(J)> sources(const WT* w, int64_t panel,
+                                             std::index_sequence<J...>) {
+  return {Src(w + int64_t(J) * panel)...};
 }
 
 template <class Src>
 struct Tile : KpairsTile<kNR> {
-  static constexpr int kMR = 4, kActW = 4;
-  // K blocks of kKBlock with several row blocks (the decoded MXFP4 prefill needs the same
-  // blocks as bf16: the 1-2 row tail's dual accumulators make blocking change its sums).
+  // One row block (decode): 2 panels per call, so 1 row runs 8 chains.
+  static constexpr int kMR = 4, kActW = 4, kNPGemv = 2;
+  // K blocks of kKBlock with several row blocks (a panel's block stays in L1 for them all;
+  // the decoded MXFP4 prefill uses the same blocks). Blocking never changes a sum.
   static constexpr bool kBlockK = true;
   using A = float;  // rows fp32 [m][round_up(k, 4)]: one vector holds two k pairs
   static int64_t a_stride(int64_t k) { return round_up(k, 4); }
-  static int64_t rows(int64_t rem) { return std::min<int64_t>(kMR, rem); }
+  // Blocks of 4, 3 + 2 where that avoids a 1-row tail (4 chains on one panel): 5 = 3 + 2,
+  // 9 = 4 + 3 + 2. Only the speed depends on the split, never the results.
+  static int64_t rows(int64_t rem) { return rem <= kMR ? rem : rem == 5 ? 3 : kMR; }
   static constexpr auto pack_a = pack_a_f32<4>;
   template <int M, class WT>
-  static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t, int,
+  static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t panel, int np,
                    float* c, int64_t ldc, bool accumulate, int64_t) {
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    fma_tile<M, (M <= 2)>(a, lda, kh, Src(w), c, ldc, accumulate);
+    int j = 0;
+    if constexpr (M == 1) {  // two panels per call: 8 independent chains
+      for (; j + 2 <= np; j += 2) {
+        auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<2>());
+        fma_tile<M, 2>(a, lda, kh, src.data(), c + j * kNR, ldc, accumulate);
+      }
+    }
+    for (; j < np; ++j) {
+      Src src[1] = {Src(w + j * panel)};
+      fma_tile<M, 1>(a, lda, kh, src, c + j * kNR, ldc, accumulate);
+    }
   }
 };
 

@@ -1,7 +1,9 @@
 // Fused MoE: every registry variant this CPU runs (the others skip with the reason) against an
 // independent float64 model written here, over a table of shapes, activations, biases and
-// routings; thread counts 1, 2, 3 must agree bit for bit. Plus the router, validation, and the
-// micro-kernels' accumulate mode.
+// routings; thread counts 1, 2, 3 must agree bit for bit, and so must batch splits (the whole
+// batch, each token alone, random chunks; both weight formats). Plus the router, validation,
+// and the micro-kernels: accumulate and overwrite modes across K blocks, and the row placement
+// of every tile height.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -284,17 +286,76 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
     std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64);
     uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     const int64_t p0 = 1, p1 = (o + uk.nr - 1) / uk.nr, ldc = (p1 - p0) * uk.nr + 3;
-    std::vector<float> cbuf(size_t(m * ldc), 0.5f);
-    uk.gemm(ap.data(), m, k, wp.data(), p0, p1, cbuf.data(), ldc, true);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t col = p0 * uk.nr; col < p1 * uk.nr; ++col) {
-        double s = 0.5;
-        if (col < o)
-          for (int64_t q = 0; q < k; ++q)
-            s += double(bf16_to_f32(a[r * k + q])) * bf16_to_f32(w[col * k + q]);
-        ASSERT_NEAR(cbuf[r * ldc + col - p0 * uk.nr], s, 1e-4 * (1 + std::fabs(s)))
-            << "m=" << m << " k=" << k << " r=" << r << " col=" << col;
+    // accumulate=false must overwrite whatever C holds (garbage, even NaN), also in the K
+    // blocks after the first; accumulate=true must add to C (0.5).
+    for (bool acc : {false, true}) {
+      std::vector<float> cbuf(size_t(m * ldc), acc ? 0.5f : std::nanf(""));
+      for (size_t q = 0; !acc && q < cbuf.size(); q += 3) cbuf[q] = 1e30f;
+      uk.gemm(ap.data(), m, k, wp.data(), p0, p1, cbuf.data(), ldc, acc);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t col = p0 * uk.nr; col < p1 * uk.nr; ++col) {
+          double s = acc ? 0.5 : 0.0;
+          if (col < o)
+            for (int64_t q = 0; q < k; ++q)
+              s += double(bf16_to_f32(a[r * k + q])) * bf16_to_f32(w[col * k + q]);
+          ASSERT_NEAR(cbuf[r * ldc + col - p0 * uk.nr], s, 1e-4 * (1 + std::fabs(s)))
+              << "m=" << m << " k=" << k << " r=" << r << " col=" << col << " accumulate=" << acc;
+        }
+    }
+  }
+}
+
+// Row placement, explicit for every tile height: row r of A is one-hot at k = pos(r) with the
+// value 1, so C[r][col] must be exactly W[col][pos(r)], the weight of that row's own k; a row
+// written to another row's place (a BFMMLA row-pair swap, a wrong row stride), a row dropped or
+// one past m written is named. m = 1..2 MR + 1: every tile<M> (M = 1..MR) alone and in the
+// blocked loop; K 64 (one block) and 320 (K blocks). Both formats (MXFP4 weights: e2m1 codes
+// at scale 127, exact in bf16).
+TEST_P(MoeUkernelTest, EveryTileHeightPlacesEachRowExactly) {
+  const Variant& v = test_variant(GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  std::mt19937 rng(13);
+  for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    const Ukernel& uk = ukernel_for(v, f);
+    for (int64_t k : {64, 320}) {
+      const int64_t o = 3 * uk.nr + 5;  // ragged last panel
+      // Distinct weights: random e2m1 codes, scale 127 (values +-0.5 .. +-6, exact).
+      std::vector<uint8_t> blocks(size_t(o * k / 2)), scales(size_t(o * k / 32), 127);
+      for (auto& b : blocks) b = uint8_t(rng());
+      std::vector<bf16_t> w(size_t(o * k));
+      mxfp4::dequantize(blocks.data(), scales.data(), o, k, w.data());
+      std::vector<char> wp(size_t(uk.packed_size(o, k)));
+      if (f == WeightFormat::kMxfp4)
+        uk.pack_mxfp4(blocks.data(), scales.data(), o, k, wp.data());
+      else
+        uk.pack(w.data(), o, k, wp.data());
+      for (int64_t m = 1; m <= 2 * uk.mr + 1; ++m) {
+        auto pos = [&](int64_t r) { return (r * 37 + 11) % k; };  // distinct for r < k / gcd
+        std::vector<bf16_t> a(size_t(m * k), 0);
+        for (int64_t r = 0; r < m; ++r) a[r * k + pos(r)] = f32_to_bf16(1.0f);
+        std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64);
+        uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+        const int64_t p1 = (o + uk.nr - 1) / uk.nr, ldc = p1 * uk.nr + 1;
+        std::vector<float> c(size_t((m + 1) * ldc), -777.0f);  // one row past m: untouched
+        uk.gemm(ap.data(), m, k, wp.data(), 0, p1, c.data(), ldc, false);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t col = 0; col < p1 * uk.nr; ++col) {
+            const float want = col < o ? bf16_to_f32(w[col * k + pos(r)]) : 0.0f;
+            const float got = c[r * ldc + col];
+            if (got == want) continue;
+            int64_t from = -1;  // which row's value landed here, if any
+            for (int64_t r2 = 0; r2 < m && col < o && got != 0.0f; ++r2)
+              if (r2 != r && got == bf16_to_f32(w[col * k + pos(r2)])) from = r2;
+            FAIL() << uk.name << " m=" << m << " k=" << k << ": C[" << r << "][" << col
+                   << "] = " << got << ", want " << want
+                   << (from >= 0 ? " (row " + std::to_string(from) + "'s value)" : "");
+          }
+        for (int64_t col = 0; col < ldc; ++col)
+          ASSERT_EQ(c[m * ldc + col], -777.0f) << uk.name << " m=" << m << ": wrote row m";
+        for (int64_t r = 0; r < m; ++r)
+          ASSERT_EQ(c[r * ldc + ldc - 1], -777.0f) << uk.name << " m=" << m << ": wrote past ldc";
       }
+    }
   }
 }
 INSTANTIATE_TEST_SUITE_P(All, MoeUkernelTest, ::testing::ValuesIn(variant_names()),
@@ -554,6 +615,100 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
 }
 INSTANTIATE_TEST_SUITE_P(All, MoeMxfp4UkernelTest, ::testing::ValuesIn(variant_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// ---- batch invariance ------------------------------------------------------------------
+
+// A token's output is bitwise the same whatever other tokens share its call: the whole batch,
+// the token alone, random chunks, any thread count. Every tile sums each output element in one
+// fixed order (sequential in k), whatever the number of rows in its block, the K blocking or
+// the column split. H and I past one K block (256), so that the blocked loop is exercised.
+struct BatchParam {
+  std::string variant;
+  WeightFormat format;
+};
+
+class MoeBatchInvariance : public ::testing::TestWithParam<BatchParam> {};
+
+TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
+  const BatchParam& prm = GetParam();
+  CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(prm.variant));
+  const int64_t tmax = 70;
+  const int64_t batch_sizes[] = {1, 4, 5, 8, 9, 45, 64, 70};
+  const Case shapes[] = {
+      // One expert, top-1: every token lands in one expert (the rows per block follow T).
+      {1, 1, 320, 288, tmax, Activation::kSwigluOai, true, false, false, false},
+      {4, 2, 320, 288, tmax, Activation::kSilu, false, false, false, false},
+      {8, 4, 64, 96, tmax, Activation::kGeluTanh, true, false, false, false},
+  };
+  for (const Case& c : shapes) {
+    std::mt19937 rng(2024u + uint32_t(c.e));
+    Problem p = make_problem(c, 555u + uint32_t(c.e));
+    std::shared_ptr<const PackedExperts> w13, w2;
+    if (prm.format == WeightFormat::kMxfp4) {
+      const Mx m13 = make_mx(p.w13, c.e * 2 * c.i, c.h, false, rng);
+      const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
+      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, prm.variant);
+      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, prm.variant);
+    } else {
+      w13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, prm.variant);
+      w2 = prepack(p.w2.data(), c.e, c.h, c.i, prm.variant);
+    }
+    ASSERT_EQ(w13->format, prm.format);
+    // Tokens [t0, t0 + n) as one call.
+    auto call = [&](int64_t t0, int64_t n, int threads, bf16_t* out) {
+      fused_moe(p.x.data() + t0 * c.h, n, c.h, *w13, *w2, p.weights.data() + t0 * c.topk,
+                p.ids.data() + t0 * c.topk, c.topk, c.act, c.bias ? p.b13.data() : nullptr,
+                c.bias ? p.b2.data() : nullptr, false, threads, out);
+    };
+    // The reference: every token alone.
+    std::vector<bf16_t> alone(size_t(tmax * c.h));
+    for (int64_t tok = 0; tok < tmax; ++tok) call(tok, 1, 1, alone.data() + tok * c.h);
+    auto expect_same = [&](const std::vector<bf16_t>& got, int64_t t0, const std::string& how) {
+      const int64_t n = int64_t(got.size()) / c.h;
+      for (int64_t tok = 0; tok < n; ++tok) {
+        if (std::memcmp(got.data() + tok * c.h, alone.data() + (t0 + tok) * c.h, size_t(c.h) * 2)) {
+          int64_t col = 0;
+          while (got[tok * c.h + col] == alone[(t0 + tok) * c.h + col]) ++col;
+          ADD_FAILURE() << case_name(c) << " " << how << ": token " << t0 + tok << " column " << col
+                        << " = " << bf16_to_f32(got[tok * c.h + col]) << ", alone "
+                        << bf16_to_f32(alone[(t0 + tok) * c.h + col]);
+          return;
+        }
+      }
+    };
+    int n_calls = 0;
+    for (int64_t t : batch_sizes)
+      for (int threads : {1, 2, 3}) {
+        std::vector<bf16_t> out(size_t(t * c.h));
+        call(0, t, threads, out.data());
+        expect_same(out, 0, "batch of " + std::to_string(t) + ", threads=" + std::to_string(threads));
+        ++n_calls;
+      }
+    // Random chunks (sizes 1..20) over the whole range, random thread counts.
+    for (int round = 0; round < 3; ++round) {
+      for (int64_t t0 = 0, n; t0 < tmax; t0 += n) {
+        n = std::min<int64_t>(tmax - t0, 1 + int64_t(rng() % 20));
+        const int threads = 1 + int(rng() % 3);
+        std::vector<bf16_t> out(size_t(n * c.h));
+        call(t0, n, threads, out.data());
+        expect_same(out, t0, "chunk [" + std::to_string(t0) + ", " + std::to_string(t0 + n) +
+                                 "), threads=" + std::to_string(threads));
+      }
+    }
+    EXPECT_GT(n_calls, 0);
+  }
+}
+
+std::vector<BatchParam> batch_params() {
+  std::vector<BatchParam> ps;
+  for (const auto& v : variant_names())
+    for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4}) ps.push_back({v, f});
+  return ps;
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeBatchInvariance, ::testing::ValuesIn(batch_params()),
+                         [](const ::testing::TestParamInfo<BatchParam>& i) {
+                           return i.param.variant + "_" + format_name(i.param.format);
+                         });
 
 TEST(Mxfp4, ValuesQuantizeAndDequantize) {
   // Every code at every scale: exact (value * 2**(127 - s) recovers the e2m1 value) or inf.
