@@ -90,18 +90,8 @@ def read_bandwidth(nbytes: int, threads: Optional[int]) -> float:
 
 
 def l3_bytes() -> int:
-    """The L3 of cpu0 from sysfs (32 MiB when unreadable)."""
-    best = 0
-    for i in range(8):
-        d = f"/sys/devices/system/cpu/cpu0/cache/index{i}"
-        try:
-            if open(f"{d}/level").read().strip() != "3":
-                continue
-            size = open(f"{d}/size").read().strip()
-        except OSError:
-            continue
-        best = max(best, int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size))
-    return best or 32 << 20
+    """The L3 of cpu0 (cpukern's detection: sysfs, else sysconf, else 32 MiB)."""
+    return int(cpukern.cpu_info()["l3_bytes"])
 
 
 COLD_MAX_SETS = 64  # --quick: tiny shapes would need hundreds of copies; the span is reported

@@ -13,40 +13,7 @@
 #include "kernels/common/cpu_features.h"
 
 namespace cpukern::bench {
-namespace {
-
-std::string read_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
-
-// "32768K" -> bytes.
-int64_t parse_size(const std::string& s) {
-  if (s.empty()) return 0;
-  int64_t v = std::atoll(s.c_str());
-  const char unit = s.back();
-  if (unit == 'K') v <<= 10;
-  if (unit == 'M') v <<= 20;
-  if (unit == 'G') v <<= 30;
-  return v;
-}
-
-}  // namespace
-
-int64_t l3_bytes() {
-  static const int64_t bytes = [] {
-    int64_t best = 0;
-    for (int i = 0; i < 8; ++i) {
-      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
-      if (read_line(dir + "/level") != "3") continue;
-      best = std::max(best, parse_size(read_line(dir + "/size")));
-    }
-    return best > 0 ? best : int64_t(32) << 20;
-  }();
-  return bytes;
-}
+int64_t l3_bytes() { return cpu_info().l3_bytes; }
 
 std::string cpu_description() {
   std::ifstream f("/proc/cpuinfo");

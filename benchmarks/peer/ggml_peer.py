@@ -66,17 +66,7 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------- the machine and its probe
 
 def l3_bytes() -> int:
-    best = 0
-    for i in range(8):
-        d = f"/sys/devices/system/cpu/cpu0/cache/index{i}"
-        try:
-            if open(f"{d}/level").read().strip() != "3":
-                continue
-            s = open(f"{d}/size").read().strip()
-        except OSError:
-            continue
-        best = max(best, int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s))
-    return best or 32 << 20
+    return int(cpukern.cpu_info()["l3_bytes"])
 
 
 def probe(binary: Optional[str]) -> dict[str, Any]:

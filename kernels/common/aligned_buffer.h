@@ -23,30 +23,10 @@ class AlignedBuffer {
   ~AlignedBuffer() { std::free(p_); }
 
   // Discards the contents; the new bytes are zero.
-  void resize(size_t bytes) {
-    std::free(p_);
-    p_ = nullptr;
-    n_ = 0;
-    if (bytes == 0) return;
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    p_ = std::aligned_alloc(64, rounded);
-    if (!p_) throw std::bad_alloc();
-    std::memset(p_, 0, rounded);
-    n_ = bytes;
-  }
+  void resize(size_t bytes) { allocate(bytes, 0); }
   // resize without zeroing, for a buffer the caller overwrites completely (a prepared
   // layout: zeroing it first would cost a pass over memory on one thread).
-  void resize_for_overwrite(size_t bytes) {
-    std::free(p_);
-    p_ = nullptr;
-    n_ = 0;
-    if (bytes == 0) return;
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    p_ = std::aligned_alloc(64, rounded);
-    if (!p_) throw std::bad_alloc();
-    std::memset(static_cast<char*>(p_) + bytes, 0, rounded - bytes);  // the tail stays zero
-    n_ = bytes;
-  }
+  void resize_for_overwrite(size_t bytes) { allocate(bytes, bytes); }
   // Grows only (keeps capacity), for scratch reused across calls. Contents undefined.
   void reserve(size_t bytes) {
     if (bytes > n_) resize(bytes);
@@ -57,6 +37,19 @@ class AlignedBuffer {
   size_t size() const { return n_; }
 
  private:
+  // `bytes` rounded up to 64, zero from `zero_from` to the rounded end.
+  void allocate(size_t bytes, size_t zero_from) {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+    if (bytes == 0) return;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    p_ = std::aligned_alloc(64, rounded);
+    if (!p_) throw std::bad_alloc();
+    std::memset(static_cast<char*>(p_) + zero_from, 0, rounded - zero_from);
+    n_ = bytes;
+  }
+
   void* p_ = nullptr;
   size_t n_ = 0;
 };

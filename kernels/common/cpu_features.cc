@@ -116,6 +116,26 @@ int64_t detect_l2_bytes() {
   return 1 << 20;
 }
 
+// sysfs first (sysconf reports 0 for the L3 on many VMs and on AArch64), e.g. "32768K".
+int64_t detect_l3_bytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+    std::ifstream level(dir + "/level"), size(dir + "/size");
+    std::string lv, sz;
+    if (!std::getline(level, lv) || lv != "3" || !std::getline(size, sz) || sz.empty()) continue;
+    int64_t v = std::atoll(sz.c_str());
+    if (sz.back() == 'K') v <<= 10;
+    if (sz.back() == 'M') v <<= 20;
+    if (sz.back() == 'G') v <<= 30;
+    best = std::max(best, v);
+  }
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  if (best == 0) best = std::max<long>(0, sysconf(_SC_LEVEL3_CACHE_SIZE));
+#endif
+  return best > 0 ? best : int64_t(32) << 20;
+}
+
 }  // namespace
 
 // Cores a CFS quota allows: "quota period" (cgroup v2 cpu.max, or v1's two files joined),
@@ -188,6 +208,7 @@ CpuInfo detect() {
 #endif
   info.num_cores = usable_cores();
   info.l2_bytes = detect_l2_bytes();
+  info.l3_bytes = detect_l3_bytes();
   if (const char* off = std::getenv("CPUKERN_DISABLE_FEATURES")) {
     std::stringstream ss(off);
     std::string name;

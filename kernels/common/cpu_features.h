@@ -36,6 +36,7 @@ struct CpuInfo {
   std::string vendor;          // "GenuineIntel", "AuthenticAMD", "arm", ...
   int num_cores = 1;           // usable CPUs: affinity mask and cgroup CPU quota (at detection)
   int64_t l2_bytes = 1 << 20;  // per-core L2, best effort
+  int64_t l3_bytes = 32 << 20;  // cpu0's L3 (sysfs, else sysconf), best effort
 };
 
 // Detected once, thread-safe. Setting CPUKERN_DISABLE_FEATURES="avx512f,bf16"

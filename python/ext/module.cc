@@ -61,6 +61,7 @@ nb::dict cpu_info_dict() {
   d["features"] = feature_names(info.features);
   d["num_cores"] = info.num_cores;
   d["l2_bytes"] = info.l2_bytes;
+  d["l3_bytes"] = info.l3_bytes;
   return d;
 }
 
