@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -633,7 +634,12 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
   const BatchParam& prm = GetParam();
   CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(prm.variant));
   const int64_t tmax = 70;
-  const int64_t batch_sizes[] = {1, 4, 5, 8, 9, 45, 64, 70};
+  // Under qemu-user (about 50x slower) fewer whole-batch sizes and one random round: still
+  // every row-block shape (1, 4, 5, 8, 9 rows and several blocks) and a ragged tail.
+  const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
+  const std::vector<int64_t> batch_sizes =
+      qemu ? std::vector<int64_t>{1, 5, 9, 45, 70} : std::vector<int64_t>{1, 4, 5, 8, 9, 45, 64, 70};
+  const std::vector<int> thread_counts = qemu ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3};
   const Case shapes[] = {
       // One expert, top-1: every token lands in one expert (the rows per block follow T).
       {1, 1, 320, 288, tmax, Activation::kSwigluOai, true, false, false, false},
@@ -678,14 +684,14 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
     };
     int n_calls = 0;
     for (int64_t t : batch_sizes)
-      for (int threads : {1, 2, 3}) {
+      for (int threads : thread_counts) {
         std::vector<bf16_t> out(size_t(t * c.h));
         call(0, t, threads, out.data());
         expect_same(out, 0, "batch of " + std::to_string(t) + ", threads=" + std::to_string(threads));
         ++n_calls;
       }
     // Random chunks (sizes 1..20) over the whole range, random thread counts.
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < (qemu ? 1 : 3); ++round) {
       for (int64_t t0 = 0, n; t0 < tmax; t0 += n) {
         n = std::min<int64_t>(tmax - t0, 1 + int64_t(rng() % 20));
         const int threads = 1 + int(rng() % 3);
