@@ -118,9 +118,15 @@ class Registry {
     return *chosen_;
   }
 
+  // Every row; `selected` marks the default. A CPUKERN_ISA entry that forces a name this op
+  // cannot use leaves none selected here (listing never throws); the op's calls report it.
   std::vector<VariantInfo> info() const {
     std::vector<VariantInfo> out;
-    const auto* def = &default_variant();
+    const Row* def = nullptr;
+    try {
+      def = &default_variant();
+    } catch (const InvalidArgument&) {
+    }
     for (const auto& v : variants_) {
       out.push_back({v.name, v.ukernel.name, feature_names(v.required), missing_features(v),
                      v.priority, v.supported(), &v == def});

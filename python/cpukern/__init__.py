@@ -79,16 +79,22 @@ def empty_cache() -> None:
 
 
 def _check_isa_env() -> None:
-    """CPUKERN_ISA entries that name no variant (a typo forces nothing): a warning naming the
-    known ones. "op=name" entries with a known op are checked by the op at first use."""
+    """CPUKERN_ISA entries that name no variant (a typo forces nothing, or for "op=name" makes
+    the op's calls fail): a warning naming the known ones. The op's calls raise ValueError
+    for an "op=name" it cannot use (unknown, or needing features this CPU lacks)."""
     env = os.environ.get("CPUKERN_ISA", "")
     if not env:
         return
-    known = {op: [v["name"] for v in f()] for op, f in _OPS.items()}
+    variants = {op: f() for op, f in _OPS.items()}
+    known = {op: [v["name"] for v in vs] for op, vs in variants.items()}
     names = sorted({n for ns in known.values() for n in ns})
     for entry in env.split(","):
         op, eq, name = entry.partition("=")
         if eq and op in known:
+            if not any(v["selected"] for v in variants[op]):
+                warnings.warn(f"CPUKERN_ISA: {entry!r} forces a variant {op} cannot use here (its "
+                              f"calls will raise ValueError); known: {', '.join(known[op])}",
+                              RuntimeWarning, stacklevel=3)
             continue
         if eq:
             warnings.warn(f"CPUKERN_ISA: unknown op {op!r} in {entry!r} (ignored); known ops: "

@@ -405,3 +405,26 @@ def test_unknown_cpukern_isa_names_warn_naming_the_known_ones():
     assert "'reference'" not in out.stderr.split("known")[0], out.stderr
     out = _run("import cpukern", env={"CPUKERN_ISA": "reference,fused_moe=reference"})
     assert "CPUKERN_ISA" not in out.stderr, out.stderr
+
+
+@needs_subprocess
+def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_the_import():
+    code = """
+        import cpukern, numpy as np
+        assert not any(v["selected"] for v in cpukern.kernels("ternary_gemv"))
+        assert any(v["selected"] for v in cpukern.kernels("fused_moe"))
+        try:
+            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16)
+        except ValueError as e:
+            print("ERR", e)
+    """
+    out = _run(code, env={"CPUKERN_ISA": "ternary_gemv=bogus"})
+    assert out.returncode == 0, out.stderr
+    assert "'ternary_gemv=bogus' forces a variant ternary_gemv cannot use" in out.stderr, out.stderr
+    assert "ERR isa: unknown variant 'bogus' for ternary_gemv" in out.stdout, out.stdout
+    lacking = [v["name"] for v in cpukern.kernels("ternary_gemv") if not v["supported"]]
+    if not lacking:
+        pytest.skip("every ternary_gemv variant runs on this CPU: no unsupported one to force")
+    out = _run(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
+    assert out.returncode == 0, out.stderr
+    assert f"ERR isa: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
