@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cpukern import convert, io, ternary
-from variants import variant_params
+from variants import UNDER_QEMU, variant_params
 
 pytest.importorskip("safetensors", reason="the safetensors package is not installed here: cpukern.convert tests skipped")
 
@@ -154,6 +154,7 @@ def test_gguf_other_quant_types_are_named(tmp_path):
     assert set(ternary.load(tmp_path / "ck.safetensors")) == {"n.weight"}
 
 
+@pytest.mark.skipif(UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
 def test_command_line(tmp_path):
     write_bitnet(tmp_path / "hf.safetensors")
     r = subprocess.run([sys.executable, "-m", "cpukern.convert", str(tmp_path / "hf.safetensors"),
