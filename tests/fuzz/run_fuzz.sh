@@ -60,10 +60,10 @@ sources_common() {
 
 sources_ternary_unpack() {
   sources_common
-  echo "kernels/ternary/driver.cc"
-  echo "kernels/ternary/pack.cc"
-  echo "kernels/ternary/registry.cc"
   local f isa flags
+  for f in "$root"/kernels/ternary/*.cc; do  # driver, grouped, pack, registry: every one
+    echo "${f#"$root"/}"
+  done
   for f in "$root"/kernels/ternary/ukernels/*.cc; do
     isa="${f##*__}"
     isa="${isa%.cc}"
