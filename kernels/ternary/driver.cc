@@ -179,7 +179,6 @@ const void* PreparedWeights::i8_data(int threads) const {
     if (m == 0 || k == 0) {
       i8_buf_.resize(size_t(q.packed_size(m, k)));
     } else {
-      i8_buf_.resize_for_overwrite(size_t(q.packed_size(m, k)));  // every byte is packed
       // The public words are restored from the fp32 layout (the caller's copy may be gone),
       // task by task (whole tiles of both layouts).
       const Packer& from = packer_for(f.layout);
@@ -190,22 +189,21 @@ const void* PreparedWeights::i8_data(int threads) const {
         const grouped::Plan qp(m, k, group_size, q.packed_size);
         std::vector<uint32_t> words(size_t(m * words_for(k)));
         grouped::unpack(fp, from, data.data(), k, words.data());
-        i8_buf_.resize(size_t(qp.bytes()));
+        i8_buf_.resize(size_t(qp.bytes()));  // zeroed: the alignment gaps between sub-layouts
         grouped::pack(qp, to, words.data(), k, limits::resolve_threads(threads), i8_buf_.data());
-        i8_ptr_ = i8_buf_.data();
-        i8_bytes_ = int64_t(i8_buf_.size());
-        return;
+      } else {
+        i8_buf_.resize_for_overwrite(size_t(q.packed_size(m, k)));  // every byte is packed
+        const int64_t words = words_for(k);
+        const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
+        const char* src = data.data<char>();
+        char* dst = i8_buf_.data<char>();
+        parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
+          const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
+          ChunkCopy words_of(n * words);
+          from.unpack(src + f.packed_size(r0, k), n, k, words_of.data());
+          to.pack(words_of.data(), n, k, dst + q.packed_size(r0, k));
+        });
       }
-      const int64_t words = words_for(k);
-      const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
-      const char* src = data.data<char>();
-      char* dst = i8_buf_.data<char>();
-      parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
-        const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
-        ChunkCopy words_of(n * words);
-        from.unpack(src + f.packed_size(r0, k), n, k, words_of.data());
-        to.pack(words_of.data(), n, k, dst + q.packed_size(r0, k));
-      });
     }
     i8_ptr_ = i8_buf_.data();
     i8_bytes_ = int64_t(i8_buf_.size());
