@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/common/unroll.h"
@@ -198,6 +199,176 @@ inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int6
                                     accumulate, pf);
 }
 
+// The MXFP4 decode GEMV's fast path (1-5 rows, `NP` panels): the bf16 kernel's FMA chains run
+// with each accumulator divided by its column's block scale S = 2**(s - 127) for the block,
+// so the weights enter as the unscaled e2m1 values, decoded straight to fp32 (two vpshufb
+// tables give each value's bf16 bytes, a shift or a mask widens them): no int->float
+// conversion and no multiply per weight, 2 multiplies per accumulator per 32-k block instead.
+// Scaling by a power of two commutes with every rounding while no value leaves fp32's normal
+// range or needs bits below its subnormal step, so the results equal the bf16 kernel's bit
+// for bit. fast_rows_ok and fast_block_ok admit exactly the inputs where that holds:
+//  - activations 0 or 2**-64 <= |a| <= 2**32 (bf16: the lsb of a product a * e * S is then
+//    >= 2**-104 and of a * e >= 2**-136; every sum stays below 2**124 in both domains for
+//    K < 2**28);
+//  - the block's scales within 2**+-32 (s in [95, 159]).
+// Anything else (non-finite or extreme activations, extreme scales) runs the exact per-weight
+// decode below for that block: the same bits, only slower. Accumulators hold the permuted
+// column order of the in-lane unpacks ([0-3 | 8-11], [4-7 | 12-15]), restored at the store.
+inline bool fast_rows_ok(const float* a, int64_t kp, int M, int64_t k) {
+  if (k >= (int64_t(1) << 28)) return false;
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+  const __m256i lo = _mm256_set1_epi32((127 - 64) << 23), hi = _mm256_set1_epi32((127 + 32) << 23);
+  __m256i bad = _mm256_setzero_si256();
+  for (int r = 0; r < M; ++r)
+    for (int64_t j = 0; j < k; j += 8) {  // k is a multiple of 32 (whole blocks)
+      const __m256i v = _mm256_and_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * kp + j)), abs);
+      // bad: v != 0 and (v < lo or v > hi) (signed compares: v <= 0x7fffffff)
+      const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(lo, v), _mm256_cmpgt_epi32(v, hi));
+      bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi32(v, _mm256_setzero_si256()), out));
+    }
+  return _mm256_testz_si256(bad, bad);
+}
+
+// All 16 scales of a block in [95, 159].
+inline bool fast_block_ok(const uint8_t* scales) {
+  const __m128i s = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)),
+                                 _mm_set1_epi8(95));
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(s, _mm_set1_epi8(64)), s)) == 0xffff;
+}
+
+// [0-7 | 8-15] column vectors <-> the permuted pair ([0-3 | 8-11], [4-7 | 12-15]) (self-inverse).
+inline void swap_halves(__m256& x0, __m256& x1) {
+  const __m256 y0 = _mm256_permute2f128_ps(x0, x1, 0x20), y1 = _mm256_permute2f128_ps(x0, x1, 0x31);
+  x0 = y0;
+  x1 = y1;
+}
+
+template <int M, int NP, bool PF>
+inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_t* w,
+                            int64_t panel, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+  constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
+  // kConst: the bf16 low and high bytes of each code's e2m1 value (code 8, -0, as +0 like
+  // kTwice), the nibble mask, the high-half mask.
+  // The tables and masks, 32 bytes each, are re-read from L1 through a laundered pointer
+  // (loads are cheap): held in registers next to the 8 accumulators, GCC spilled two
+  // accumulators (a store-forwarding chain per k pair).
+  alignas(32) static const uint8_t kConst[4][32] = {
+      {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
+       0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0},
+      {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0,
+       0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0},
+      {15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+       15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15},
+      {0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff,
+       0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff}};
+  auto cst = [](int i) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(launder_ptr(kConst[i])));
+  };
+  __m256 c0[NP][M], c1[NP][M];
+  auto load_c = [&] {
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      c0[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR) : _mm256_setzero_ps();
+      c1[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR + 8) : _mm256_setzero_ps();
+      swap_halves(c0[j][r], c1[j][r]);
+    }
+  };
+  auto store_c = [&] {
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      swap_halves(c0[j][r], c1[j][r]);
+      _mm256_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
+      _mm256_storeu_ps(c + r * ldc + j * kNR + 8, c1[j][r]);
+    }
+  };
+  // Per panel, 2**(+-(s - 127)) of the block's columns in the permuted order.
+  auto factors = [](const uint8_t* blk, int sign, __m256& f0, __m256& f1) {
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    const __m256i e0 = _mm256_cvtepu8_epi32(s), e1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s, 8));
+    const __m256i one = _mm256_set1_epi32(127);
+    auto bits = [&](__m256i e) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          sign > 0 ? e : _mm256_sub_epi32(_mm256_add_epi32(one, one), e), 23));
+    };
+    f0 = bits(e0);
+    f1 = bits(e1);
+    swap_halves(f0, f1);
+  };
+  load_c();
+  for (int64_t b = 0; b < nb; ++b) {
+    bool fast = true;
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= fast_block_ok(w + j * panel + b * kBB);
+    if (!fast) {  // the exact decode for this block, through C
+      store_c();
+      auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
+      fma_tile<M, NP, false>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
+      accumulate = true;
+      load_c();
+      continue;
+    }
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      __m256 f0, f1;
+      factors(w + j * panel + b * kBB, -1, f0, f1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
+        c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
+      }
+    }
+    const float* ab = a + 32 * b;
+    for (int kk = 0; kk < 16; ++kk) {
+      if constexpr (PF)
+        CPUKERN_UNROLL for (int j = 0; j < NP; ++j)
+          _mm_prefetch(reinterpret_cast<const char*>(w + j * panel + b * kBB + 16 + kk * 16) + pf,
+                       _MM_HINT_T0);
+      // Per panel: the even k's FMAs, then the odd k's (each element's chain in k order).
+      CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+        const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(w + j * panel + b * kBB + 16 + kk * 16)));
+        const __m256i codes = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi16(x, 4)), cst(2));
+        const __m256i lo = _mm256_shuffle_epi8(cst(0), codes), hi = _mm256_shuffle_epi8(cst(1), codes);
+        // Pair words (even k low, odd k high) of columns [0-3 | 8-11] and [4-7 | 12-15].
+        const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
+        const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(u0, 16));
+        const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(u1, 16));
+        CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+          const __m256 ae = _mm256_broadcast_ss(ab + r * kp + 2 * kk);
+          c0[j][r] = _mm256_fmadd_ps(ae, e0, c0[j][r]);
+          c1[j][r] = _mm256_fmadd_ps(ae, e1, c1[j][r]);
+        }
+        const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(u0, cst(3)));
+        const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(u1, cst(3)));
+        CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+          const __m256 ao = _mm256_broadcast_ss(ab + r * kp + 2 * kk + 1);
+          c0[j][r] = _mm256_fmadd_ps(ao, o0, c0[j][r]);
+          c1[j][r] = _mm256_fmadd_ps(ao, o1, c1[j][r]);
+        }
+      }
+    }
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      __m256 f0, f1;
+      factors(w + j * panel + b * kBB, +1, f0, f1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
+        c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
+      }
+    }
+  }
+  store_c();
+}
+
+// np panels in calls of G, G/2, ... (fma_panels for the fast path).
+template <int M, int G, bool PF>
+inline void mxfp4_gemv_panels(const float* a, int64_t kp, int64_t nb, const uint8_t* w,
+                              int64_t panel, int np, float* c, int64_t ldc, bool accumulate,
+                              int64_t pf) {
+  int j = 0;
+  for (; j + G <= np; j += G)
+    mxfp4_gemv_tile<M, G, PF>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate, pf);
+  if constexpr (G > 1)
+    if (j < np)
+      mxfp4_gemv_panels<M, G / 2, PF>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc,
+                                      accumulate, pf);
+}
+
 // Tile traits over a weight source: the bf16 kernel (Src = Bf16Src, k step = a k pair) and the
 // MXFP4 kernel (Mxfp4Src, k step = a 32-k block) share everything else.
 template <class Src>
@@ -219,6 +390,16 @@ struct Tile : KpairsTile<kNR> {
     // nk k steps: k pairs (bf16) or blocks of 16 k pairs (MXFP4).
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
     constexpr int G = M == 1 ? 4 : M == 2 ? 2 : 1;  // panels per call: 8 chains from 1-2 rows
+    if constexpr (std::is_same_v<Src, Mxfp4Src>) {
+      const auto* wq = reinterpret_cast<const uint8_t*>(w);
+      if (fast_rows_ok(a, lda, M, 2 * kh)) {
+        if (pf)
+          mxfp4_gemv_panels<M, G, true>(a, lda, nk, wq, panel, np, c, ldc, accumulate, pf);
+        else
+          mxfp4_gemv_panels<M, G, false>(a, lda, nk, wq, panel, np, c, ldc, accumulate, 0);
+        return;
+      }
+    }
     if (pf)
       fma_panels<M, G, true, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, pf);
     else

@@ -1,0 +1,99 @@
+// MXFP4 ukernels against their variant's bf16 ukernel on the dequantized weights, bit for bit,
+// at the edges of the decode GEMV's fast path (avx2: accumulators scaled by the block scale,
+// admitted for block scales in [95, 159] and activations 0 or 2**-64 <= |a| <= 2**32): scales
+// just inside and outside that window, blocks that switch paths inside one call, activations
+// at and past the bounds, subnormal, inf and NaN activations, rows of zeros, one bad row in a
+// row block. Every variant runs it; each must give the bf16 kernel's bits whatever its paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/bf16.h"
+#include "kernels/moe/mxfp4.h"
+#include "kernels/moe/ukernel.h"
+#include "tests/cc/common/variant_params.h"
+
+namespace cpukern::moe {
+namespace {
+
+std::vector<std::string> variant_names() {
+  return cpukern::testing::test_variant_names(registry(), simde_variants());
+}
+
+// Activation rows of a kind: 0 normal, 1 values at the fast path's bounds (2**-64, 2**32),
+// 2 just past them (2**-65, 2**33), 3 subnormal / inf / NaN entries, 4 zeros, 5 all tiny
+// (~2**-120: products underflow to subnormals unless scaled), 6 all huge (~2**110: products
+// overflow unless scaled). 5 and 6 give other bits on a fast path that admitted them.
+std::vector<bf16_t> rows_of(int kind, int64_t m, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<bf16_t> a(size_t(m * k));
+  for (auto& x : a) {
+    float v = nd(rng);
+    if (kind == 1) v = (rng() % 2 ? 0x1p-64f : 0x1p32f) * (rng() % 2 ? 1 : -1);
+    if (kind == 5) v *= 0x1p-120f;
+    if (kind == 6) v *= 0x1p110f;
+    x = f32_to_bf16(v);
+  }
+  if (kind == 2) a[size_t(rng() % a.size())] = f32_to_bf16(rng() % 2 ? 0x1p-65f : 0x1p33f);
+  if (kind == 3) {
+    const uint16_t odd[] = {0x0001, 0x8003, 0x7f80, 0xff80, 0x7fc0};
+    a[size_t(rng() % a.size())] = odd[rng() % 5];
+  }
+  if (kind == 4) std::fill(a.begin(), a.end(), bf16_t(0));
+  return a;
+}
+
+class Mxfp4GemvEdges : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
+  const Variant& v = *cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
+  const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);
+  std::mt19937 rng(5);
+  const uint8_t edge[] = {94, 95, 96, 127, 158, 159, 160};
+  for (int64_t o : {16, 45, 80})
+  for (int64_t k : {32, 64, 544, 2880})
+  for (int kind = 0; kind < 7; ++kind)
+  for (int64_t m : {1, 2, 3, 5, 6}) {
+    const int64_t nb = k / 32;
+    std::vector<uint8_t> blocks(size_t(o * nb * 16)), scales(size_t(o * nb));
+    for (auto& b : blocks) b = uint8_t(rng());
+    // Per block index: all columns inside the window, or one column at an edge value.
+    for (int64_t b = 0; b < nb; ++b) {
+      const bool at_edge = rng() % 3 == 0;
+      // in the window; low for tiny activations, high for huge ones (kinds 5, 6)
+      const int lo = kind == 5 ? 96 : kind == 6 ? 150 : 100, span = kind >= 5 ? 9 : 50;
+      for (int64_t r = 0; r < o; ++r)
+        scales[size_t(r * nb + b)] = uint8_t(lo + rng() % span);
+      if (at_edge) scales[size_t((rng() % o) * nb + b)] = edge[rng() % 7];
+    }
+    std::vector<bf16_t> deq(size_t(o * k));
+    mxfp4::dequantize(blocks.data(), scales.data(), o, k, deq.data());
+    auto a = rows_of(kind, m, k, rng);
+    if (kind == 0 && m > 1) a[size_t(k + rng() % k)] = f32_to_bf16(0x1p40f);  // row 1 only
+    std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
+    bk.pack(deq.data(), o, k, wb.data());
+    mk.pack_mxfp4(blocks.data(), scales.data(), o, k, wm.data());
+    std::vector<char> ap(size_t(bk.packed_a_size(m, k)) + 64);
+    bk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+    const int64_t p1 = (o + bk.nr - 1) / bk.nr, ldc = p1 * bk.nr + 1;
+    for (bool acc : {false, true}) {
+      std::vector<float> c1(size_t(m * ldc), 0.25f), c2 = c1;
+      bk.gemm(ap.data(), m, k, wb.data(), 0, p1, c1.data(), ldc, acc);
+      mk.gemm(ap.data(), m, k, wm.data(), 0, p1, c2.data(), ldc, acc);
+      ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4))
+          << "o=" << o << " k=" << k << " m=" << m << " rows kind " << kind
+          << " accumulate=" << acc;
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(All, Mxfp4GemvEdges, ::testing::ValuesIn(variant_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace cpukern::moe
