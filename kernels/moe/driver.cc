@@ -18,6 +18,7 @@
 #include "kernels/common/limits.h"
 #include "kernels/common/scratch.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
@@ -33,12 +34,15 @@ Activation parse_activation(const std::string& name) {
             "expected one of silu, gelu, gelu_tanh, swigluoai, got '" + name + "'");
 }
 
-const char* format_name(WeightFormat f) { return f == WeightFormat::kMxfp4 ? "mxfp4" : "bf16"; }
+const char* format_name(WeightFormat f) {
+  return f == WeightFormat::kMxfp4 ? "mxfp4" : f == WeightFormat::kInt8 ? "int8" : "bf16";
+}
 
 WeightFormat parse_format(const std::string& name) {
   if (name == "bf16") return WeightFormat::kBf16;
   if (name == "mxfp4") return WeightFormat::kMxfp4;
-  throw_arg("format", "expected one of bf16, mxfp4, got '" + name + "'");
+  if (name == "int8") return WeightFormat::kInt8;
+  throw_arg("format", "expected one of bf16, mxfp4, int8, got '" + name + "'");
 }
 
 // An empty PackedExperts of `format` for the variant `isa` names, its data sized for e
@@ -84,6 +88,37 @@ std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const 
   const int64_t eb = o * i / 2, es = o * i / mxfp4::kBlock;  // bytes, scales per expert
   parallel_for(e, 0, [&](int64_t x) {
     uk.pack_mxfp4(blocks + x * eb, scales + x * es, o, i, dst + x * per);
+  });
+  return p;
+}
+
+std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+                                                  int64_t o, int64_t i, const std::string& isa) {
+  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
+  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
+  check_arg(i >= 1 && i <= int8::kMaxK, "i",
+            "int8 in-features must be in [1, " + std::to_string(int8::kMaxK) +
+                "] (K * 127 * 127 must fit the exact int32 sums), got " + std::to_string(i));
+  const int64_t n = checked_mul(checked_mul(e, o, "w"), i, "w");
+  check_arg(q != nullptr, "w", "null pointer");
+  check_arg(scales != nullptr, "scales", "null pointer");
+  if (const void* bad = std::memchr(q, 0x80, size_t(n))) {
+    const int64_t at = static_cast<const int8_t*>(bad) - q;
+    throw_arg("w", "int8 weight -128 at expert " + std::to_string(at / (o * i)) + ", row " +
+                       std::to_string(at / i % o) + ", column " + std::to_string(at % i) +
+                       ": symmetric int8 weights must lie in [-127, 127]");
+  }
+  for (int64_t r = 0; r < e * o; ++r)
+    if (!(scales[r] >= 0.0f && scales[r] <= 3.4028235e38f))
+      throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
+                              std::to_string(r / o) + ", row " + std::to_string(r % o) +
+                              ": scales must be finite and >= 0");
+  auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w");
+  const Ukernel& uk = *p->ukernel;
+  const int64_t per = uk.packed_size(o, i);
+  char* dst = p->data.data<char>();
+  parallel_for(e, 0, [&](int64_t x) {
+    uk.pack_int8(q + x * o * i, scales + x * o, o, i, dst + x * per);
   });
   return p;
 }

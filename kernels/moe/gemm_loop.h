@@ -39,9 +39,12 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/moe/activations.h"
+#include "kernels/moe/int8.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
@@ -162,6 +165,146 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
   }
 }
 
+// ---- int8 (W8A8) tiles ---------------------------------------------------------------------
+// An int8 tile's traits Q (kFormat = kInt8; TileDefaults for the rest) give only the register
+// tile and its operand order; the layouts' frames, the activation quantisation (int8.h), the
+// loop and the fp32 epilogue are written once here:
+//   kMR, kNR, kKR, kNP, kActW, rows(rem)   as for the float tiles
+//   A, a_stride(k)     packed A element type (int8_t, or int16_t for a widening tile) and the
+//                      elements from one row to the next
+//   put_a(q, k, r, rows, lda)   optional: stores row r's k quantised values (zero past k up to
+//                      a_stride) in the tile's A order; default (Int8TileDefaults): row-major,
+//                      widened to A. Row-interleaved tiles (SMMLA: 2 rows x 8 k) override it
+//                      and set kARows; the loop passes each row block as rows + r0 * lda.
+//   w_at(col, kk)      byte of weight (col, kk) inside its k step of kNR * kKR bytes
+//   tile<M>(a, lda, ks, w, panel, np, acc, ldacc)
+//                      acc[r][j * kNR + c] = the exact int32 sum over ks k steps of A row r x
+//                      column c of panel j (w = the first panel's first k step, panel = bytes
+//                      from one panel to the next), for r < M, j < np <= kNP; overwrites acc.
+// Layouts: packed weights = per panel of kNR columns, kNR fp32 scales sw (0 past o), then
+// ceil(k / kKR) k steps of kNR * kKR int8 (zero padding); packed A = round_up(m, 16) fp32 sa,
+// then round_up(m, kARows) rows of a_stride(k) A elements.
+// A new ISA's int8 tile (e.g. NEON SDOT on the "qc8wp16x4" order of int8_generic.h) is one
+// such traits struct in one file; the sums are exact integers, so it may split and reorder them
+// freely (no batch-invariance constraint) and still equal the reference bit for bit.
+struct Int8TileDefaults : TileDefaults {
+  static constexpr WeightFormat kFormat = WeightFormat::kInt8;
+  static constexpr int kStepW = 0;
+  using W = int8_t;
+  template <class A>
+  static void put_a(const int8_t* q, int64_t k, int64_t r, A* rows, int64_t lda) {
+    A* d = rows + r * lda;
+    for (int64_t j = 0; j < k; ++j) d[j] = A(q[j]);
+    for (int64_t j = k; j < lda; ++j) d[j] = A(0);
+  }
+};
+
+inline int64_t int8_a_header(int64_t m) { return round_up(m, 16) * int64_t(sizeof(float)); }
+template <class T>
+int64_t int8_panel_bytes(int64_t k) {
+  return T::kNR * int64_t(sizeof(float)) + round_up(k, T::kKR) * T::kNR;
+}
+
+template <class T>
+int64_t int8_packed_size(int64_t o, int64_t i) {
+  return round_up(o, T::kNR) / T::kNR * int8_panel_bytes<T>(i);
+}
+
+template <class T>
+void int8_pack(const int8_t* q, const float* scales, int64_t o, int64_t i, void* dst) {
+  const int64_t panels = round_up(o, T::kNR) / T::kNR, ks = round_up(i, T::kKR) / T::kKR;
+  char* d = static_cast<char*>(dst);
+  for (int64_t p = 0; p < panels; ++p) {
+    char* dp = d + p * int8_panel_bytes<T>(i);
+    for (int c = 0; c < T::kNR; ++c) {
+      const int64_t n = p * T::kNR + c;
+      const float s = n < o ? scales[n] : 0.0f;
+      std::memcpy(dp + c * sizeof(float), &s, sizeof(float));
+    }
+    int8_t* w = reinterpret_cast<int8_t*>(dp + T::kNR * sizeof(float));
+    for (int64_t st = 0; st < ks; ++st)
+      for (int c = 0; c < T::kNR; ++c)
+        for (int kk = 0; kk < T::kKR; ++kk) {
+          const int64_t n = p * T::kNR + c, j = st * T::kKR + kk;
+          w[st * T::kNR * T::kKR + T::w_at(c, kk)] = n < o && j < i ? q[n * i + j] : int8_t(0);
+        }
+  }
+}
+
+template <class T>
+int64_t int8_packed_a_size(int64_t m, int64_t k) {
+  return int8_a_header(m) +
+         round_up(m, T::kARows) * T::a_stride(k) * int64_t(sizeof(typename T::A));
+}
+
+template <class T>
+void int8_pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                 void* dst) {
+  using A = typename T::A;
+  float* sa = static_cast<float*>(dst);
+  A* out = reinterpret_cast<A*>(static_cast<char*>(dst) + int8_a_header(m));
+  // One row's quantised values (the scale needs the whole row's amax first).
+  static thread_local std::vector<int8_t> q;
+  q.assign(size_t(k), int8_t(0));
+  for (int64_t r = 0; r < round_up(m, T::kARows); ++r) {
+    if (r < m)
+      sa[r] = int8::quantize_row(a + (rows ? int64_t(rows[r]) : r) * lda, k, q.data());
+    else
+      std::fill(q.begin(), q.end(), int8_t(0));  // the rest of a kARows group
+    T::put_a(q.data(), k, r, out, T::a_stride(k));
+  }
+  for (int64_t r = m; r < round_up(m, 16); ++r) sa[r] = 0.0f;
+}
+
+// C (= or +=) (float(acc) * sa) * sw, written once for every int8 tile. Each product is kept
+// from fusing with the accumulating add (GCC contracts a * b + c into an FMA under its default
+// -ffp-contract=fast on FMA targets): the result must be the two-rounding formula everywhere.
+inline float int8_keep(float v) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm("" : "+x"(v));
+#elif defined(__aarch64__)
+  asm("" : "+w"(v));
+#else
+  asm("" : "+m"(v));
+#endif
+  return v;
+}
+
+template <class T>
+void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
+               float* c, int64_t ldc, bool accumulate) {
+  const float* sa = static_cast<const float*>(a_packed);
+  const auto* a = reinterpret_cast<const typename T::A*>(static_cast<const char*>(a_packed) +
+                                                         int8_a_header(m));
+  const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
+  const int64_t pb = int8_panel_bytes<T>(k);
+  const char* wb = static_cast<const char*>(w);
+  alignas(64) int32_t acc[T::kMR * T::kNP * T::kNR];
+  alignas(64) float sw[T::kNP * T::kNR];
+  for (int64_t p = p0; p < p1; p += T::kNP) {
+    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
+    const char* wp = wb + p * pb;
+    const int64_t ncol = int64_t(np) * T::kNR;
+    float* cp = c + (p - p0) * T::kNR;
+    for (int j = 0; j < np; ++j)  // the panels' column scales
+      std::memcpy(sw + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
+    for (int64_t r = 0, mb; r < m; r += mb) {
+      mb = T::rows(m - r);
+      tile_rows<T>(mb, a + r * lda, lda, ks,
+                   reinterpret_cast<const int8_t*>(wp + T::kNR * sizeof(float)), pb, np, acc,
+                   ncol);
+      for (int64_t rr = 0; rr < mb; ++rr) {
+        float* cr = cp + (r + rr) * ldc;
+        const float s = sa[r + rr];
+        for (int64_t col = 0; col < ncol; ++col) {
+          const float v = int8_keep((float(acc[rr * ncol + col]) * s) * sw[col]);
+          cr[col] = accumulate ? cr[col] + v : v;
+        }
+      }
+    }
+  }
+}
+
 template <class T>
 int64_t packed_size(int64_t o, int64_t i) {
   return round_up(o, T::kNR) / T::kNR * (round_up(i, T::kKR) / T::kKR) * step_w<T>() *
@@ -180,7 +323,12 @@ void activation(Activation act, int64_t m, int64_t n, const float* g, const floa
 // The Ukernel of tile traits T (`name` = the symbol's name, `layout` = the packing family).
 template <class T>
 constexpr Ukernel make_ukernel(const char* name, const char* layout) {
-  if constexpr (T::kFormat == WeightFormat::kBf16) {
+  if constexpr (T::kFormat == WeightFormat::kInt8) {
+    return {name,       layout,     T::kMR,        T::kNR,
+            T::kKR,     int8_packed_size<T>, nullptr, int8_packed_a_size<T>,
+            int8_pack_a<T>, int8_gemm<T>, activation<T>, T::kFormat,
+            nullptr,    int8_pack<T>};
+  } else if constexpr (T::kFormat == WeightFormat::kBf16) {
     return {name,           layout,         T::kMR,           T::kNR,
             T::kKR,         packed_size<T>, T::pack,          packed_a_size<T>,
             T::pack_a,      blocked_gemm<T>, activation<T>};

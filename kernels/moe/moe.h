@@ -26,9 +26,11 @@ struct Ukernel;  // the micro-kernel interface (ukernel.h)
 // Expert weight formats. kBf16: (e, o, i) bf16. kMxfp4: gpt-oss's on-disk layout, blocks
 // (e, o, i/32, 16) uint8 (e2m1 pairs, low nibble first) + scales (e, o, i/32) uint8 (e8m0,
 // 2**(s-127)); i % 32 == 0; a scale of 255 (NaN in OCP MX) is refused (kernels/moe/mxfp4.h).
-enum class WeightFormat { kBf16 = 0, kMxfp4 = 1 };
-inline constexpr int kNumFormats = 2;
-const char* format_name(WeightFormat f);           // "bf16", "mxfp4"
+// kInt8: W8A8, per-output-channel symmetric int8 weights (e, o, i) in [-127, 127] with fp32
+// scales (e, o) (W = q * s), activations quantised per token at run time (kernels/moe/int8.h).
+enum class WeightFormat { kBf16 = 0, kMxfp4 = 1, kInt8 = 2 };
+inline constexpr int kNumFormats = 3;
+const char* format_name(WeightFormat f);           // "bf16", "mxfp4", "int8"
 WeightFormat parse_format(const std::string& name);  // else throws naming "format"
 
 // Expert weights (e, o, i) in nn.Linear [out, in] order, packed for one kernel family (a
@@ -50,6 +52,11 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
 std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const std::string& isa);
+// int8 experts: q (e, o, i) int8 in [-127, 127] (-128 throws naming "w"), scales (e, o) fp32,
+// finite and >= 0 (else throws naming "scales" with its position); i <= int8::kMaxK (the int32
+// sums stay exact; throws naming "i").
+std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+                                                  int64_t o, int64_t i, const std::string& isa);
 
 // x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same variant, any
 // formats);

@@ -10,16 +10,17 @@ namespace cpukern::moe {
 
 namespace {
 // The row's ukernel: the bf16 one, with its ukernel per format (the kernel list's columns).
-Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4) {
+Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8) {
   Ukernel u = bf16;
   u.formats[int(WeightFormat::kBf16)] = &bf16;
   u.formats[int(WeightFormat::kMxfp4)] = &mxfp4;
+  u.formats[int(WeightFormat::kInt8)] = &int8;
   return u;
 }
 }  // namespace
 
-#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel) \
-  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel)}, )
+#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
+  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel)}, )
 
 const Registry<Ukernel>& registry() {
   static const Registry<Ukernel> r("fused_moe", {

@@ -53,9 +53,17 @@ struct Ukernel {
   // packed by the same pack_a as the row's bf16 ukernel and computes, for every C element,
   // exactly the bf16 ukernel's operations on the decoded (exact) weights: results equal
   // those of the bf16 ukernel on the dequantized experts bit for bit.
+  //
+  // A kInt8 ukernel (W8A8) packs with pack_int8 (pack is null): one expert's q (o, i) int8 and
+  // scales (o) fp32. Its pack_a quantises each bf16 row (int8::quantize_row, the same bytes on
+  // every ISA) into its own A layout with the row's scale, so packed_a_size differs from the
+  // row's bf16 ukernel's; its gemm gives C = (float(exact int32 sum) * sa) * sw, bitwise equal
+  // to the scalar reference's on every variant (gemm_loop.h, "int8 tiles").
   WeightFormat format = WeightFormat::kBf16;
   void (*pack_mxfp4)(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                      void* dst) = nullptr;
+  void (*pack_int8)(const int8_t* q, const float* scales, int64_t o, int64_t i,
+                    void* dst) = nullptr;
   // In a registry row (the row's bf16 ukernel): its ukernel per format (kernel list columns),
   // indexed by WeightFormat; every row has every format. Null in the ukernel objects.
   const Ukernel* formats[kNumFormats] = {};

@@ -98,7 +98,7 @@ def widely_linear_run(arg0: WidelyLinearWeights, arg1: Annotated[NDArray, dict(d
 
 class PackedExperts:
     """
-    Expert weights (bf16 or MXFP4) packed once for one kernel family (cpukern.moe.prepack).
+    Expert weights (bf16, MXFP4 or int8) packed once for one kernel family (cpukern.moe.prepack).
     """
 
     @property
@@ -106,7 +106,7 @@ class PackedExperts:
 
     @property
     def format(self) -> str:
-        """'bf16' or 'mxfp4'."""
+        """'bf16', 'mxfp4' or 'int8'."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -124,6 +124,10 @@ def moe_route(router_logits: Annotated[NDArray, dict(device='cpu', writable=Fals
 def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
 
 def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
+
+def moe_prepack_int8(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
+
+def moe_int8_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu')], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
 def moe_mxfp4_dequantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 

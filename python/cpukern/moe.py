@@ -9,6 +9,11 @@ MXFP4 (OCP Microscaling, gpt-oss's on-disk expert format): ``blocks`` uint8 (E, 
 naming ``scales``). Packed MXFP4 experts stay at 4.25 bits per weight; the kernels decode them
 in registers, and ``fused_moe`` on them equals ``fused_moe`` on ``dequantize(blocks, scales)``
 prepacked as bf16 for the same variant, bit for bit.
+
+int8 (W8A8): ``w`` int8 (E, N, K) in [-127, 127] with ``scales`` float32 (E, N), one per output
+channel (W = q * s); K <= 133144 (the int32 sums stay exact). Activations are quantised per
+token at run time (symmetric: amax / 127), the products summed exactly in int32, and each
+output is (float(sum) * sa) * sw in fp32: every variant gives the same bits for a GEMM.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ PackedExperts = _ext.PackedExperts
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
-FORMATS = ("bf16", "mxfp4")
+FORMATS = ("bf16", "mxfp4", "int8")
 
 __all__ = ["route", "prepack", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS"]
@@ -74,9 +79,23 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
     format="mxfp4": w = blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32), gpt-oss's
     layout (e.g. the arrays of a mapped safetensors file, read without a copy); never expanded
     to bf16 (4.25 bits per weight packed). Scales of 255 (NaN) are refused.
+    format="int8": w = q int8 (E, O, I) in [-127, 127], scales float32 (E, O), finite and >= 0
+    (quantize(w_bf16, format="int8") makes both); 1 <= I <= 133144.
     """
     isa = isa_arg(isa)
     format = str_arg(format, "format", FORMATS)
+    if format == "int8":
+        if scales is None:
+            raise ValueError("scales: required with format='int8' (float32 (E, O))")
+        q = check_array(w, "w", "int8", (3,))
+        sc = check_array(scales, "scales", "float32", (2,))
+        e, o, i = shape_of(q)
+        if min(e, o, i) < 1:
+            raise ValueError(f"w: expected int8 (E, O, I) with E, O, I >= 1, got {describe(w)}")
+        if shape_of(sc) != (e, o):
+            raise ValueError(f"scales: expected shape ({e}, {o}) (one per output channel), got "
+                             f"{describe(scales)}")
+        return _logged(_ext.moe_prepack_int8(q, sc, isa), isa)
     if format == "mxfp4":
         if scales is None:
             raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
@@ -87,7 +106,7 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
                              f"{describe(w)}")
         return _logged(_ext.moe_prepack_mxfp4(blocks, sc, isa), isa)
     if scales is not None:
-        raise ValueError("scales: only with format='mxfp4'")
+        raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
     e, o, i = shape_of(wb)
     if min(e, o, i) < 1:
@@ -104,8 +123,13 @@ def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
     """bf16 weights (..., K), K a multiple of 32 -> (blocks uint8 (..., K/32, 16), scales uint8
     (..., K/32)) in MXFP4, OCP MX style: per block of 32 the scale 2**(floor(log2(amax)) - 2),
     values rounded to the nearest e2m1 (ties to even), saturating at +-6 x scale; NaN -> 0.
+
+    format="int8": bf16 weights (..., K), any K >= 1 -> (q int8 (..., K), scales float32 (...)),
+    per row (output channel), in fp32: s = amax / 127 (amax = max |w| over the row), q =
+    clamp(round_half_even(w / s), -127, 127); s == 0 (amax 0) -> q = 0. Non-finite weights
+    are refused (ValueError naming w).
     numpy arrays (torch tensors in, torch tensors out)."""
-    str_arg(format, "format", ("mxfp4",))
+    format = str_arg(format, "format", ("mxfp4", "int8"))
     if is_torch(w):
         import torch
 
@@ -115,6 +139,19 @@ def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
     else:
         wb = bf16_bits(w, "w")
     shape = shape_of(wb)
+    if format == "int8":
+        if len(shape) < 1 or shape[-1] == 0:
+            raise ValueError(f"w: expected (..., K) with K >= 1, got {describe(w)}")
+        rows = int(np.prod(shape[:-1]))
+        q = np.empty(shape, np.int8)
+        sc = np.empty(shape[:-1], np.float32)
+        _ext.moe_int8_quantize(wb.reshape(rows, shape[-1]), q.reshape(rows, shape[-1]),
+                               sc.reshape(rows))
+        if is_torch(w):
+            import torch
+
+            return torch.from_numpy(q), torch.from_numpy(sc)
+        return q, sc
     if len(shape) < 1 or shape[-1] % 32 or shape[-1] == 0:
         raise ValueError(f"w: expected (..., K) with K a positive multiple of 32, got {describe(w)}")
     nb = int(np.prod(shape)) // 32
@@ -128,11 +165,31 @@ def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
     return blocks, scales
 
 
-def dequantize(blocks: Any, scales: Any) -> Any:
+def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     """MXFP4 blocks uint8 (..., K/32, 16) and scales uint8 (..., K/32) -> bf16 (..., K), exact
     (every e2m1 value times its e8m0 scale is a bf16, or +-inf past bf16's range). Scales of 255
-    (NaN) are refused."""
+    (NaN) are refused.
+
+    format="int8": blocks = q int8 (..., K), scales float32 (...) -> float32 (..., K) = q * s
+    (one fp32 product each: the weights the int8 kernels multiply by)."""
+    format = str_arg(format, "format", ("mxfp4", "int8"))
     torch_in = is_torch(blocks)
+    if format == "int8":
+        q = check_array(blocks, "blocks", "int8")
+        sc = check_array(scales, "scales", "float32")
+        qn = q.numpy() if is_torch(q) else q
+        sn = sc.numpy() if is_torch(sc) else sc
+        if qn.ndim < 1 or qn.shape[:-1] != sn.shape:
+            raise ValueError(f"scales: expected shape {tuple(qn.shape[:-1])} (one per row of "
+                             f"blocks), got {describe(scales)}")
+        if not np.isfinite(sn).all() or (sn < 0).any():
+            raise ValueError("scales: int8 scales must be finite and >= 0")
+        out = qn.astype(np.float32) * sn[..., None]
+        if torch_in:
+            import torch
+
+            return torch.from_numpy(out)
+        return out
     b = _u8(blocks, "blocks", tuple(range(2, 9)))
     s = _u8(scales, "scales", tuple(range(1, 8)))
     if b.shape[-1] != 16 or b.shape[:-1] != s.shape:
@@ -156,7 +213,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
 
     expert_e(x) = w2_e @ round_bf16(act(w13_e @ x + b13_e)) + b2_e, fp32 accumulation.
     x bf16 (T, H); w13 packed from (E, 2I, H); w2 packed from (E, H, I), both by prepack with
-    the same isa, each in any format (bf16 or mxfp4; they may differ). activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
+    the same isa, each in any format (bf16, mxfp4 or int8; they may differ). activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.

@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
 #include "python/ext/arrays.h"
@@ -19,11 +20,11 @@ template <> inline const char* dtype_name<uint8_t>() { return "uint8"; }
 
 void bind_moe(nb::module_& m) {
   nb::class_<PackedExperts>(m, "PackedExperts",
-                            "Expert weights (bf16 or MXFP4) packed once for one kernel family "
+                            "Expert weights (bf16, MXFP4 or int8) packed once for one kernel family "
                             "(cpukern.moe.prepack).")
       .def_ro("isa", &PackedExperts::isa)
       .def_prop_ro("format", [](const PackedExperts& w) { return std::string(moe::format_name(w.format)); },
-                   "'bf16' or 'mxfp4'.")
+                   "'bf16', 'mxfp4' or 'int8'.")
       .def_prop_ro("shape", [](const PackedExperts& w) { return std::make_tuple(w.e, w.o, w.i); },
                    "(E, O, I) of the unpacked weights.")
       .def_prop_ro("nbytes", &PackedExperts::nbytes)
@@ -81,6 +82,34 @@ void bind_moe(nb::module_& m) {
     check_shape(scales, "scales", {e, o, nb});
     GilRelease release(double(blocks.size()) * 2.0);
     return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa);
+  });
+
+  // int8: q int8 (E, O, I), scales float32 (E, O).
+  m.def("moe_prepack_int8", [](const InArray& q, const InArray& scales, const std::string& isa) {
+    const auto* qp = in_ptr<int8_t>(q, "w", {3});
+    const auto* sp = in_ptr<float>(scales, "scales", {2});
+    const int64_t e = int64_t(q.shape(0)), o = int64_t(q.shape(1)), i = int64_t(q.shape(2));
+    check_shape(scales, "scales", {e, o});
+    GilRelease release(double(q.size()));
+    return moe::prepack_int8(qp, sp, e, o, i, isa);
+  });
+
+  // int8 weight quantisation of rows (n, k): q int8 (n, k), scales float32 (n).
+  m.def("moe_int8_quantize", [](const InArray& w, const OutArray& q, const OutArray& scales) {
+    const auto* wp = in_ptr<uint16_t>(w, "w", {2});
+    const int64_t n = int64_t(w.shape(0)), k = int64_t(w.shape(1));
+    check_shape(q, "q", {n, k});
+    check_shape(scales, "scales", {n});
+    auto* qp = out_ptr<int8_t>(q, "q", {2});
+    auto* sp = out_ptr<float>(scales, "scales", {1});
+    int64_t bad;
+    {
+      GilRelease release(double(w.size()));
+      bad = moe::int8::quantize_weights(wp, n, k, qp, sp);
+    }
+    if (bad >= 0)
+      throw_arg("w", "non-finite weight at row " + std::to_string(bad / k) + ", column " +
+                         std::to_string(bad % k) + ": int8 quantisation needs finite weights");
   });
 
   m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales, const OutArray& out) {

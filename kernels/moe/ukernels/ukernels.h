@@ -5,8 +5,9 @@
 
 namespace cpukern::moe {
 
-#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel, mxfp4_ukernel) \
-  CPUKERN_DECLARE(arch, extern const Ukernel ukernel; extern const Ukernel mxfp4_ukernel;)
+#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
+  CPUKERN_DECLARE(arch, extern const Ukernel ukernel; extern const Ukernel mxfp4_ukernel;    \
+                  extern const Ukernel int8_ukernel;)
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
 

@@ -18,6 +18,7 @@
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/kernel_list.h"
+#include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
@@ -384,7 +385,7 @@ TEST(MoeRegistry, NamesAndDefault) {
 // Each row of the kernel list is in the registry with its symbol's Ukernel, named after it.
 TEST(MoeRegistry, RowsAreTheKernelList) {
   size_t n = 0;
-#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_, mxfp4_)               \
+#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_, mxfp4_, int8_)        \
   CPUKERN_ON(arch_, {                                                                   \
     const Variant& v = registry().variants().at(n++);                                   \
     EXPECT_STREQ(v.name, #name_);                                                       \
@@ -400,6 +401,10 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
     EXPECT_EQ(mxfp4_.mr, ukernel_.mr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.nr, ukernel_.nr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.packed_a_size(7, 64), ukernel_.packed_a_size(7, 64)) << #mxfp4_;   \
+    EXPECT_STREQ(int8_.name, #int8_);                                                   \
+    EXPECT_EQ(&ukernel_for(v, WeightFormat::kInt8), &int8_) << #name_;                  \
+    EXPECT_TRUE(int8_.format == WeightFormat::kInt8 && int8_.pack_int8 && !int8_.pack)  \
+        << #int8_;                                                                      \
   })
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
@@ -617,6 +622,380 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
 INSTANTIATE_TEST_SUITE_P(All, MoeMxfp4UkernelTest, ::testing::ValuesIn(variant_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// ---- int8 (W8A8) experts ------------------------------------------------------------------
+
+struct Q8 {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+};
+
+Q8 make_q8(const std::vector<bf16_t>& w, int64_t rows, int64_t k) {
+  Q8 r;
+  r.q.resize(size_t(rows * k));
+  r.s.resize(size_t(rows));
+  EXPECT_EQ(int8::quantize_weights(w.data(), rows, k, r.q.data(), r.s.data()), -1);
+  return r;
+}
+
+// The test's own statement of the activation quantisation (int8.h), written independently of
+// the library's: amax, 127 / amax, round half to even, clamp; the 2**64 pre-scale of tiny rows;
+// NaN scale for rows holding inf or NaN.
+float model_quantize_row(const bf16_t* x, int64_t k, int8_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t j = 0; j < k; ++j) {
+    const float v = std::fabs(bf16_to_f32(x[j]));
+    finite &= std::isfinite(v);
+    if (v > amax) amax = v;
+  }
+  if (!finite || amax == 0.0f) {
+    for (int64_t j = 0; j < k; ++j) q[j] = 0;
+    return finite ? 0.0f : std::nanf("");
+  }
+  const float pre = amax < std::ldexp(1.0f, -64) ? std::ldexp(1.0f, 64) : 1.0f;
+  const float inv = 127.0f / (amax * pre);
+  for (int64_t j = 0; j < k; ++j) {
+    volatile float v = (bf16_to_f32(x[j]) * pre) * inv;
+    const float r = std::nearbyint(v);
+    q[j] = int8_t(std::max(-127.0f, std::min(127.0f, r)));
+  }
+  return amax / 127.0f;
+}
+
+// Activation rows with the edge cases of the quantiser: all-zero rows, rows whose amax is
+// +-127 steps exactly, huge and tiny (subnormal) magnitudes, one-hot rows, a NaN row.
+std::vector<bf16_t> int8_rows(int64_t m, int64_t k, std::mt19937& rng) {
+  std::vector<bf16_t> a = random_bf16(size_t(m * k), 1.0f, rng);
+  for (int64_t r = 0; r < m; ++r) {
+    bf16_t* row = a.data() + r * k;
+    switch (r % 7) {
+      case 1: std::fill(row, row + k, bf16_t(0)); break;                   // amax 0
+      case 2: for (int64_t j = 0; j < k; ++j) row[j] = f32_to_bf16(j % 2 ? 127.0f : -127.0f); break;
+      case 3: for (int64_t j = 0; j < k; ++j) row[j] = f32_to_bf16(bf16_to_f32(row[j]) * 1e30f); break;
+      case 4: for (int64_t j = 0; j < k; ++j) row[j] = f32_to_bf16(bf16_to_f32(row[j]) * 1e-39f); break;
+      case 5: std::fill(row, row + k, bf16_t(0)); row[(r * 5) % k] = f32_to_bf16(-3.0f); break;
+      default: break;
+    }
+  }
+  return a;
+}
+
+// Every variant's int8 ukernel (the registry's int8 column) equals the scalar reference's bit
+// for bit, and the reference equals the formula (float(exact int32 sum) * sa) * sw computed
+// here: every row count 1..17, K of one step, ragged (not a multiple of any tile's k step),
+// past 2880; N ragged; a sub-range of panels; accumulate mode; weights at +-127.
+class MoeInt8UkernelTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeInt8UkernelTest, GemmEqualsScalarReferenceBitwise) {
+  const Variant& v = test_variant(GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  const Ukernel& uk = ukernel_for(v, WeightFormat::kInt8);
+  const Ukernel& ref = ukernel_for(test_variant("reference"), WeightFormat::kInt8);
+  ASSERT_EQ(uk.format, WeightFormat::kInt8);
+  const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
+  std::mt19937 rng(21);
+  const std::vector<int64_t> ks = qemu ? std::vector<int64_t>{1, 3, 32, 64, 301, 2883}
+                                       : std::vector<int64_t>{1, 3, 32, 64, 301, 2880, 2883};
+  for (int64_t o : {1, 37, 45})
+  for (int64_t k : ks)
+  for (int64_t m = 1; m <= 17; ++m) {
+    if (qemu && k > 1000 && m % 4 != 1) continue;
+    auto wf = random_bf16(size_t(o * k), 1.0f, rng);
+    Q8 w = make_q8(wf, o, k);
+    for (int64_t c = 0; c < o; c += 3) w.q[size_t(c * k + (c % k))] = c % 2 ? 127 : -127;
+    if (o > 1) w.s[1] = 0.0f;  // a zero column scale
+    const auto a = int8_rows(m, k, rng);
+    std::vector<char> wp(size_t(uk.packed_size(o, k))), wr(size_t(ref.packed_size(o, k)));
+    uk.pack_int8(w.q.data(), w.s.data(), o, k, wp.data());
+    ref.pack_int8(w.q.data(), w.s.data(), o, k, wr.data());
+    std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64), ar(size_t(ref.packed_a_size(m, k)));
+    uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+    ref.pack_a(a.data(), k, nullptr, m, k, ar.data());
+    // The formula, from the test's own quantiser and an int64 sum.
+    std::vector<int8_t> qa(size_t(m * k));
+    std::vector<float> sa(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) sa[r] = model_quantize_row(a.data() + r * k, k, qa.data() + r * k);
+    const int64_t p0 = o > uk.nr ? 1 : 0, p1 = (o + uk.nr - 1) / uk.nr;
+    const int64_t rp0 = p0 * uk.nr, rp1 = p1 * uk.nr;  // the same columns in the reference (nr 1)
+    const int64_t ldc = (p1 - p0) * uk.nr + 3;
+    for (bool acc : {false, true}) {
+      std::vector<float> c1(size_t(m * ldc), acc ? 0.25f : std::nanf("")), c2 = c1;
+      uk.gemm(ap.data(), m, k, wp.data(), p0, p1, c1.data(), ldc, acc);
+      ref.gemm(ar.data(), m, k, wr.data(), rp0, std::min(rp1, o), c2.data(), ldc, acc);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t col = 0; col < rp1 - rp0; ++col) {
+          const int64_t n = rp0 + col;
+          float want = 0.0f;
+          if (n < o) {
+            int64_t s = 0;
+            for (int64_t q = 0; q < k; ++q) s += int64_t(qa[r * k + q]) * w.q[n * k + q];
+            volatile float t = float(int32_t(s)) * sa[r];
+            volatile float u = t * w.s[n];
+            want = u;
+          }
+          if (acc) want = 0.25f + want;
+          const float got = c1[r * ldc + col];
+          const float rv = n < o ? c2[r * ldc + col] : want;
+          auto same = [](float x, float y) {
+            return std::memcmp(&x, &y, 4) == 0 || (std::isnan(x) && std::isnan(y));
+          };
+          ASSERT_TRUE(same(rv, want)) << "reference: o=" << o << " k=" << k << " m=" << m
+                                      << " r=" << r << " col=" << n << " got " << rv
+                                      << " want " << want << " accumulate=" << acc;
+          ASSERT_TRUE(same(got, want)) << uk.name << ": o=" << o << " k=" << k << " m=" << m
+                                       << " r=" << r << " col=" << n << " got " << got
+                                       << " want " << want << " accumulate=" << acc;
+        }
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeInt8UkernelTest, ::testing::ValuesIn(variant_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// fused_moe on int8 experts (w13, w2 or both; the other bf16) against a float64 model of the
+// same quantisation. The bound, derived per output element o of token t:
+//  - a stage on int8 weights computes (float(acc) * sa) * sw from the exact acc: 3 fp32
+//    roundings, |err| <= 3.01 u |y| (u = 2**-24); on bf16 weights an fp32 dot product of n
+//    terms: |err| <= 1.01 n u sum|w a|;
+//  - stage 3: (y + b2), * weight, += over topk slots: <= (topk + 2) u sum_j w_j (|y_j| + |b2_j|);
+//  - the final bf16 rounding (8 significant bits): <= 2**-8 |out|;
+//  - the activation is rounded to bf16 before stage 2: the kernel's fp32 activation and the
+//    model's float64 one can round to neighbouring bf16 values only where the model's value
+//    lies within tol_a of a rounding boundary (tol_a: 2**-18 (1 + |g|)(1 + |u|) for the fp32
+//    activation's own error plus (2 + |g| + |u|) times stage 1's bound above). Such a slot
+//    ("ambiguous") gets in addition sum_k |W2_ok| (2**-7 |a_k| + 1.01 (sa + sa')) for int8
+//    w2 (the activation may differ by one bf16 ulp, and then its quantisation may differ by a
+//    step anywhere in the row) or sum_k |W2_ok| 2**-7 |a_k| for bf16 w2.
+struct Int8Model {
+  std::vector<double> out, tol;
+};
+
+Int8Model int8_model(const Problem& p, bool q13, bool q2, const Q8& w13, const Q8& w2) {
+  const Case& c = p.c;
+  const double u = std::ldexp(1.0, -24);
+  Int8Model m;
+  m.out.assign(size_t(c.t * c.h), 0.0);
+  m.tol.assign(size_t(c.t * c.h), 0.0);
+  std::vector<double> other(size_t(c.h));
+  std::vector<int8_t> qx(size_t(c.h)), qa(size_t(c.i));
+  std::vector<bf16_t> abf(size_t(c.i));
+  std::vector<double> a(size_t(c.i));
+  const bool il = c.act == Activation::kSwigluOai;
+  for (int64_t tok = 0; tok < c.t; ++tok) {
+    const bf16_t* xr = p.x.data() + tok * c.h;
+    const float sx = model_quantize_row(xr, c.h, qx.data());
+    std::fill(other.begin(), other.end(), 0.0);
+    for (int64_t j = 0; j < c.topk; ++j) {
+      const int64_t ex = p.ids[tok * c.topk + j];
+      const double wt = p.weights[tok * c.topk + j];
+      bool ambiguous = false;
+      // stage 1: one (row of w13, x) product, its value and its error bound
+      auto lin1 = [&](int64_t row, double& err) {
+        const int64_t n = ex * 2 * c.i + row;
+        double y = 0, sabs = 0;
+        if (q13) {
+          int64_t s = 0;
+          for (int64_t k = 0; k < c.h; ++k) s += int64_t(qx[k]) * w13.q[n * c.h + k];
+          y = double(s) * sx * w13.s[n];
+          err = 3.01 * u * std::fabs(y);
+        } else {
+          for (int64_t k = 0; k < c.h; ++k) {
+            const double t = double(bf16_to_f32(p.w13[n * c.h + k])) * bf16_to_f32(xr[k]);
+            y += t, sabs += std::fabs(t);
+          }
+          err = 1.01 * double(c.h) * u * sabs;
+        }
+        if (c.bias) {
+          const double b = bf16_to_f32(p.b13[n]);
+          y += b;
+          err += u * (std::fabs(y) + std::fabs(b));
+        }
+        return y;
+      };
+      for (int64_t q = 0; q < c.i; ++q) {
+        double eg, eu;
+        const double g = lin1(il ? 2 * q : q, eg), uu = lin1(il ? 2 * q + 1 : c.i + q, eu);
+        const double v = model_act(c.act, g, uu);
+        abf[q] = f32_to_bf16(float(v));
+        a[q] = bf16_to_f32(abf[q]);
+        const double tol_a = std::ldexp((1 + std::fabs(g)) * (1 + std::fabs(uu)), -18) +
+                             (2 + std::fabs(g) + std::fabs(uu)) * (eg + eu);
+        if (f32_to_bf16(float(v - tol_a)) != f32_to_bf16(float(v + tol_a))) ambiguous = true;
+      }
+      float sa = 0.0f;
+      if (q2) sa = model_quantize_row(abf.data(), c.i, qa.data());
+      for (int64_t o = 0; o < c.h; ++o) {
+        const int64_t n = ex * c.h + o;
+        double y = 0, err = 0, wabs = 0, wa = 0;
+        if (q2) {
+          int64_t s = 0;
+          for (int64_t k = 0; k < c.i; ++k) {
+            s += int64_t(qa[k]) * w2.q[n * c.i + k];
+            const double wq = double(w2.q[n * c.i + k]) * w2.s[n];
+            wabs += std::fabs(wq);
+            wa += std::fabs(wq * a[k]);
+          }
+          y = double(s) * sa * w2.s[n];
+          err = 3.01 * u * std::fabs(y);
+          if (ambiguous) err += std::ldexp(wa, -7) + 1.01 * wabs * sa * (2 + std::ldexp(1.0, -6));
+        } else {
+          for (int64_t k = 0; k < c.i; ++k) {
+            const double t = double(bf16_to_f32(p.w2[n * c.i + k])) * a[k];
+            y += t, wa += std::fabs(t);
+          }
+          err = 1.01 * double(c.i) * u * wa;
+          if (ambiguous) err += std::ldexp(wa, -7);
+        }
+        const double b = c.bias ? bf16_to_f32(p.b2[n]) : 0.0;
+        m.out[tok * c.h + o] += wt * (y + b);
+        other[o] += wt * (err + double(c.topk + 2) * u * (std::fabs(y) + std::fabs(b)));
+      }
+    }
+    for (int64_t o = 0; o < c.h; ++o)
+      m.tol[tok * c.h + o] = std::ldexp(std::fabs(m.out[tok * c.h + o]), -8) * 1.01 + 1.01 * other[o];
+  }
+  return m;
+}
+
+std::vector<Case> int8_cases() {
+  std::vector<Case> cs;
+  const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
+  for (const Case& c : cases())
+    if (!qemu || c.h * c.i <= 128 * 176) cs.push_back(c);
+  return cs;
+}
+
+class MoeInt8Test : public ::testing::TestWithParam<Param> {};
+
+// Every case with int8 w13 + int8 w2, int8 w13 + bf16 w2 and bf16 w13 + int8 w2 (threads 1,
+// 2, 3 bitwise equal) within the model's bound; the int8 results equal the reference
+// variant's where both use int8 for both GEMMs and the activation's rounding is not ambiguous
+// (tested through the bound).
+TEST_P(MoeInt8Test, MatchesFloat64ModelOfTheQuantisation) {
+  const Param& prm = GetParam();
+  CPUKERN_SKIP_IF_UNSUPPORTED(test_variant(prm.variant));
+  const Case& c = prm.c;
+  const Problem p = make_problem(c, 8642u + uint32_t(c.h * 7 + c.i));
+  const Q8 w13 = make_q8(p.w13, c.e * 2 * c.i, c.h), w2 = make_q8(p.w2, c.e * c.h, c.i);
+  const std::string& isa = prm.variant;
+  auto i13 = prepack_int8(w13.q.data(), w13.s.data(), c.e, 2 * c.i, c.h, isa);
+  auto i2 = prepack_int8(w2.q.data(), w2.s.data(), c.e, c.h, c.i, isa);
+  auto b13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, isa);
+  auto b2 = prepack(p.w2.data(), c.e, c.h, c.i, isa);
+  EXPECT_EQ(i13->format, WeightFormat::kInt8);
+  auto go = [&](const PackedExperts& x13, const PackedExperts& x2, int threads) {
+    std::vector<bf16_t> out(size_t(c.t * c.h) + 1, 0x7fc1);
+    fused_moe(p.x.data(), c.t, c.h, x13, x2, p.weights.data(), p.ids.data(), c.topk, c.act,
+              c.bias ? p.b13.data() : nullptr, c.bias ? p.b2.data() : nullptr, c.skip_weighted,
+              threads, out.data());
+    EXPECT_EQ(out.back(), 0x7fc1) << "wrote past the output";
+    out.pop_back();
+    return out;
+  };
+  for (int mix = 0; mix < 3; ++mix) {
+    const bool q13 = mix != 2, q2 = mix != 1;
+    const PackedExperts& x13 = q13 ? *i13 : *b13;
+    const PackedExperts& x2 = q2 ? *i2 : *b2;
+    const auto got = go(x13, x2, 1);
+    const Int8Model m = int8_model(p, q13, q2, w13, w2);
+    int bad = 0;
+    for (size_t q = 0; q < got.size(); ++q) {
+      const double g = bf16_to_f32(got[q]);
+      if (!(std::fabs(g - m.out[q]) <= m.tol[q]) && ++bad <= 5)
+        ADD_FAILURE() << "w13 " << (q13 ? "int8" : "bf16") << ", w2 " << (q2 ? "int8" : "bf16")
+                      << ": out[" << q / c.h << "][" << q % c.h << "] = " << g << ", model "
+                      << m.out[q] << " +- " << m.tol[q];
+    }
+    EXPECT_EQ(bad, 0);
+    for (int th : {2, 3})
+      EXPECT_EQ(0, std::memcmp(go(x13, x2, th).data(), got.data(), got.size() * 2))
+          << "threads=" << th << " mix=" << mix;
+  }
+}
+
+std::vector<Param> int8_params() {
+  std::vector<Param> ps;
+  for (const auto& v : variant_names())
+    for (const auto& c : int8_cases()) ps.push_back({v, c});
+  return ps;
+}
+INSTANTIATE_TEST_SUITE_P(All, MoeInt8Test, ::testing::ValuesIn(int8_params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return info.param.variant + "_" + case_name(info.param.c);
+                         });
+
+TEST(Int8, QuantizeWeightsFormulaAndRoundTrip) {
+  std::mt19937 rng(8);
+  const int64_t rows = 9, k = 67;
+  auto w = random_bf16(size_t(rows * k), 2.0f, rng);
+  std::fill(w.begin() + 2 * k, w.begin() + 3 * k, bf16_t(0));  // amax 0 row
+  w[5 * k + 3] = f32_to_bf16(-1e30f);
+  Q8 q = make_q8(w, rows, k);
+  EXPECT_EQ(q.s[2], 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(bf16_to_f32(w[r * k + j])));
+    EXPECT_EQ(q.s[r], amax / 127.0f) << r;
+    for (int64_t j = 0; j < k; ++j) {
+      const int8_t want = q.s[r] == 0.0f ? 0 : int8_t(std::max(-127.0f, std::min(127.0f,
+                              std::nearbyint(bf16_to_f32(w[r * k + j]) / q.s[r]))));
+      ASSERT_EQ(q.q[r * k + j], want) << r << " " << j;
+      // dequantize(quantize(w)) within half a step of w
+      EXPECT_LE(std::fabs(double(q.q[r * k + j]) * q.s[r] - bf16_to_f32(w[r * k + j])),
+                0.5 * q.s[r] * (1 + 1e-5));
+    }
+  }
+  std::vector<float> d(size_t(rows * k));
+  int8::dequantize(q.q.data(), q.s.data(), rows, k, d.data());
+  for (size_t j = 0; j < d.size(); ++j) ASSERT_EQ(d[j], float(q.q[j]) * q.s[j / k]);
+  w[7] = f32_to_bf16(std::nanf(""));
+  std::vector<int8_t> qq(size_t(rows * k));
+  std::vector<float> ss(static_cast<size_t>(rows));
+  EXPECT_EQ(int8::quantize_weights(w.data(), rows, k, qq.data(), ss.data()), 7);
+  // The activation quantiser equals the test's statement of it on the edge rows.
+  const auto a = int8_rows(14, 45, rng);
+  std::vector<int8_t> q1(45), q2(45);
+  for (int64_t r = 0; r < 14; ++r) {
+    const float s1 = int8::quantize_row(a.data() + r * 45, 45, q1.data());
+    const float s2 = model_quantize_row(a.data() + r * 45, 45, q2.data());
+    EXPECT_TRUE(s1 == s2) << r;
+    EXPECT_EQ(q1, q2) << r;
+  }
+  std::vector<bf16_t> bad(5, f32_to_bf16(1.0f));
+  bad[2] = f32_to_bf16(INFINITY);
+  EXPECT_TRUE(std::isnan(int8::quantize_row(bad.data(), 5, q1.data())));
+  EXPECT_EQ(q1[0], 0);
+}
+
+TEST(Int8, ValidationNamesTheArgument) {
+  std::vector<int8_t> q(2 * 3 * 8, 5);
+  std::vector<float> s(2 * 3, 0.5f);
+  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 0, ""); }).rfind("i:", 0), 0u);
+  {
+    std::vector<int8_t> big(size_t(int8::kMaxK + 1), 1);
+    std::vector<float> one(1, 1.0f);
+    EXPECT_EQ(error_of([&] { prepack_int8(big.data(), one.data(), 1, 1, int8::kMaxK + 1, ""); })
+                  .rfind("i:", 0), 0u);
+    EXPECT_NO_THROW(prepack_int8(big.data(), one.data(), 1, 1, int8::kMaxK, "reference"));
+  }
+  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 0, 3, 8, ""); }).rfind("e:", 0), 0u);
+  q[11] = -128;
+  std::string msg = error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 8, ""); });
+  EXPECT_EQ(msg.rfind("w:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("expert 0, row 1, column 3"), std::string::npos) << msg;
+  q[11] = 127;
+  for (float bad : {-1.0f, std::nanf(""), INFINITY}) {
+    s[4] = bad;
+    msg = error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 8, ""); });
+    EXPECT_EQ(msg.rfind("scales:", 0), 0u) << msg;
+    EXPECT_NE(msg.find("expert 1, row 1"), std::string::npos) << msg;
+  }
+  s[4] = 0.0f;
+  auto p = prepack_int8(q.data(), s.data(), 2, 3, 8, "reference");
+  EXPECT_EQ(p->format, WeightFormat::kInt8);
+  EXPECT_EQ(parse_format("int8"), WeightFormat::kInt8);
+  EXPECT_STREQ(format_name(WeightFormat::kInt8), "int8");
+}
+
 // ---- batch invariance ------------------------------------------------------------------
 
 // A token's output is bitwise the same whatever other tokens share its call: the whole batch,
@@ -655,6 +1034,10 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
       const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
       w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, prm.variant);
       w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, prm.variant);
+    } else if (prm.format == WeightFormat::kInt8) {
+      const Q8 q13 = make_q8(p.w13, c.e * 2 * c.i, c.h), q2 = make_q8(p.w2, c.e * c.h, c.i);
+      w13 = prepack_int8(q13.q.data(), q13.s.data(), c.e, 2 * c.i, c.h, prm.variant);
+      w2 = prepack_int8(q2.q.data(), q2.s.data(), c.e, c.h, c.i, prm.variant);
     } else {
       w13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, prm.variant);
       w2 = prepack(p.w2.data(), c.e, c.h, c.i, prm.variant);
@@ -708,7 +1091,8 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
 std::vector<BatchParam> batch_params() {
   std::vector<BatchParam> ps;
   for (const auto& v : variant_names())
-    for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4}) ps.push_back({v, f});
+    for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8})
+      ps.push_back({v, f});
   return ps;
 }
 INSTANTIATE_TEST_SUITE_P(All, MoeBatchInvariance, ::testing::ValuesIn(batch_params()),
