@@ -1,4 +1,5 @@
-// Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, T in {1, 16, 64, 256},
+// Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, every
+// weight format (bf16, mxfp4, int8), T in {1, 16, 64, 256},
 // threads 1 and all. Counters: ms per call, TFLOP/s, GB/s of expert weights touched (each
 // distinct routed expert's w13 + w2 read once), of_probe = that GB/s over the all-core
 // streaming-read probe (benchmarks/bandwidth). The reference variant (scalar) runs T=1 only.
@@ -20,6 +21,7 @@
 #include "benchmarks/common/machine.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
+#include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
@@ -56,11 +58,18 @@ struct Packed {
   std::vector<bf16_t> b13, b2;
 };
 
-// bf16 weights (e, o, i) packed for isa in `format` (MXFP4: quantized first; i % 32 == 0).
+// bf16 weights (e, o, i) packed for isa in `format` (MXFP4, int8: quantized first; MXFP4 needs
+// i % 32 == 0).
 std::shared_ptr<const PackedExperts> pack_format(const std::vector<bf16_t>& raw, int64_t e,
                                                  int64_t o, int64_t i, const std::string& isa,
                                                  const std::string& format) {
   if (format == "bf16") return prepack(raw.data(), e, o, i, isa);
+  if (format == "int8") {
+    std::vector<int8_t> q(raw.size());
+    std::vector<float> s(size_t(e * o));
+    int8::quantize_weights(raw.data(), e * o, i, q.data(), s.data());
+    return prepack_int8(q.data(), s.data(), e, o, i, isa);
+  }
   std::vector<uint8_t> blocks(size_t(e * o * i / 2)), scales(size_t(e * o * i / 32));
   mxfp4::quantize(raw.data(), e * o, i, blocks.data(), scales.data());
   return prepack_mxfp4(blocks.data(), scales.data(), e, o, i, isa);
@@ -119,8 +128,10 @@ Routing make_routing(const Layer& l, int64_t t, uint32_t seed) {
 
 constexpr int kColdRoutings = 8;
 
-// Bytes of one expert (w13 + w2): bf16 2 per weight, MXFP4 17/32 (4.25 bits).
+// Bytes of one expert (w13 + w2): bf16 2 per weight, MXFP4 17/32 (4.25 bits), int8 1 (plus
+// one fp32 scale per output channel).
 double expert_bytes(const Layer& l, const std::string& format) {
+  if (format == "int8") return 3.0 * l.i * l.h + 4.0 * (2 * l.i + l.h);
   return (3.0 * l.i * l.h) * (format == "bf16" ? 2 : 17.0 / 32);
 }
 
@@ -168,7 +179,7 @@ int register_all() {
   for (const Layer& l : kLayers)
     for (const Variant& v : registry().variants()) {
       if (!v.supported()) continue;
-      for (std::string format : {"bf16", "mxfp4"})
+      for (std::string format : {"bf16", "mxfp4", "int8"})
       for (int64_t t : {1, 16, 64, 256}) {
         if (v.name == std::string("reference") && t > 1) continue;
         if (format == "mxfp4" && (l.h % 32 || l.i % 32)) continue;
@@ -199,14 +210,19 @@ namespace {
 void run_ukernel(benchmark::State& state, std::string isa, std::string format, int64_t m,
                  int64_t k, int64_t cols) {
   const Variant& v = registry().select(isa);
-  const bool mx = format == "mxfp4";
-  const Ukernel& uk = ukernel_for(v, mx ? WeightFormat::kMxfp4 : WeightFormat::kBf16);
+  const bool mx = format == "mxfp4", i8 = format == "int8";
+  const Ukernel& uk = ukernel_for(v, parse_format(format));
   const int64_t panels = (cols + uk.nr - 1) / uk.nr;
   std::vector<bf16_t> w(size_t(panels * uk.nr * k)), a(size_t(m * k));
   fill_random(w, 0.05f, 7);
   fill_random(a, 1.0f, 8);
   AlignedBuffer wp(size_t(uk.packed_size(panels * uk.nr, k)));
-  if (mx) {
+  if (i8) {
+    std::vector<int8_t> q(w.size());
+    std::vector<float> s(size_t(panels * uk.nr));
+    int8::quantize_weights(w.data(), panels * uk.nr, k, q.data(), s.data());
+    uk.pack_int8(q.data(), s.data(), panels * uk.nr, k, wp.data());
+  } else if (mx) {
     std::vector<uint8_t> blocks(size_t(panels * uk.nr * k / 2)), scales(size_t(panels * uk.nr * k / 32));
     mxfp4::quantize(w.data(), panels * uk.nr, k, blocks.data(), scales.data());
     uk.pack_mxfp4(blocks.data(), scales.data(), panels * uk.nr, k, wp.data());
@@ -221,7 +237,7 @@ void run_ukernel(benchmark::State& state, std::string isa, std::string format, i
     uk.gemm(ap.data(), m, k, wp.data(), 0, panels, c.data(), ldc, false);
     benchmark::DoNotOptimize(c.data());
   }
-  // Weight bytes read (bf16: 2 per weight; MXFP4: 4.25 bits per weight).
+  // Weight bytes read (bf16: 2 per weight; MXFP4: 4.25 bits; int8: 1 byte + a scale per column).
   state.counters["GB/s"] = benchmark::Counter(double(uk.packed_size(panels * uk.nr, k)) * 1e-9 *
                                                   double(state.iterations()),
                                               benchmark::Counter::kIsRate);
@@ -233,7 +249,7 @@ void run_ukernel(benchmark::State& state, std::string isa, std::string format, i
 int register_ukernels() {
   for (const Variant& v : registry().variants()) {
     if (!v.supported() || v.name == std::string("reference")) continue;
-    for (const char* f : {"bf16", "mxfp4"}) {
+    for (const char* f : {"bf16", "mxfp4", "int8"}) {
       const std::string pre = "ukernel/" + std::string(v.name) + "/" + f;
       for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
         benchmark::RegisterBenchmark(
