@@ -187,6 +187,7 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
 // A new ISA's int8 tile (e.g. NEON SDOT on the "qc8wp16x4" order of int8_generic.h) is one
 // such traits struct in one file; the sums are exact integers, so it may split and reorder them
 // freely (no batch-invariance constraint) and still equal the reference bit for bit.
+namespace {  // internal linkage: put_a is compiled per ISA
 struct Int8TileDefaults : TileDefaults {
   static constexpr WeightFormat kFormat = WeightFormat::kInt8;
   static constexpr int kStepW = 0;
@@ -198,8 +199,11 @@ struct Int8TileDefaults : TileDefaults {
     for (int64_t j = k; j < lda; ++j) d[j] = A(0);
   }
 };
+}  // namespace
 
+namespace {  // internal linkage: compiled per ISA
 inline int64_t int8_a_header(int64_t m) { return round_up(m, 16) * int64_t(sizeof(float)); }
+}  // namespace
 template <class T>
 int64_t int8_panel_bytes(int64_t k) {
   return T::kNR * int64_t(sizeof(float)) + round_up(k, T::kKR) * T::kNR;
@@ -259,6 +263,7 @@ void int8_pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, i
 // C (= or +=) (float(acc) * sa) * sw, written once for every int8 tile. Each product is kept
 // from fusing with the accumulating add (GCC contracts a * b + c into an FMA under its default
 // -ffp-contract=fast on FMA targets): the result must be the two-rounding formula everywhere.
+namespace {  // internal linkage: compiled per ISA
 inline float int8_keep(float v) {
 #if defined(__x86_64__) || defined(__i386__)
   asm("" : "+x"(v));
@@ -269,6 +274,7 @@ inline float int8_keep(float v) {
 #endif
   return v;
 }
+}  // namespace
 
 template <class T>
 void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,

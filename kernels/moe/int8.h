@@ -19,6 +19,10 @@
 #include "kernels/common/bf16.h"
 
 namespace cpukern::moe::int8 {
+// Internal linkage: every ISA's translation unit keeps its own copy (an inline function with
+// external linkage, vectorised with AVX-512 flags in one unit, could be the copy the linker
+// keeps for all of them).
+namespace {
 
 inline constexpr int kQMax = 127;
 // The largest K whose int32 sums cannot overflow: K * 127 * 127 <= 2**31 - 1.
@@ -73,4 +77,5 @@ inline void dequantize(const int8_t* q, const float* s, int64_t rows, int64_t k,
     for (int64_t j = 0; j < k; ++j) out[r * k + j] = float(q[r * k + j]) * s[r];
 }
 
+}  // namespace
 }  // namespace cpukern::moe::int8
