@@ -168,12 +168,18 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
   return p;
 }
 
+bool PreparedWeights::i8_ready() const {
+  return i8_view != nullptr || i8_ptr_ != nullptr || i8_bytes_.load() > 0 || m == 0 || k == 0 ||
+         std::strcmp(variant->ukernel.f32.layout, variant->ukernel.i8.layout) == 0;
+}
+
 const void* PreparedWeights::i8_data(int threads) const {
+  if (i8_view) return i8_view;
   std::call_once(i8_once_, [&] {
     const F32Ukernel& f = variant->ukernel.f32;
     const I8Ukernel& q = variant->ukernel.i8;
     if (std::strcmp(f.layout, q.layout) == 0) {  // one layout serves both modes
-      i8_ptr_ = data.data();
+      i8_ptr_ = layout();
       return;
     }
     if (m == 0 || k == 0) {
@@ -188,14 +194,14 @@ const void* PreparedWeights::i8_data(int threads) const {
         const grouped::Plan fp(m, k, group_size, f.packed_size);
         const grouped::Plan qp(m, k, group_size, q.packed_size);
         std::vector<uint32_t> words(size_t(m * words_for(k)));
-        grouped::unpack(fp, from, data.data(), k, words.data());
+        grouped::unpack(fp, from, layout(), k, words.data());
         i8_buf_.resize(size_t(qp.bytes()));  // zeroed: the alignment gaps between sub-layouts
         grouped::pack(qp, to, words.data(), k, limits::resolve_threads(threads), i8_buf_.data());
       } else {
         i8_buf_.resize_for_overwrite(size_t(q.packed_size(m, k)));  // every byte is packed
         const int64_t words = words_for(k);
         const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
-        const char* src = data.data<char>();
+        const char* src = static_cast<const char*>(layout());
         char* dst = i8_buf_.data<char>();
         parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
           const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
@@ -277,8 +283,8 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
             "expected none: the weights carry their group scales (one per row and group of " +
                 s(w.group_size) + " columns)");
   const int nthreads = limits::resolve_threads(threads);
-  if (scale_len == 0 && !w.scale.empty() && w.group_size == 0) {
-    scale = w.scale.data();
+  if (scale_len == 0 && w.has_scale() && w.group_size == 0) {
+    scale = w.scales();
     scale_len = m;
   }
   if (batch == 0 || m == 0) return;
@@ -322,7 +328,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
         q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
         sum += q[j];
       }
-      std::memset(q + k, 0, size_t(stride - k));
+      if (stride > k) std::memset(q + k, 0, size_t(stride - k));  // (k == 0: no buffer at all)
       xsum[b] = sum;
     }
     if (w.group_size > 0 && k > 0) {
@@ -361,7 +367,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
     char* xp = xb.data<char>();
     for (int64_t b = 0; b < batch; ++b) uk.xprep(x + b * k, &geo, xp + b * geo.x_bytes);
     const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
-    const char* wbase = w.data.data<char>();
+    const char* wbase = static_cast<const char*>(w.layout());
     parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
       const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
       F32Args a{wbase + (r0 / uk.mr) * geo.tile_bytes, r1 - r0, xp, batch, y + r0, m, &geo};

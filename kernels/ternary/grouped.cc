@@ -108,7 +108,7 @@ void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, in
     for (int64_t b = 0; b < batch; ++b)
       uk.xprep(x + b * k + gi * w.group_size, &geo[size_t(gi)],
                xp.data<char>() + xoff[size_t(gi)] + b * geo[size_t(gi)].x_bytes);
-  const char* base = w.data.data<char>();
+  const char* base = static_cast<const char*>(w.layout());
   parallel_for(plan.blocks(), threads, [&](int64_t blk) {
     const int64_t r0 = blk * kBlockRows, rows = plan.rows(blk);
     std::vector<float> partial(size_t(batch * kBlockRows));
@@ -116,7 +116,7 @@ void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, in
       F32Args a{base + plan.offset(blk, gi), rows, xp.data<char>() + xoff[size_t(gi)], batch,
                 partial.data(), kBlockRows, &geo[size_t(gi)]};
       uk.run(&a);
-      add_scaled(partial.data(), kBlockRows, &w.scale[size_t(gi * m + r0)], gi == 0, rows, batch,
+      add_scaled(partial.data(), kBlockRows, w.scales() + gi * m + r0, gi == 0, rows, batch,
                  m, y + r0);
     }
   });
@@ -128,8 +128,9 @@ void gemv_i8(const PreparedWeights& w, const I8Ukernel& uk, const int8_t* xq, in
   const Plan plan(m, k, g, uk.packed_size);
   const int64_t groups = plan.groups();
   // Each group's activations zero-padded on their own (the micro-kernels read whole
-  // i8_kpad blocks), group-major, with their own sums.
-  const int64_t kp = i8_kpad(g);
+  // i8_kpad blocks), group-major, with their own sums. A group is at most k columns (G may
+  // exceed k).
+  const int64_t kp = i8_kpad(std::min(g, k));
   AlignedBuffer qg(size_t(groups * batch * kp));
   std::vector<int32_t> sums(size_t(groups * batch));
   for (int64_t gi = 0; gi < groups; ++gi)
@@ -149,7 +150,7 @@ void gemv_i8(const PreparedWeights& w, const I8Ukernel& uk, const int8_t* xq, in
                qg.data<int8_t>() + gi * batch * kp, kp, &sums[size_t(gi * batch)], batch,
                acc.data(), kBlockRows};
       uk.run(&a);
-      add_scaled(acc.data(), kBlockRows, &w.scale[size_t(gi * m + r0)], gi == 0, rows, batch, m,
+      add_scaled(acc.data(), kBlockRows, w.scales() + gi * m + r0, gi == 0, rows, batch, m,
                  y + r0);
     }
     for (int64_t b = 0; b < batch; ++b)

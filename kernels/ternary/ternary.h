@@ -35,6 +35,9 @@ using Variant = cpukern::Variant<TernaryGemvUkernel>;  // a registry row
 
 // Weights converted once into one variant's layouts. Shared across threads: the int8 layout
 // is packed (once) at the first int8 gemv, so fp32-only use stores the fp32 layout alone.
+// The layouts and scales are either owned (`data`, `scale`) or, for weights imported with
+// from_buffer, views into a serialised buffer kept alive by `owner`: read them through
+// layout() and scales().
 struct PreparedWeights {
   const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
   std::string isa;                   // its name
@@ -42,11 +45,28 @@ struct PreparedWeights {
   std::vector<float> scale;  // (m,), or (groups, m) group-major when group_size > 0, or empty
   int64_t group_size = 0;    // > 0: one scale per row and group of group_size columns
   AlignedBuffer data;        // the fp32 micro-kernel's layout
+
+  // Views (from_buffer): set together; the buffer outlives this object through `owner`.
+  std::shared_ptr<const void> owner;
+  const void* layout_view = nullptr;
+  int64_t layout_view_bytes = 0;
+  const float* scale_view = nullptr;  // null when there is no scale
+  const void* i8_view = nullptr;      // the int8 layout when the buffer carries it
+
+  const void* layout() const { return layout_view ? layout_view : data.data(); }
+  int64_t layout_bytes() const { return layout_view ? layout_view_bytes : int64_t(data.size()); }
+  const float* scales() const {
+    return layout_view ? scale_view : scale.empty() ? nullptr : scale.data();
+  }
+  bool has_scale() const { return scales() != nullptr; }
   // The int8 micro-kernel's layout (packs it on first use, on `threads` threads as in gemv;
   // thread-safe).
   const void* i8_data(int threads = 0) const;
+  // Whether the int8 layout exists without packing (packed already, carried by the
+  // imported buffer, or the same bytes as the fp32 layout).
+  bool i8_ready() const;
   // Bytes held now: the fp32 layout, plus the int8 one once packed.
-  int64_t nbytes() const { return int64_t(data.size()) + i8_bytes_.load(); }
+  int64_t nbytes() const { return layout_bytes() + i8_bytes_.load(); }
 
  private:
   mutable std::once_flag i8_once_;
@@ -76,5 +96,34 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
           int64_t scale_len, Act act, int threads, float* y);
 
 std::vector<VariantInfo> list_variants();
+
+// ---- serialised form (kernels/common/prepared_blob.h) --------------------------------------
+// op "ternary"; dims = {m, k, group_size, has_scale}; sections: 0 the fp32 layout, 1 the
+// scales as prepared (float32 (m,) or group-major (groups, m); empty without), 2 the int8
+// layout (empty when not included or when it is the fp32 layout's bytes).
+// with_int8: include the int8 layout (serialize packs it now if needed; threads as in gemv).
+int64_t serialized_size(const PreparedWeights& w, bool with_int8);
+void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned char* out,
+               int64_t size);
+
+// Weights from a serialised buffer (size bytes at buf, 64-byte aligned). The header is
+// validated in O(1) against the size (errors name opts.arg), the payload checksum when
+// opts.verify. When the buffer's variant runs on this CPU (and opts.isa is "" or that
+// variant), the result VIEWS the buffer (zero-copy; `owner` keeps it alive). Otherwise
+// (prepared on another CPU, or another isa forced) the layout is unpacked to the public words,
+// validated and prepared again for opts.isa ("" = default), unless !opts.allow_reprepare (an
+// error then). A layout this build cannot unpack gives InvalidArgument naming opts.arg.
+struct ImportOptions {
+  bool verify = false;
+  std::string isa;
+  int threads = 0;
+  std::string arg = "buffer";
+  bool allow_reprepare = true;
+  bool* reprepared = nullptr;                       // set to whether it prepared again
+  const std::vector<Variant>* extra_rows = nullptr;  // rows besides the registry's (tests)
+};
+std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
+                                                   std::shared_ptr<const void> owner,
+                                                   const ImportOptions& opts);
 
 }  // namespace cpukern::ternary

@@ -104,8 +104,8 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
     }
   }
 
-  const void* data = layer.data.data();
-  const float* scales = layer.scales.data();
+  const void* data = layer.layout();
+  const float* scales = layer.scale_data();
   const int64_t t = tile_rows(d, uk.rows_per_tile, nthreads);
   const int64_t tasks = (d.n + t - 1) / t;
 

@@ -26,6 +26,8 @@ void dense(const uint32_t* planes, const float* scales, bool scales_per_row, int
 struct Ukernel;  // the micro-kernel interface (ukernel.h)
 using Variant = cpukern::Variant<Ukernel>;  // a registry row
 
+// Owned (`data`, `scales`) or, imported with from_buffer, views into a serialised buffer kept
+// alive by `owner`: read them through layout() and scale_data().
 struct PreparedLayer {
   const Variant* variant = nullptr;
   std::string isa;
@@ -33,7 +35,13 @@ struct PreparedLayer {
   int64_t stages = 0, n = 0, m = 0;
   std::vector<float> scales;  // (stages, 4, n), per row always
   AlignedBuffer data;         // the variant's layout
-  int64_t nbytes() const { return int64_t(data.size()); }
+  std::shared_ptr<const void> owner;
+  const void* layout_view = nullptr;
+  int64_t layout_view_bytes = 0;
+  const float* scales_view = nullptr;
+  const void* layout() const { return layout_view ? layout_view : data.data(); }
+  const float* scale_data() const { return layout_view ? scales_view : scales.data(); }
+  int64_t nbytes() const { return layout_view ? layout_view_bytes : int64_t(data.size()); }
 };
 
 std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
@@ -46,5 +54,21 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
          float* y);
 
 std::vector<VariantInfo> list_variants();
+
+// ---- serialised form (kernels/common/prepared_blob.h) --------------------------------------
+// op "widely_linear"; dims = {stages, n, m}; sections: 0 the layout, 1 the scales
+// float32 (stages, 4, n).
+int64_t serialized_size(const PreparedLayer& layer);
+void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size);
+// A layer from a serialised buffer (64-byte aligned): the header is validated in O(1) against
+// the size (errors name `arg`), the payload checksum when verify. A variant this CPU runs (and
+// isa "" or that one): a zero-copy view (`owner` keeps the buffer alive). Otherwise, when
+// allow_reprepare and the layout is the public one (t2p16x4), prepared again for `isa`;
+// other layouts cannot be unpacked: InvalidArgument naming `arg`.
+std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner, bool verify,
+                                                 const std::string& isa, const std::string& arg,
+                                                 bool allow_reprepare = true,
+                                                 const std::vector<Variant>* extra_rows = nullptr);
 
 }  // namespace cpukern::widely_linear

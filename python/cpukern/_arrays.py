@@ -34,6 +34,7 @@ _NUMPY_DTYPES = {
     "int8": np.dtype(np.int8),
     "int32": np.dtype(np.int32),
     "uint32": np.dtype(np.uint32),
+    "uint8": np.dtype(np.uint8),
     "bfloat16": BF16,
 }
 _COPY_HINT = " (no silent copies: convert it first, e.g. numpy.ascontiguousarray)"

@@ -52,7 +52,28 @@ class TernaryWeights:
     def group_size(self) -> int:
         """G when the scale is per row and group of G columns, else 0."""
 
+    @property
+    def is_view(self) -> bool:
+        """
+        True when the layout views a serialised buffer (from_buffer, zero-copy).
+        """
+
+    @property
+    def int8_ready(self) -> bool:
+        """True when act='int8' needs no packing (the int8 layout exists)."""
+
+    def to_bytes(self, int8: bool = False) -> object:
+        """cpukern.ternary.to_bytes(self, int8=int8)."""
+
+    def __reduce__(self) -> object: ...
+
     def __repr__(self) -> str: ...
+
+def ternary_serialized_size(weights: TernaryWeights, int8: bool) -> int: ...
+
+def ternary_serialize(weights: TernaryWeights, int8: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+def ternary_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], verify: bool, isa: str, threads: int, arg: str) -> tuple[TernaryWeights, bool]: ...
 
 def ternary_variants() -> list: ...
 
@@ -65,6 +86,8 @@ def ternary_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)
 def ternary_prepare(packed: Annotated[NDArray, dict(device='cpu', writable=False)], k: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, isa: str, group_size: int = 0, threads: int = 0) -> TernaryWeights: ...
 
 def ternary_gemv(weights: TernaryWeights, x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+def ternary_gemv_buffer(prepared: Annotated[NDArray, dict(device='cpu', writable=False)], m: int, x: Annotated[NDArray, dict(device='cpu', writable=False)], act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
 
 class WidelyLinearWeights:
     """
@@ -84,7 +107,26 @@ class WidelyLinearWeights:
     @property
     def nbytes(self) -> int: ...
 
+    @property
+    def is_view(self) -> bool:
+        """
+        True when the layout views a serialised buffer (from_buffer, zero-copy).
+        """
+
+    def to_bytes(self) -> object:
+        """cpukern.ternary.to_bytes(self)."""
+
+    def __reduce__(self) -> object: ...
+
     def __repr__(self) -> str: ...
+
+def widely_linear_serialized_size(layer: WidelyLinearWeights) -> int: ...
+
+def widely_linear_serialize(layer: WidelyLinearWeights, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+def widely_linear_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], verify: bool, isa: str, arg: str) -> WidelyLinearWeights: ...
+
+def widely_linear_run_buffer(prepared: Annotated[NDArray, dict(device='cpu', writable=False)], rows: int, x: Annotated[NDArray, dict(device='cpu', writable=False)], threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
 
 def widely_linear_variants() -> list: ...
 

@@ -24,7 +24,8 @@ WidelyLinearWeights = _ext.WidelyLinearWeights
 __all__ = [
     "pack", "unpack", "quantize", "prepare", "gemv", "TernaryWeights",
     "phase_quantize", "widely_linear_dense", "prepare_widely_linear", "widely_linear",
-    "WidelyLinearWeights", "save", "load",
+    "WidelyLinearWeights", "save", "load", "to_bytes", "from_buffer", "serialized_size",
+    "aligned_empty",
 ]
 
 
@@ -189,6 +190,117 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     y = out_or_new(out, x, out_shape, "float32")
     _ext.ternary_gemv(w, x, s, act, nthreads, y)
     return y
+
+
+# --- serialised prepared weights ------------------------------------------------------
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised uint8 numpy array of nbytes starting on a 64-byte boundary (what
+    from_buffer needs; torch's CPU allocator gives 64-byte aligned tensors too)."""
+    nbytes = int_arg(nbytes, "nbytes", 0, MAX_ELEMS)
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + nbytes]
+
+
+def serialized_size(weights: Union[TernaryWeights, WidelyLinearWeights], *,
+                    int8: bool = False) -> int:
+    """Bytes of to_bytes(weights, int8=int8)."""
+    int8 = bool_arg(int8, "int8")
+    if isinstance(weights, TernaryWeights):
+        return int(_ext.ternary_serialized_size(weights, int8 or weights.int8_ready))
+    if isinstance(weights, WidelyLinearWeights):
+        return int(_ext.widely_linear_serialized_size(weights))
+    raise TypeError(f"weights: expected TernaryWeights or WidelyLinearWeights, got "
+                    f"{type(weights).__name__}")
+
+
+def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool = False,
+             threads: Optional[int] = None, out: Any = None) -> Any:
+    """The prepared weights as one contiguous uint8 array (64-byte aligned): a versioned header
+    (magic, format version, op, variant and micro-kernel name, layout word, shapes, group size,
+    section offsets, a payload checksum) and 64-byte aligned sections (the kernel layout, the
+    scales, optionally the int8 layout). Store it anywhere a uint8 tensor or array goes
+    (torch buffer, state_dict, torch.save, pickle, np.save) and use it with from_buffer.
+
+    int8=True (TernaryWeights): include the int8 layout too (packed now if needed), so that
+    act="int8" on the imported weights packs nothing; included anyway when already packed.
+    out: None (a new numpy array) or a 1-D uint8 array / tensor of serialized_size(weights,
+    int8=int8) bytes, 64-byte aligned (torch.empty(n, dtype=torch.uint8) is)."""
+    size = serialized_size(weights, int8=int8)
+    nthreads = threads_arg(threads)
+    if out is None:
+        out = aligned_empty(size)
+    else:
+        out = check_array(out, "out", "uint8", (1,))
+    if isinstance(weights, TernaryWeights):
+        _ext.ternary_serialize(weights, bool(int8) or weights.int8_ready, nthreads, out)
+    else:
+        _ext.widely_linear_serialize(weights, out)
+    return out
+
+
+def _buffer(buf: Any, name: str) -> Any:
+    return check_array(buf, name, "uint8", (1,))
+
+
+def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+                threads: Optional[int] = None, name: str = "buffer"
+                ) -> Union[TernaryWeights, WidelyLinearWeights]:
+    """Prepared weights from a buffer written by to_bytes (a 1-D uint8 numpy array or torch
+    tensor, 64-byte aligned), without copying: the result views `buf` and keeps it alive.
+
+    The header is validated against the buffer's size on every import (O(1)): a truncated,
+    corrupted or hostile buffer raises ValueError naming `buf`, never reads out of bounds.
+    verify=True also checks the payload checksum (one pass over the bytes); use it for
+    anything read from disk or the network. The payload is not re-verified per call: the
+    prepared bytes are weights like any other, and edits to them in place are the caller's
+    (memory-safe, but the results are whatever the edited bytes say).
+
+    A buffer prepared for a variant this CPU cannot run (e.g. AVX-512 on an AVX2 machine) or
+    another than `isa` is unpacked to the public ternary format and prepared again for this
+    CPU (a copy; TernaryWeights.is_view is then False); widely-linear layouts other than the
+    public one cannot be unpacked and raise ValueError instead."""
+    verify = bool_arg(verify, "verify")
+    isa = isa_arg(isa)
+    nthreads = threads_arg(threads)
+    buf = _buffer(buf, name)
+    if _op_of(buf) == "widely_linear":
+        layer = _ext.widely_linear_from_buffer(buf, verify, isa, name)
+        _log.selection("widely_linear", layer.isa, isa or None, _ext.widely_linear_variants)
+        return layer
+    w, _reprepared = _ext.ternary_from_buffer(buf, verify, isa, nthreads, name)
+    _log.selection("ternary_gemv", w.isa, isa or None, _ext.ternary_variants)
+    return w
+
+
+_MAGIC = b"CPUKPREP"
+
+
+def _op_of(buf: Any) -> str:
+    """The op named in a prepared buffer's header ("" if it is not one: the extension then
+    reports what is wrong)."""
+    head = bytes(np.asarray(buf[:32].numpy() if is_torch(buf) else buf[:32]).tobytes())
+    if len(head) < 32 or head[:8] != _MAGIC:
+        return ""
+    return head[16:32].split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def _from_pickle(buf: np.ndarray) -> Union[TernaryWeights, WidelyLinearWeights]:
+    if buf.ctypes.data % 64:  # unpickled arrays need not be aligned
+        aligned = aligned_empty(buf.size)
+        aligned[...] = buf
+        buf = aligned
+    return from_buffer(buf, verify=True)
+
+
+def _reduce(self: Any) -> tuple:
+    return (_from_pickle, (to_bytes(self),))
+
+
+# Pickling (copy, multiprocessing, torch.save of a module attribute): TernaryWeights and
+# WidelyLinearWeights.__reduce__ (the extension) call _reduce: the serialised form, and
+# unpickling verifies the checksum.
 
 
 # --- Fairy2i widely-linear layer -------------------------------------------------------

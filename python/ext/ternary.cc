@@ -7,6 +7,7 @@
 #include "kernels/ternary/ternary.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
+#include "python/ext/prepared.h"
 
 namespace cpukern::ext {
 
@@ -20,13 +21,60 @@ void bind_ternary(nb::module_& m) {
       .def_prop_ro("shape", [](const PreparedWeights& w) { return std::make_pair(w.m, w.k); },
                    "(M, K) of the logical weight matrix.")
       .def_prop_ro("nbytes", &PreparedWeights::nbytes, "Bytes of the prepared layout.")
-      .def_prop_ro("has_scale", [](const PreparedWeights& w) { return !w.scale.empty(); })
+      .def_prop_ro("has_scale", [](const PreparedWeights& w) { return w.has_scale(); })
       .def_ro("group_size", &PreparedWeights::group_size,
               "G when the scale is per row and group of G columns, else 0.")
+      .def_prop_ro("is_view", [](const PreparedWeights& w) { return w.layout_view != nullptr; },
+                   "True when the layout views a serialised buffer (from_buffer, zero-copy).")
+      .def_prop_ro("int8_ready", &PreparedWeights::i8_ready,
+                   "True when act='int8' needs no packing (the int8 layout exists).")
+      .def(
+          "to_bytes",
+          [](nb::handle self, bool int8) {
+            return nb::module_::import_("cpukern.ternary").attr("to_bytes")(self, nb::arg("int8") = int8);
+          },
+          nb::arg("int8") = false, "cpukern.ternary.to_bytes(self, int8=int8).")
+      .def("__reduce__",
+           [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("_reduce")(self); })
       .def("__repr__", [](const PreparedWeights& w) {
         return "TernaryWeights(isa='" + w.isa + "', shape=(" + std::to_string(w.m) + ", " +
                std::to_string(w.k) + "), nbytes=" + std::to_string(w.nbytes()) + ")";
       });
+
+  m.def(
+      "ternary_serialized_size",
+      [](const PreparedWeights& w, bool int8) { return ternary::serialized_size(w, int8); },
+      nb::arg("weights"), nb::arg("int8"));
+  m.def(
+      "ternary_serialize",
+      [](const PreparedWeights& w, bool int8, int threads, const OutArray& out) {
+        const int64_t size = ternary::serialized_size(w, int8);
+        unsigned char* p = out_bytes(out, "out", size);
+        GilRelease release;
+        ternary::serialize(w, int8, threads, p, size);
+      },
+      nb::arg("weights"), nb::arg("int8"), nb::arg("threads"), nb::arg("out"));
+  m.def(
+      "ternary_from_buffer",
+      [](const InArray& buf, bool verify, const std::string& isa, int threads, const char* arg) {
+        const auto [p, size] = buffer_bytes(buf, arg);
+        auto owner = keep_alive(buf);
+        bool reprepared = false;
+        std::shared_ptr<const PreparedWeights> w;
+        {
+          GilRelease release;
+          ternary::ImportOptions o;
+          o.verify = verify;
+          o.isa = isa;
+          o.threads = threads;
+          o.arg = arg;
+          o.reprepared = &reprepared;
+          w = ternary::from_buffer(p, size, owner, o);
+        }
+        owner.reset();  // with the GIL held (the view keeps its own reference)
+        return std::make_pair(w, reprepared);
+      },
+      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"), nb::arg("arg"));
 
   m.def("ternary_variants", [] { return variants_to_list(ternary::list_variants()); });
 
@@ -117,6 +165,40 @@ void bind_ternary(nb::module_& m) {
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
       nb::arg("threads"), nb::arg("out"));
+
+  // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
+  // header is validated per call (O(1)); no object outlives the call, nothing is cached.
+  m.def(
+      "ternary_gemv_buffer",
+      [](const InArray& buf, int64_t m_expected, const InArray& x, const std::string& act,
+         int threads, const OutArray& out) {
+        const auto [p, size] = buffer_bytes(buf, "prepared");
+        const ternary::Act a = ternary::parse_act(act);
+        ternary::ImportOptions o;
+        o.arg = "prepared";
+        o.allow_reprepare = false;
+        auto w = ternary::from_buffer(p, size, nullptr, o);
+        if (w->m != m_expected)
+          throw_arg("prepared", "holds " + std::to_string(w->m) + " output rows, the op was given " +
+                                    std::to_string(m_expected));
+        if (a == ternary::Act::kInt8 && !w->i8_ready())
+          throw_arg("prepared", "has no int8 layout (export it with int8=True) for act='int8'");
+        const auto* xp = in_ptr<float>(x, "x", {1, 2});
+        const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
+        if (int64_t(x.shape(x.ndim() - 1)) != w->k)
+          throw_arg("x", "expected K = " + std::to_string(w->k) +
+                             " columns to match the weights, got " + describe_array(x));
+        if (x.ndim() == 1)
+          check_shape(out, "out", {w->m});
+        else
+          check_shape(out, "out", {batch, w->m});
+        auto* yp = out_ptr<float>(out, "out", {1, 2});
+        check_no_overlap(out, "out", {{&x, "x"}, {&buf, "prepared"}});
+        GilRelease release(double(batch) * double(w->m) * double(w->k));
+        ternary::gemv(*w, xp, batch, nullptr, 0, a, threads, yp);
+      },
+      nb::arg("prepared"), nb::arg("m"), nb::arg("x"), nb::arg("act"), nb::arg("threads"),
+      nb::arg("out"));
 }
 
 }  // namespace cpukern::ext

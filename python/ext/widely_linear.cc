@@ -6,6 +6,7 @@
 #include "kernels/widely_linear/widely_linear.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
+#include "python/ext/prepared.h"
 
 namespace cpukern::ext {
 
@@ -45,11 +46,70 @@ void bind_widely_linear(nb::module_& m) {
                    "(2n, 2m): the shape of the real matrix the layer stands for.")
       .def_ro("stages", &PreparedLayer::stages)
       .def_prop_ro("nbytes", &PreparedLayer::nbytes)
+      .def_prop_ro("is_view", [](const PreparedLayer& l) { return l.layout_view != nullptr; },
+                   "True when the layout views a serialised buffer (from_buffer, zero-copy).")
+      .def(
+          "to_bytes",
+          [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("to_bytes")(self); },
+          "cpukern.ternary.to_bytes(self).")
+      .def("__reduce__",
+           [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("_reduce")(self); })
       .def("__repr__", [](const PreparedLayer& l) {
         return "WidelyLinearWeights(isa='" + l.isa + "', shape=(" + std::to_string(2 * l.n) + ", " +
                std::to_string(2 * l.m) + "), stages=" + std::to_string(l.stages) +
                ", nbytes=" + std::to_string(l.nbytes()) + ")";
       });
+
+  m.def("widely_linear_serialized_size",
+        [](const PreparedLayer& l) { return widely_linear::serialized_size(l); }, nb::arg("layer"));
+  m.def(
+      "widely_linear_serialize",
+      [](const PreparedLayer& l, const OutArray& out) {
+        const int64_t size = widely_linear::serialized_size(l);
+        unsigned char* p = out_bytes(out, "out", size);
+        GilRelease release;
+        widely_linear::serialize(l, p, size);
+      },
+      nb::arg("layer"), nb::arg("out"));
+  m.def(
+      "widely_linear_from_buffer",
+      [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
+        const auto [p, size] = buffer_bytes(buf, arg);
+        auto owner = keep_alive(buf);
+        std::shared_ptr<const PreparedLayer> l;
+        {
+          GilRelease release;
+          l = widely_linear::from_buffer(p, size, owner, verify, isa, arg);
+        }
+        owner.reset();
+        return l;
+      },
+      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
+  // The layer straight from a serialised buffer (the torch op): header validated per call.
+  m.def(
+      "widely_linear_run_buffer",
+      [](const InArray& buf, int64_t rows, const InArray& x, int threads, const OutArray& out) {
+        const auto [p, size] = buffer_bytes(buf, "prepared");
+        auto layer = widely_linear::from_buffer(p, size, nullptr, false, "", "prepared", false);
+        if (2 * layer->n != rows)
+          throw_arg("prepared", "holds " + std::to_string(2 * layer->n) +
+                                    " output features, the op was given " + std::to_string(rows));
+        const auto* xp = in_ptr<float>(x, "x", {1, 2});
+        const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
+        if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer->m)
+          throw_arg("x", "expected 2m = " + std::to_string(2 * layer->m) + " columns, got " +
+                             describe_array(x));
+        if (x.ndim() == 1)
+          check_shape(out, "out", {2 * layer->n});
+        else
+          check_shape(out, "out", {batch, 2 * layer->n});
+        auto* yp = out_ptr<float>(out, "out", {1, 2});
+        check_no_overlap(out, "out", {{&x, "x"}, {&buf, "prepared"}});
+        GilRelease release(double(batch) * double(layer->stages) * 8.0 * double(layer->n) *
+                           double(layer->m));
+        widely_linear::run(*layer, xp, batch, true, threads, yp);
+      },
+      nb::arg("prepared"), nb::arg("rows"), nb::arg("x"), nb::arg("threads"), nb::arg("out"));
 
   m.def("widely_linear_variants", [] { return variants_to_list(widely_linear::list_variants()); });
 

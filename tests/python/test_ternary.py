@@ -274,3 +274,126 @@ def test_fp32_scale_epilogue_matches_float64_model(isa, case):
     assert np.all(np.abs(y - want) <= 1e-5 * mag + 2.0**-148), np.max(np.abs(y - want) / (mag + 1e-30))
     assert np.all(y[2] == 0)
     np.testing.assert_array_equal(ternary.gemv(tw, x[6], called), y[6])
+
+
+# --- serialised prepared weights (to_bytes / from_buffer) -----------------------------------
+
+def _prepared_cases():
+    rng = np.random.default_rng(77)
+    for m, k, g in [(1, 1, None), (37, 300, None), (130, 700, None), (19, 257, 64), (0, 5, None)]:
+        w = random_ternary(m, k, rng)
+        scale = (rng.random((m, -(-k // g))) if g else rng.random(m)).astype(np.float32)
+        yield m, k, g, ternary.pack(w), scale
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+def test_prepared_buffer_round_trip_is_a_view_with_identical_results(isa):
+    rng = np.random.default_rng(5)
+    for m, k, g, packed, scale in _prepared_cases():
+        w = ternary.prepare(packed, k, scale, group_size=g, isa=isa)
+        for int8 in (False, True):
+            buf = ternary.to_bytes(w, int8=int8)
+            assert buf.dtype == np.uint8 and buf.ndim == 1 and buf.ctypes.data % 64 == 0
+            assert buf.size == ternary.serialized_size(w, int8=int8)
+            v = ternary.from_buffer(buf, verify=True)
+            assert v.is_view and v.isa == w.isa and v.shape == w.shape and v.group_size == w.group_size
+            x = rng.standard_normal((3, k)).astype(np.float32)
+            for act in ("fp32", "int8"):
+                np.testing.assert_array_equal(ternary.gemv(v, x, act=act), ternary.gemv(w, x, act=act))
+
+
+def test_prepared_buffer_keeps_its_buffer_alive_and_sees_its_bytes():
+    import gc
+    _, k, _, packed, scale = list(_prepared_cases())[1]
+    w = ternary.prepare(packed, k, scale)
+    buf = ternary.to_bytes(w)
+    v = ternary.from_buffer(buf)
+    x = np.ones(k, np.float32)
+    want = ternary.gemv(w, x)
+    del buf
+    gc.collect()
+    np.testing.assert_array_equal(ternary.gemv(v, x), want)  # the view holds the buffer
+
+
+def test_prepared_buffer_from_another_variant_is_prepared_again():
+    """A layout this CPU cannot run is detected by the variant in the header; forcing another
+    isa stands for it here (the C++ test imports real AVX-512 layouts through SIMDe)."""
+    rng = np.random.default_rng(6)
+    names = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
+    for m, k, g, packed, scale in _prepared_cases():
+        x = rng.standard_normal((2, k)).astype(np.float32)
+        for src in names:
+            buf = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, isa=src))
+            for dst in names:
+                v = ternary.from_buffer(buf, isa=dst)
+                assert v.isa == dst and v.is_view == (src == dst)
+                direct = ternary.prepare(packed, k, scale, group_size=g, isa=dst)
+                np.testing.assert_array_equal(ternary.gemv(v, x), ternary.gemv(direct, x))
+
+
+def test_prepared_buffer_bad_input_names_the_argument():
+    _, k, _, packed, scale = list(_prepared_cases())[1]
+    buf = ternary.to_bytes(ternary.prepare(packed, k, scale))
+    with pytest.raises(ValueError, match=r"^buffer: expected a prepared-weight buffer"):
+        ternary.from_buffer(ternary.aligned_empty(0))
+    short = ternary.aligned_empty(buf.size - 64)
+    short[:] = buf[:-64]
+    with pytest.raises(ValueError, match=r"^buffer: header says"):
+        ternary.from_buffer(short)
+    with pytest.raises(ValueError, match=r"^buffer: must start on a 64-byte boundary"):
+        ternary.from_buffer(buf[1:])
+    with pytest.raises(TypeError, match=r"^buffer: "):
+        ternary.from_buffer(buf.view(np.int8))
+    bad = ternary.aligned_empty(buf.size)
+    bad[:] = buf
+    bad[600] ^= 0x10
+    ternary.from_buffer(bad)  # the checksum is checked only when asked
+    with pytest.raises(ValueError, match=r"^buffer: payload checksum mismatch"):
+        ternary.from_buffer(bad, verify=True)
+    bad[:] = buf
+    bad[0] ^= 1
+    with pytest.raises(ValueError, match=r"^buffer: not a cpukern prepared-weight buffer"):
+        ternary.from_buffer(bad)
+
+
+def test_prepared_buffer_fuzz_raises_or_returns():
+    """Random flips in header and payload, and payloads of one byte value: import and gemv
+    (fp32, int8, batch 1 and 4) raise ValueError or return (the C++ test runs the same under
+    ASan)."""
+    rng = np.random.default_rng(8)
+    for isa in [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]:
+        for m, k, g, packed, scale in list(_prepared_cases())[1:4]:
+            clean = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, isa=isa), int8=True)
+            outcomes = set()
+            for trial in range(60):
+                b = ternary.aligned_empty(clean.size)
+                b[:] = clean
+                if trial < 6:
+                    b[448:] = (0, 0xFF, 0x55, 0xAA, 0x0F, 0xF0)[trial]
+                else:
+                    at = rng.integers(0, 448 if trial % 2 else b.size, size=rng.integers(1, 5))
+                    b[at] ^= (1 << rng.integers(0, 8, size=at.size)).astype(np.uint8)
+                try:
+                    v = ternary.from_buffer(b)
+                    if v.shape[0] * v.shape[1] == 0 and max(v.shape) > 10**6:
+                        outcomes.add("ran")
+                        continue
+                    x = rng.standard_normal((4, v.shape[1])).astype(np.float32)
+                    for act in ("fp32", "int8"):
+                        ternary.gemv(v, x, act=act)
+                        ternary.gemv(v, x[0], act=act)
+                    outcomes.add("ran")
+                except ValueError:
+                    outcomes.add("raised")
+            assert outcomes == {"ran", "raised"}, outcomes
+
+
+def test_prepared_weights_pickle_and_copy():
+    import copy
+    import pickle
+    _, k, g, packed, scale = list(_prepared_cases())[3]
+    w = ternary.prepare(packed, k, scale, group_size=g)
+    x = np.ones((2, k), np.float32)
+    for clone in (pickle.loads(pickle.dumps(w)), copy.deepcopy(w)):
+        assert clone.is_view and clone.shape == w.shape
+        np.testing.assert_array_equal(ternary.gemv(clone, x), ternary.gemv(w, x))

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import cpukern
 from cpukern import ternary
 from variants import UNDER_QEMU, variant_params
 
@@ -118,3 +119,83 @@ def test_widely_linear_bad_input():
         ternary.widely_linear(planes, np.ones(6, np.float32), scales[:1])
     with pytest.raises(ValueError, match="x"):
         ternary.widely_linear(ternary.prepare_widely_linear(planes, scales, 3), np.ones(8, np.float32))
+
+
+# --- serialised prepared layers (to_bytes / from_buffer) ------------------------------------
+
+@pytest.mark.parametrize("isa", variant_params("widely_linear"))
+def test_prepared_layer_round_trip_is_a_view_with_identical_results(isa):
+    import pickle
+    rng = np.random.default_rng(11)
+    for n, m in [(1, 1), (20, 33), (130, 300)]:
+        planes, scales = ternary.phase_quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
+        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+        buf = ternary.to_bytes(layer)
+        assert buf.dtype == np.uint8 and buf.ctypes.data % 64 == 0
+        v = ternary.from_buffer(buf, verify=True)
+        assert v.is_view and v.isa == layer.isa and v.shape == layer.shape and v.stages == layer.stages
+        for batch in (1, 3):
+            x = rng.standard_normal((batch, 2 * m)).astype(np.float32)
+            want = ternary.widely_linear(layer, x)
+            np.testing.assert_array_equal(ternary.widely_linear(v, x), want)
+            np.testing.assert_array_equal(ternary.widely_linear(pickle.loads(pickle.dumps(layer)), x), want)
+
+
+def test_prepared_layer_of_another_variant():
+    """The public layout (reference) is prepared again for any variant; a lookup layout made
+    for a variant other than the one asked for cannot be unpacked: ValueError naming buffer."""
+    rng = np.random.default_rng(12)
+    n, m = 24, 40
+    planes, scales = ternary.phase_quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
+    x = rng.standard_normal((2, 2 * m)).astype(np.float32)
+    names = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
+    ref = ternary.to_bytes(ternary.prepare_widely_linear(planes, scales, m, isa="reference"))
+    for dst in names:
+        v = ternary.from_buffer(ref, isa=dst)
+        direct = ternary.prepare_widely_linear(planes, scales, m, isa=dst)
+        assert v.isa == dst
+        np.testing.assert_array_equal(ternary.widely_linear(v, x), ternary.widely_linear(direct, x))
+    for src in names:
+        layer = ternary.prepare_widely_linear(planes, scales, m, isa=src)
+        buf = ternary.to_bytes(layer)
+        for dst in names:
+            if dst == src:
+                continue
+            try:
+                v = ternary.from_buffer(buf, isa=dst)
+            except ValueError as e:
+                assert str(e).startswith("buffer: ") and "cannot be unpacked" in str(e)
+                assert src != "reference"  # the public layout always can
+            else:
+                np.testing.assert_array_equal(ternary.widely_linear(v, x),
+                                              ternary.widely_linear(ternary.prepare_widely_linear(
+                                                  planes, scales, m, isa=dst), x))
+
+
+def test_prepared_layer_fuzz_raises_or_returns():
+    rng = np.random.default_rng(13)
+    planes, scales = ternary.phase_quantize(rng.standard_normal((2 * 70, 2 * 100)).astype(np.float32))
+    for isa in [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]:
+        clean = ternary.to_bytes(ternary.prepare_widely_linear(planes, scales, 100, isa=isa))
+        outcomes = set()
+        for trial in range(60):
+            b = ternary.aligned_empty(clean.size)
+            b[:] = clean
+            if trial < 4:
+                b[448:] = (0xFF, 0, 0x55, 0xAA)[trial]  # 0xFF: both pattern bits of every column
+            else:
+                at = rng.integers(0, 448 if trial % 2 else b.size, size=rng.integers(1, 5))
+                b[at] ^= (1 << rng.integers(0, 8, size=at.size)).astype(np.uint8)
+            try:
+                v = ternary.from_buffer(b)
+                if v.shape[0] * v.shape[1] > 1 << 22:
+                    outcomes.add("ran")
+                    continue
+                for batch in (1, 4):
+                    x = rng.standard_normal((batch, v.shape[1])).astype(np.float32)
+                    ternary.widely_linear(v, x)
+                    ternary.widely_linear(v, x, fused=False)
+                outcomes.add("ran")
+            except ValueError:
+                outcomes.add("raised")
+        assert outcomes == {"ran", "raised"}, outcomes

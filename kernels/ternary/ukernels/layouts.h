@@ -2,6 +2,9 @@
 // and packers.
 #pragma once
 #include <cstdint>
+#include <cstring>
+
+#include "kernels/common/ternary_codes.h"
 
 namespace cpukern::ternary::layouts {
 
@@ -33,6 +36,37 @@ inline constexpr int64_t kT2p16r16Rows = 16;
 // i + q C/4 in bits 2q, 2q+1 (q = 0..3).
 inline constexpr int64_t q2b_row_bytes(int64_t k, int64_t cols) {
   return (k + cols - 1) / cols * (cols / 4);
+}
+
+// Bytes of each layout for (m, k), by layout word, whatever micro-kernels this build has (an
+// imported buffer prepared on another CPU is sized with these before it is unpacked; the
+// tests check them against every micro-kernel's packed_size). Null for an unknown word.
+using SizeFn = int64_t (*)(int64_t m, int64_t k);
+inline int64_t t2p16_size(int64_t m, int64_t k) { return m * ternary_codes::words_for(k) * 4; }
+inline int64_t t2p16r16_size(int64_t m, int64_t k) {
+  return (m + kT2p16r16Rows - 1) / kT2p16r16Rows * ternary_codes::words_for(k) * 64;
+}
+inline int64_t lut3r8_size(int64_t m, int64_t k) { return (m + kLut3r8Rows - 1) / kLut3r8Rows * lut3r8_blocks(k) * 64; }
+inline int64_t lut27r16_size(int64_t m, int64_t k) {
+  return (m + kLut27r16Rows - 1) / kLut27r16Rows * lut27r16_blocks(k) * 64;
+}
+inline int64_t lut4r16_size(int64_t m, int64_t k) {
+  return (m + kLut4r16Rows - 1) / kLut4r16Rows * lut4r16_groups(k) * kLut4r16Rows;
+}
+inline int64_t q2b128_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 128); }
+inline int64_t q2b256_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 256); }
+inline SizeFn size_fn(const char* layout) {
+  struct Row {
+    const char* name;
+    SizeFn fn;
+  };
+  static constexpr Row kRows[] = {{"t2p16", t2p16_size},     {"t2p16r16", t2p16r16_size},
+                                  {"lut3r8", lut3r8_size},   {"lut27r16", lut27r16_size},
+                                  {"lut4r16", lut4r16_size}, {"q2b128", q2b128_size},
+                                  {"q2b256", q2b256_size}};
+  for (const Row& r : kRows)
+    if (std::strcmp(r.name, layout) == 0) return r.fn;
+  return nullptr;
 }
 
 }  // namespace cpukern::ternary::layouts

@@ -24,6 +24,7 @@
 // offset = 64 * (b3(pos) + 2 b3(neg)) from pre-scaled tables. No multiply instruction.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
@@ -121,7 +122,12 @@ void pass(const Call& c, const char* w0, int64_t rows, const float* gt, float* c
           int nb) {
   constexpr int kNG = NCH * V::kK;  // groups per block
   constexpr int64_t kGroupFloats = Codes<V::kG>::kN * kEntry;
-  alignas(64) float D[kNG * kGroupFloats];
+  // A code's offset b3(pos) + 2 b3(neg) reaches 3 (3^G - 1) / 2 when the layout's bytes set
+  // both pattern bits of a column (an invalid weight: any bytes of an imported buffer can).
+  // Such an entry reads the next group's table, or past the last group this zeroed tail, so
+  // every byte value stays in bounds (the result for an invalid weight is meaningless).
+  constexpr int64_t kTailFloats = (3 * (Codes<V::kG>::kN - 1) / 2 + 1 - Codes<V::kG>::kN) * kEntry;
+  alignas(64) float D[kNG * kGroupFloats + kTailFloats];
   alignas(64) float part[kMaxRows * 32];
   alignas(64) int32_t idx[kNG * 4 * V::kR];
   const int64_t C = c.loc.inner;
@@ -130,6 +136,7 @@ void pass(const Call& c, const char* w0, int64_t rows, const float* gt, float* c
     constexpr int nch = decltype(nch_c)::value;
     constexpr int ng = nch * V::kK;
     build_signed<V>(gt, ng, D);
+    std::memset(D + ng * kGroupFloats, 0, kTailFloats * sizeof(float));
     const char* w = w0;
     float* pr = part;
     for (int64_t left = rows; left > 0; left -= V::kR, w += c.loc.tile_stride) {

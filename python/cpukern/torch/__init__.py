@@ -18,6 +18,16 @@ trace them without graph breaks; no autograd: inference only):
 ``torch.ops.cpukern.fused_moe(x, w13, w2, topk_weights, topk_ids, activation="silu",
 w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
     cpukern.moe.fused_moe over bf16 expert weights w13 (E, 2I, H) and w2 (E, H, I).
+``torch.ops.cpukern.ternary_gemv_prepared(prepared, x, out_features, act="fp32") -> Tensor``
+``torch.ops.cpukern.widely_linear_prepared(prepared, x, out_features) -> Tensor``
+    The same layers from PREPARED weights held in a plain 1-D uint8 tensor (the serialised
+    form of cpukern.ternary.to_bytes: a versioned header + the kernel layout and scales; make
+    one with ``ops.prepare_ternary_tensor`` / ``ops.prepare_widely_linear_tensor`` or
+    ``module.prepare()``). out_features is the output size the header must hold (the fake
+    kernels need it). The header is validated on every call (O(1)); nothing is cached and
+    nothing is prepared inside the op (a tensor prepared for a variant this CPU cannot run is
+    an error naming ``prepared``: import it once with cpukern.ternary.from_buffer or load it
+    into a module, which prepares it again).
 ``torch.ops.cpukern.prepack_moe_weight(weight, packed_weight, isa) -> ()``
 ``torch.ops.cpukern.cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
 topk_id, skip_weighted, act, isa) -> ()``
@@ -29,10 +39,14 @@ count (cpukern.num_threads_is_set()); then they use cpukern's.
 
 Modules (``modules``): weights stay in their own formats under .to(dtype) / .half() /
 .bfloat16() / .float(); any float activation dtype in, the same dtype out. ``prepare()``
-(alias ``process_weights_after_loading()``) builds the kernel layout at load time.
+(alias ``process_weights_after_loading()``) builds the kernel layout at load time into the
+module's persistent uint8 buffer ``prepared`` (TernaryLinear, WidelyLinear), and forward runs
+the ``*_prepared`` op on it: no cache, vLLM's ``replace_parameter`` loses nothing, and
+state_dict / torch.save / pickle carry it (checked on load: header and checksum; a buffer made
+for another CPU is prepared again for this one). See cpukern.torch.modules.
 
-Prepared weights (the kernels' own layouts: cpukern.ternary.prepare, moe.prepack) are not
-tensors, so the op schemas take the plain weight tensors and each op keeps the prepared form
+The raw-weight ops below prepare the weights themselves: prepared forms (the kernels' own
+layouts: cpukern.ternary.prepare, moe.prepack) are kept out of the op schemas, and each op keeps the prepared form
 on the weight tensor's storage (``_weight_cache``), tagged with the view (offset, shape,
 strides, dtype), the op's own key and the version counter (``tensor._version``). The first
 call with given weights converts them (O(weights)); later calls reuse the conversion, also
@@ -40,9 +54,9 @@ through another tensor object over the same storage (vLLM's ``replace_parameter`
 nn.Parameter(t)); an in-place change through torch (``copy_``, ``load_state_dict``) bumps the
 version and the next call converts again. The prepared form is freed with the storage. Writes
 that bypass torch's version counter (through a numpy view, ``.data`` tricks, or another
-process) are not seen: call ``clear_cache()``. The prepared form is not saved: torch.save,
-pickle and state_dict carry the portable weights, and the first call (or prepare()) after
-loading converts them for the CPU it runs on.
+process) are not seen: call ``clear_cache()``. This cache is not saved: torch.save, pickle
+and state_dict carry the portable weights (and a module's ``prepared`` buffer, which needs no
+cache), and the raw-weight ops convert them again after loading.
 
 vLLM's ``prepack_moe_weight(weight, packed_weight, isa)`` fills ``packed_weight`` (same shape
 and dtype as ``weight``, as vLLM allocates it with ``empty_like``) with the weights and packs

@@ -8,9 +8,19 @@ and float64 activations and returns the input's dtype (bf16 in, bf16 out); the k
 in their own precision (fp32 for the ternary layers, bf16 in/out with fp32 accumulation for
 FusedMoE).
 
-Load time: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name) builds the
-kernel layout now instead of at the first forward; it is kept on the weights' storage, so it
-survives vLLM's ``replace_parameter`` (see cpukern.torch._weight_cache)."""
+Prepared weights: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name)
+stores the kernel layout in the persistent uint8 buffer ``prepared`` (cpukern.ternary.to_bytes's
+format: header + payload), and forward runs the ``*_prepared`` op on that tensor: no cache,
+nothing prepared at the first forward, nothing lost when vLLM's ``replace_parameter`` swaps
+tensor objects. ``prepared`` is an ordinary buffer: it goes into ``state_dict``, ``torch.save``
+and pickles, and comes back without preparing again (the header is checked on load, and the
+payload checksum; a buffer made for another CPU is prepared again for this one, from its own
+layout where that can be unpacked, else from the plain weights). The plain weights
+(``packed``/``scale``, ``planes``/``scales``) stay too: they are the portable form. Until
+``prepare()`` runs (or after loading a state_dict without ``prepared``, which empties it), the
+module runs the raw-weight ops (their prepared-weight cache, cpukern.torch._weight_cache).
+In-place edits of the plain weights after ``prepare()`` are not seen by ``prepared``: call
+``prepare()`` again."""
 
 from __future__ import annotations
 
@@ -81,7 +91,90 @@ class _LinearLike(_WeightFormatsKept):
         return self.prepare()
 
 
-class TernaryLinear(_LinearLike):
+class _PreparedBuffer(nn.Module):
+    """The persistent uint8 buffer ``prepared`` (empty until prepare()) and how it loads:
+    from a state_dict it is taken over (checked: header, checksum) instead of copied into the
+    old shape; a state_dict without it empties it (the plain weights it came from changed);
+    unpickling checks it the same way."""
+
+    _SOURCES: tuple = ()  # the plain weights `prepared` is made from
+
+    def _init_prepared(self) -> None:
+        self.register_buffer("prepared", torch.empty(0, dtype=torch.uint8))
+        self._prepared_from = None
+
+    def _source_versions(self) -> Optional[tuple]:
+        """(data_ptr, version) of each plain weight, or None when one has no version counter
+        (an inference tensor: its in-place changes cannot be seen)."""
+        out = []
+        for name in self._SOURCES:
+            t = getattr(self, name)
+            try:
+                out.append((t.data_ptr(), int(t._version)))
+            except RuntimeError:
+                return None
+        return tuple(out)
+
+    def _set_prepared(self, t: Tensor) -> None:
+        self._buffers["prepared"] = t
+        self._prepared_from = self._source_versions() if t.numel() else None
+
+    def _use_prepared(self) -> bool:
+        """Whether forward runs from ``prepared``: it is set, and the plain weights it was made
+        from have not changed in place since (copy_, mul_, ... bump their version: then it is
+        dropped and the raw-weight op runs, as before prepare()). Not checked while
+        torch.compile traces (the compiled graph reads the buffer as it is)."""
+        if self.prepared is None or self.prepared.numel() == 0:
+            return False
+        if torch.compiler.is_compiling() or self._prepared_from is None:
+            return True
+        if self._source_versions() != self._prepared_from:
+            self._set_prepared(torch.empty(0, dtype=torch.uint8))
+            return False
+        return True
+
+    @property
+    def is_prepared(self) -> bool:
+        """Whether forward runs from the ``prepared`` tensor."""
+        return self._use_prepared()
+
+    def _adopt(self, t: Tensor, name: str) -> None:
+        adopted = _ops.adopt_prepared(t, name, self.isa, verify=True,
+                                      int8=getattr(self, "act", "fp32") == "int8")
+        if adopted is None:  # made for another CPU, layout not unpackable: from the plain weights
+            self.prepare()
+            return
+        self._check_prepared_shape(adopted, name)
+        self._set_prepared(adopted)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        key = prefix + "prepared"
+        own = self._buffers.get("prepared")
+        self._buffers["prepared"] = None  # loaded below, whatever its size
+        try:
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                          unexpected_keys, error_msgs)
+        finally:
+            self._buffers["prepared"] = own
+        if key in unexpected_keys:
+            unexpected_keys.remove(key)
+        t = state_dict.get(key)
+        if t is None or t.numel() == 0:
+            self._set_prepared(torch.empty(0, dtype=torch.uint8))
+            return
+        with torch.no_grad():
+            self._adopt(torch.empty(t.numel(), dtype=torch.uint8).copy_(t), key)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._prepared_from = None
+        t = self._buffers.get("prepared")
+        if t is not None and t.numel():
+            self._adopt(t, "prepared")
+
+
+class TernaryLinear(_PreparedBuffer, _LinearLike):
     """A BitNet b1.58 ternary nn.Linear running cpukern's multiplication-free GEMV.
 
     Weights: ``packed`` int32 (out, ceil(in/16)) (cpukern.ternary's packed format, viewed as
@@ -101,6 +194,8 @@ class TernaryLinear(_LinearLike):
         similarity >= 0.8 with the float outputs (measured 0.88 at 128 x 256).
     """
 
+    _SOURCES = ("packed", "scale")
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
         super().__init__()
@@ -112,6 +207,7 @@ class TernaryLinear(_LinearLike):
                        else (self.out_features,))
         self.register_buffer("scale", torch.ones(scale_shape, dtype=torch.float32))
         self.register_buffer("bias", torch.zeros(self.out_features) if bias else None)
+        self._init_prepared()
 
     @classmethod
     def from_checkpoint(cls, ckpt, name: str, *, bias: Optional[str] = None, act: str = "fp32",
@@ -158,17 +254,27 @@ class TernaryLinear(_LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
+        if self._use_prepared():
+            return torch.ops.cpukern.ternary_gemv_prepared(self.prepared, x2, self.out_features,
+                                                           self.act)
         return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
                                               self.group_size)
 
     def prepare(self) -> "TernaryLinear":
-        """Builds the kernel layout now (load time) instead of at the first forward; with
-        act="int8" also the int8 layout. Returns self."""
-        w = _ops.prepared_ternary(self.packed, self.in_features, self.scale, self.isa,
-                                  self.group_size)
-        if self.act == "int8" and self.in_features:
-            _ternary.gemv(w, torch.zeros(1, self.in_features), act="int8", threads=1)
+        """Builds the kernel layout now (load time) into the ``prepared`` buffer (with
+        act="int8" the int8 layout too); forward then runs from it. Returns self."""
+        with torch.no_grad():
+            self._set_prepared(_ops.prepare_ternary_tensor(self.packed, self.in_features, self.scale,
+                                                           self.isa, self.group_size,
+                                                           int8=self.act == "int8"))
         return self
+
+    def _check_prepared_shape(self, t: Tensor, name: str) -> None:
+        w = _ternary.from_buffer(t, name=name)
+        if tuple(w.shape) != (self.out_features, self.in_features) or w.group_size != self.group_size:
+            raise ValueError(f"{name}: prepared weights of shape {tuple(w.shape)} (group_size "
+                             f"{w.group_size}) do not fit this layer ({self.out_features}, "
+                             f"{self.in_features}) (group_size {self.group_size})")
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -176,7 +282,7 @@ class TernaryLinear(_LinearLike):
                 + (f", group_size={self.group_size}" if self.group_size else ""))
 
 
-class WidelyLinear(_LinearLike):
+class WidelyLinear(_PreparedBuffer, _LinearLike):
     """A Fairy2i widely-linear ternary layer standing in for an nn.Linear with even in/out
     features: the real weight is read as a complex (n, m) matrix, quantised to {+-1, +-i}
     in ``stages`` residual stages (cpukern.ternary.phase_quantize) and run by the fused kernel.
@@ -192,6 +298,8 @@ class WidelyLinear(_LinearLike):
         <= 0.45 with 2 stages (measured 0.59-0.64 and 0.35-0.37 at 128 x 256).
     """
 
+    _SOURCES = ("planes", "scales")
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, stages: int = 2,
                  isa: str = "") -> None:
         super().__init__()
@@ -204,6 +312,7 @@ class WidelyLinear(_LinearLike):
         self.register_buffer("planes", torch.zeros(self.stages, 4, n, (m + 15) // 16, dtype=torch.int32))
         self.register_buffer("scales", torch.zeros(self.stages, 4, dtype=torch.float32))
         self.register_buffer("bias", torch.zeros(self.out_features) if bias else None)
+        self._init_prepared()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, stages: int = 2, *, isa: str = "") -> "WidelyLinear":
@@ -227,13 +336,24 @@ class WidelyLinear(_LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
+        if self._use_prepared():
+            return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
         return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
     def prepare(self) -> "WidelyLinear":
-        """Builds the kernel layout now (load time) instead of at the first forward. Returns
-        self."""
-        _ops.prepared_widely_linear(self.planes, self.scales, self.in_features // 2, self.isa)
+        """Builds the kernel layout now (load time) into the ``prepared`` buffer; forward then
+        runs from it. Returns self."""
+        with torch.no_grad():
+            self._set_prepared(_ops.prepare_widely_linear_tensor(self.planes, self.scales,
+                                                                 self.in_features // 2, self.isa))
         return self
+
+    def _check_prepared_shape(self, t: Tensor, name: str) -> None:
+        layer = _ternary.from_buffer(t, name=name)
+        if tuple(layer.shape) != (self.out_features, self.in_features) or layer.stages != self.stages:
+            raise ValueError(f"{name}: a prepared layer of shape {tuple(layer.shape)} with "
+                             f"{layer.stages} stages does not fit this layer ({self.out_features}, "
+                             f"{self.in_features}) with {self.stages} stages")
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -1,6 +1,6 @@
 """torch.library ops of cpukern (namespace ``cpukern``) and their fake implementations:
-ternary_gemv, widely_linear, fused_moe (see the cpukern.torch docstring). vLLM-order ops:
-cpukern.torch.vllm."""
+ternary_gemv, widely_linear, fused_moe, and the prepared-tensor forms ternary_gemv_prepared and
+widely_linear_prepared (see the cpukern.torch docstring). vLLM-order ops: cpukern.torch.vllm."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import torch
 from torch import Tensor
 
 import cpukern as _cpukern
+from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
-__all__ = ["ternary_gemv", "widely_linear", "fused_moe"]
+__all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
+           "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
+           "adopt_prepared"]
 
 _VLLM_ISAS = ("", "auto", "amx", "vec", "neon")
 
@@ -101,6 +104,111 @@ def _(planes, scales, x, isa=""):
     torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
     torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
     return x.new_empty(tuple(x.shape[:-1]) + (2 * planes.shape[-2],), dtype=torch.float32)
+
+
+# --- prepared weights as plain uint8 tensors (no cache) ---------------------------------
+
+def _to_tensor(weights: Any, int8: bool = False) -> Tensor:
+    """The serialised form of prepared weights in a new uint8 tensor (torch's CPU allocator
+    aligns it to 64 bytes)."""
+    out = torch.empty(_ternary.serialized_size(weights, int8=int8), dtype=torch.uint8)
+    _ternary.to_bytes(weights, int8=int8, threads=_threads(), out=out)
+    return out
+
+
+def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa: str = "",
+                           group_size: int = 0, int8: bool = False) -> Tensor:
+    """packed (M, ceil(k/16)) with its scale, prepared for this CPU (or the forced isa) as
+    one uint8 tensor for ternary_gemv_prepared (cpukern.ternary.to_bytes's format); int8:
+    include the int8 layout (for act="int8"). Not cached: the tensor is the prepared form."""
+    p = _u32(packed, "packed")
+    s = scale
+    if group_size:
+        w = _ternary.prepare(p, k, s, group_size=group_size, isa=_isa(isa), threads=_threads())
+    else:
+        if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
+            s = s.reshape(1).expand(p.shape[0]).contiguous()
+        w = _ternary.prepare(p, k, s, isa=_isa(isa), threads=_threads())
+    return _to_tensor(w, int8)
+
+
+def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: str = "") -> Tensor:
+    """The widely-linear layer prepared for this CPU as one uint8 tensor for
+    widely_linear_prepared."""
+    layer = _ternary.prepare_widely_linear(_u32(planes, "planes"), scales, m, isa=_isa(isa))
+    return _to_tensor(layer)
+
+
+def adopt_prepared(t: Tensor, name: str, isa: str = "", verify: bool = True,
+                   int8: bool = False) -> Optional[Tensor]:
+    """A prepared tensor read from outside (a state_dict, torch.load, unpickling), checked
+    and made usable on this CPU: the header always (O(1)), the checksum when verify. Returns
+    `t` itself when its variant runs here (and is `isa` when one is forced), a new tensor
+    prepared again for this CPU from its own layout when that layout can be unpacked, and None
+    when it cannot (the caller prepares from its plain weights). ValueError naming `name` for
+    a corrupted buffer."""
+    if not isinstance(t, Tensor) or t.dtype != torch.uint8 or t.dim() != 1:
+        raise TypeError(f"{name}: expected a 1-D uint8 tensor of prepared weights, got "
+                        f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
+    t = t.detach()
+    if not t.is_contiguous() or t.data_ptr() % 64:  # a view into a larger storage
+        t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)  # torch aligns new tensors to 64
+    try:
+        w = _ternary.from_buffer(t, verify=verify, isa=_isa(isa), name=name)
+    except ValueError as e:
+        if "cannot be unpacked" in str(e) or "cannot unpack" in str(e):
+            return None
+        raise
+    if w.is_view:
+        return t
+    return _to_tensor(w, int8)
+
+
+@torch.library.custom_op("cpukern::ternary_gemv_prepared", mutates_args=())
+def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
+                          act: str = "fp32") -> Tensor:
+    """y[..., m] = sum_g scale[m, g] * sum_k w[m, k] x[..., k] from prepared uint8 weights
+    (prepare_ternary_tensor / cpukern.ternary.to_bytes: the scale is inside). out_features:
+    M, which the tensor's header must hold (the fake kernel needs it). The header is validated
+    on every call (O(1)); nothing is cached or prepared here."""
+    _check_2d_or_1d(x, "x")
+    if act not in ("fp32", "int8"):
+        raise ValueError(f"act: expected 'fp32' or 'int8', got {act!r}")
+    y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
+    _ext.ternary_gemv_buffer(prepared, int(out_features), x, act, _threads_or_zero(), y)
+    return y
+
+
+@ternary_gemv_prepared.register_fake
+def _(prepared, x, out_features, act="fp32"):
+    torch._check(prepared.dim() == 1, lambda: "prepared: expected a 1-D uint8 tensor")
+    torch._check(prepared.dtype == torch.uint8, lambda: "prepared: expected uint8")
+    torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
+    torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
+    return x.new_empty(tuple(x.shape[:-1]) + (out_features,), dtype=torch.float32)
+
+
+@torch.library.custom_op("cpukern::widely_linear_prepared", mutates_args=())
+def widely_linear_prepared(prepared: Tensor, x: Tensor, out_features: int) -> Tensor:
+    """y = U x + W conj(x) from a prepared uint8 layer (prepare_widely_linear_tensor);
+    out_features = 2n, which its header must hold."""
+    _check_2d_or_1d(x, "x")
+    y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
+    _ext.widely_linear_run_buffer(prepared, int(out_features), x, _threads_or_zero(), y)
+    return y
+
+
+@widely_linear_prepared.register_fake
+def _(prepared, x, out_features):
+    torch._check(prepared.dim() == 1, lambda: "prepared: expected a 1-D uint8 tensor")
+    torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
+    torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
+    return x.new_empty(tuple(x.shape[:-1]) + (out_features,), dtype=torch.float32)
+
+
+def _threads_or_zero() -> int:
+    t = _threads()
+    return 0 if t is None else int(t)
 
 
 def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:

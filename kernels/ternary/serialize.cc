@@ -1,0 +1,194 @@
+// The serialised form of PreparedWeights (ternary.h, kernels/common/prepared_blob.h): export,
+// zero-copy import with O(1) header validation, and re-preparation of a layout made on
+// another CPU (unpacked to the public words by that layout's portable packer).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
+#include "kernels/common/prepared_blob.h"
+#include "kernels/ternary/grouped.h"
+#include "kernels/ternary/ternary.h"
+#include "kernels/ternary/ukernel.h"
+#include "kernels/ternary/ukernels/layouts.h"
+
+namespace cpukern::ternary {
+namespace {
+
+constexpr const char* kOp = "ternary";
+enum Dim { kM, kK, kGroup, kHasScale };
+enum Sec { kF32Layout, kScale, kI8Layout };
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// Bytes of a layout for (m, k) with these groups, as prepare writes it.
+int64_t layout_bytes(int64_t (*size)(int64_t, int64_t), int64_t m, int64_t k, int64_t g) {
+  if (g > 0 && m > 0 && k > 0) return grouped::Plan(m, k, g, size).bytes();
+  return size(m, k);
+}
+
+int64_t scale_floats(int64_t m, int64_t k, int64_t g, bool has_scale) {
+  if (!has_scale) return 0;
+  return g > 0 ? m * groups_for(k, g) : m;
+}
+
+bool same_layout(const Variant& v) {
+  return std::strcmp(v.ukernel.f32.layout, v.ukernel.i8.layout) == 0;
+}
+
+// The packer (any supported one) that can unpack `layout`, or null.
+const Packer* unpacker_for(const std::string& layout) {
+  for (const PackerRow& p : packers())
+    if (layout == p.layout && p.supported() && p.packer.unpack) return &p.packer;
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t serialized_size(const PreparedWeights& w, bool with_int8) {
+  const Variant& v = *w.variant;
+  int64_t sizes[3] = {w.layout_bytes(), 4 * scale_floats(w.m, w.k, w.group_size, w.has_scale()), 0};
+  if (with_int8 && !same_layout(v))
+    sizes[kI8Layout] = layout_bytes(v.ukernel.i8.packed_size, w.m, w.k, w.group_size);
+  return int64_t(blob::plan(sizes, 3).total);
+}
+
+void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned char* out,
+               int64_t size) {
+  const Variant& v = *w.variant;
+  const bool i8 = with_int8 && !same_layout(v);
+  const int64_t nscale = scale_floats(w.m, w.k, w.group_size, w.has_scale());
+  int64_t sizes[3] = {w.layout_bytes(), 4 * nscale,
+                      i8 ? layout_bytes(v.ukernel.i8.packed_size, w.m, w.k, w.group_size) : 0};
+  const blob::LayoutPlan plan = blob::plan(sizes, 3);
+  check_arg(size == int64_t(plan.total), "out",
+            "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
+  const void* i8_src = i8 ? w.i8_data(threads) : nullptr;  // may pack now
+  const int64_t dims[4] = {w.m, w.k, w.group_size, w.has_scale() ? 1 : 0};
+  const blob::Header h = blob::make_header(kOp, w.isa, v.ukernel.f32.name, v.ukernel.f32.layout,
+                                           i8 ? v.ukernel.i8.layout : "", dims, 4, plan);
+  std::memset(out, 0, size_t(plan.total));  // header gaps and section padding
+  const void* src[3] = {w.layout(), w.scales(), i8_src};
+  for (int i = 0; i < 3; ++i)
+    if (sizes[i]) std::memcpy(out + plan.section[i].offset, src[i], size_t(sizes[i]));
+  blob::finish(h, out);
+}
+
+std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
+                                                   std::shared_ptr<const void> owner,
+                                                   const ImportOptions& opts) {
+  const std::string& arg = opts.arg;
+  const std::string& isa = opts.isa;
+  const std::vector<Variant>* extra_rows = opts.extra_rows;
+  bool* reprepared = opts.reprepared;
+  const blob::Header h = blob::parse(buf, size, kOp, arg);
+  const int64_t m = h.dims[kM], k = h.dims[kK], g = h.dims[kGroup], has_scale = h.dims[kHasScale];
+  check_arg(m >= 0 && k >= 0 && k <= limits::kMaxElements && m <= limits::kMaxElements, arg,
+            "corrupted header (shape " + s(m) + " x " + s(k) + ")");
+  checked_mul(m, std::max<int64_t>(1, words_for(k)) * 16, arg.c_str());
+  check_arg(g == 0 || (g >= 16 && g % 16 == 0 && g <= limits::kMaxElements), arg,
+            "corrupted header (group size " + s(g) + ")");
+  check_arg(has_scale == 0 || has_scale == 1, arg, "corrupted header (scale flag)");
+  check_arg(g == 0 || has_scale == 1 || m * k == 0, arg,
+            "corrupted header (group scales missing)");
+  // The scales' size first (O(1)): it bounds the group count that sizing a grouped layout
+  // walks (group scales are required whenever there are weights).
+  const int64_t nscale = scale_floats(m, k, g, has_scale == 1);
+  blob::section(h, buf, kScale, 4 * nscale, arg, "scales");
+  if (opts.verify) blob::verify_payload(h, buf, arg);
+
+  // The row that made it, if this build has it and this CPU runs it.
+  const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
+                    layout = blob::name(h.layout);
+  const Variant* made_by = nullptr;
+  auto consider = [&](const Variant& r) {
+    if (!made_by && variant == r.name && ukernel == r.ukernel.f32.name && layout == r.ukernel.f32.layout &&
+        r.supported())
+      made_by = &r;
+  };
+  for (const Variant& r : registry().variants()) consider(r);
+  if (extra_rows)
+    for (const Variant& r : *extra_rows) consider(r);
+  const Variant* want = made_by;
+  if (!isa.empty() || !made_by) {
+    want = nullptr;
+    if (extra_rows && !isa.empty())
+      for (const Variant& r : *extra_rows)
+        if (isa == r.name) want = &r;
+    if (!want) want = &registry().select(isa);  // throws naming "isa"
+  }
+
+  if (want == made_by) {  // zero-copy view
+    const Variant& v = *made_by;
+    auto w = std::make_shared<PreparedWeights>();
+    w->variant = &v;
+    w->isa = v.name;
+    w->m = m;
+    w->k = k;
+    w->group_size = g;
+    const int64_t f32_bytes = layout_bytes(v.ukernel.f32.packed_size, m, k, g);
+    w->layout_view = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
+    w->layout_view_bytes = f32_bytes;
+    if (!w->layout_view) w->layout_view = buf;  // an empty layout: never read
+    w->scale_view = reinterpret_cast<const float*>(
+        blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
+    const uint64_t i8_size = h.sections > kI8Layout ? h.section[kI8Layout].size : 0;
+    if (i8_size && !same_layout(v)) {
+      check_arg(blob::name(h.format) == v.ukernel.i8.layout, arg,
+                "corrupted header (int8 layout '" + blob::name(h.format) + "', the variant reads '" +
+                    v.ukernel.i8.layout + "')");
+      w->i8_view = blob::section(h, buf, kI8Layout, layout_bytes(v.ukernel.i8.packed_size, m, k, g),
+                                 arg, "int8 layout");
+    } else {
+      blob::section(h, buf, kI8Layout, 0, arg, "int8 layout");
+    }
+    w->owner = std::move(owner);
+    if (reprepared) *reprepared = false;
+    return w;
+  }
+
+  // Prepared on another CPU (or another variant asked for): back to the public words.
+  check_arg(opts.allow_reprepare, arg,
+            "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
+                (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
+                "; import it once with from_buffer (it prepares again for this CPU)");
+  const Packer* from = unpacker_for(layout);
+  check_arg(from != nullptr, arg,
+            "prepared for variant '" + variant + "' (layout '" + layout +
+                "'), which this CPU cannot run and this build cannot unpack; prepare it again "
+                "from the packed weights");
+  const layouts::SizeFn size_fn = layouts::size_fn(layout.c_str());
+  check_arg(size_fn != nullptr, arg,
+            "prepared for layout '" + layout + "', whose size this build does not know; prepare "
+            "it again from the packed weights");
+  const int64_t f32_bytes = layout_bytes(size_fn, m, k, g);
+  const unsigned char* src = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
+  const float* sc = reinterpret_cast<const float*>(blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
+  const int64_t words = words_for(k);
+  std::vector<uint32_t> packed(size_t(m * words));
+  if (m > 0 && k > 0) {
+    if (g > 0) {
+      grouped::unpack(grouped::Plan(m, k, g, size_fn), *from, src, k, packed.data());
+    } else {
+      from->unpack(src, m, k, packed.data());
+    }
+  }
+  std::vector<float> row_major;  // group scales back to (m, groups)
+  if (sc && g > 0) {
+    const int64_t groups = groups_for(k, g);
+    row_major.resize(size_t(m * groups));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t gi = 0; gi < groups; ++gi) row_major[size_t(r * groups + gi)] = sc[gi * m + r];
+    sc = row_major.data();
+  }
+  if (reprepared) *reprepared = true;
+  try {
+    return prepare_variant(*want, packed.data(), m, k, sc, opts.threads, g);
+  } catch (const InvalidArgument& e) {
+    throw_arg(arg, std::string("the prepared layout holds invalid weights (") + e.what() + ")");
+  }
+}
+
+}  // namespace cpukern::ternary

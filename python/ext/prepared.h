@@ -1,0 +1,37 @@
+// Shared by the bindings of the serialised prepared weights (ternary, widely_linear): the
+// caller's uint8 buffer as bytes, and a reference that keeps it alive from C++.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "python/ext/arrays.h"
+
+namespace cpukern::ext {
+
+template <> inline const char* dtype_name<uint8_t>() { return "uint8"; }
+
+// A 1-D C-contiguous uint8 buffer: (bytes, size); throws naming `arg`.
+inline std::pair<const unsigned char*, int64_t> buffer_bytes(const InArray& a, const char* arg) {
+  const auto* p = in_ptr<uint8_t>(a, arg, {1});
+  return {p, int64_t(a.shape(0))};
+}
+
+// Holds the ndarray (and so the Python object or DLPack capsule that owns the memory) for as
+// long as a C++ view of it lives; released with the GIL.
+inline std::shared_ptr<const void> keep_alive(const InArray& a) {
+  return std::shared_ptr<const void>(new InArray(a), [](const void* p) {
+    nb::gil_scoped_acquire gil;
+    delete static_cast<const InArray*>(p);
+  });
+}
+
+// A uint8 output buffer of exactly `size` bytes, 64-byte aligned; throws naming `arg`.
+inline unsigned char* out_bytes(const OutArray& a, const char* arg, int64_t size) {
+  auto* p = out_ptr<uint8_t>(a, arg, {1});
+  check_shape(a, arg, {size});
+  check_arg(reinterpret_cast<uintptr_t>(p) % 64 == 0, arg, "must start on a 64-byte boundary");
+  return p;
+}
+
+}  // namespace cpukern::ext

@@ -1,0 +1,245 @@
+// The serialised form of prepared ternary weights (ternary.h from_buffer / serialize): round
+// trips on every variant this CPU runs and on the SIMDe rows, zero-copy views, re-preparing a
+// layout made for another CPU (the SIMDe AVX-512 rows, a NEON lut4r16 buffer), and a fuzz
+// over header and payload bytes: every corrupted buffer either throws InvalidArgument or
+// computes in bounds (the ASan leg runs this test).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/prepared_blob.h"
+#include "kernels/ternary/ternary.h"
+#include "kernels/ternary/ukernel.h"
+#include "kernels/ternary/ukernels/layouts.h"
+
+namespace cpukern::ternary {
+namespace {
+
+struct Case {
+  int64_t m, k, g;
+};
+
+std::vector<uint32_t> random_words(int64_t m, int64_t k, std::mt19937& rng) {
+  std::vector<int8_t> w(size_t(m * k));
+  for (auto& v : w) v = int8_t(int(rng() % 3) - 1);
+  std::vector<uint32_t> p(size_t(m * words_for(k)));
+  if (m * k) pack(w.data(), m, k, p.data());
+  return p;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+AlignedBuffer to_buffer(const PreparedWeights& w, bool int8) {
+  AlignedBuffer b(size_t(serialized_size(w, int8)));
+  serialize(w, int8, 1, b.data<unsigned char>(), int64_t(b.size()));
+  return b;
+}
+
+std::vector<float> run(const PreparedWeights& w, const std::vector<float>& x, int64_t batch,
+                       Act act) {
+  std::vector<float> y(size_t(batch * w.m) + 1);
+  gemv(w, x.data(), batch, nullptr, 0, act, 1, y.data());
+  y.pop_back();
+  return y;
+}
+
+std::shared_ptr<const PreparedWeights> import(const AlignedBuffer& b, ImportOptions o = {}) {
+  return from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, o);
+}
+
+const std::vector<Case> kCases = {{0, 5, 0},   {3, 0, 0},    {1, 1, 0},   {17, 33, 0},
+                                  {40, 301, 0}, {130, 700, 0}, {19, 257, 64}, {140, 530, 256}};
+
+// Every variant this CPU runs and every SIMDe row: export, import (a view), identical results.
+TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
+  std::mt19937 rng(1);
+  std::vector<const Variant*> rows;
+  for (const Variant& v : registry().variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  for (const Variant* v : rows)
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(std::string(v->name) + " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) +
+                   " g=" + std::to_string(c.g));
+      const auto words = random_words(c.m, c.k, rng);
+      const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+      auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
+      for (bool int8 : {false, true}) {
+        const AlignedBuffer b = to_buffer(*w, int8);
+        ImportOptions o;
+        o.verify = true;
+        o.isa = v->name;
+        o.extra_rows = &simde_variants();
+        bool reprepared = true;
+        o.reprepared = &reprepared;
+        auto view = import(b, o);
+        EXPECT_FALSE(reprepared);
+        ASSERT_NE(view->layout_view, nullptr) << "not a view of the buffer";
+        if (view->layout_bytes() > 0) EXPECT_EQ(view->layout(), b.data<unsigned char>() + 448);
+        EXPECT_EQ(view->i8_ready(), int8 || c.m * c.k == 0 ||
+                                        std::strcmp(v->ukernel.f32.layout, v->ukernel.i8.layout) == 0);
+        const int64_t batch = 3;
+        const auto x = random_floats(batch * c.k, rng);
+        EXPECT_EQ(run(*w, x, batch, Act::kF32), run(*view, x, batch, Act::kF32));
+        EXPECT_EQ(run(*w, x, batch, Act::kInt8), run(*view, x, batch, Act::kInt8));
+      }
+    }
+}
+
+// A layout this CPU's registry cannot run (the SIMDe AVX-512 rows stand for an AVX-512
+// machine's buffer) is unpacked and prepared again: bitwise what preparing the same weights
+// for the default variant gives.
+TEST(TernarySerialize, OtherCpuLayoutIsPreparedAgain) {
+  std::mt19937 rng(2);
+  for (const Variant& v : simde_variants())
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(std::string(v.name) + " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) +
+                   " g=" + std::to_string(c.g));
+      const auto words = random_words(c.m, c.k, rng);
+      const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+      auto w = prepare_variant(v, words.data(), c.m, c.k, scale.data(), 1, c.g);
+      const AlignedBuffer b = to_buffer(*w, false);
+      bool reprepared = false;
+      ImportOptions o;
+      o.reprepared = &reprepared;
+      auto again = import(b, o);
+      EXPECT_TRUE(reprepared);
+      EXPECT_EQ(again->isa, registry().default_variant().name);
+      auto direct = prepare(words.data(), c.m, words_for(c.k), c.k, scale.data(), "", 1, c.g);
+      const auto x = random_floats(2 * c.k, rng);
+      EXPECT_EQ(run(*direct, x, 2, Act::kF32), run(*again, x, 2, Act::kF32));
+      o.allow_reprepare = false;  // the per-call path never prepares
+      EXPECT_THROW(import(b, o), InvalidArgument);
+    }
+}
+
+// A NEON (lut4r16) buffer, written by hand with the portable packer, imports on any CPU.
+TEST(TernarySerialize, NeonLayoutImportsAnywhere) {
+  std::mt19937 rng(3);
+  const int64_t m = 37, k = 101;
+  const auto words = random_words(m, k, rng);
+  const auto scale = random_floats(m, rng);
+  const int64_t bytes = layouts::lut4r16_size(m, k);
+  const int64_t sizes[3] = {bytes, 4 * m, 0};
+  const blob::LayoutPlan plan = blob::plan(sizes, 3);
+  AlignedBuffer b(size_t(plan.total));
+  auto* p = b.data<unsigned char>();
+  packer_for("lut4r16").pack(words.data(), m, k, p + plan.section[0].offset);
+  std::memcpy(p + plan.section[1].offset, scale.data(), size_t(4 * m));
+  const int64_t dims[4] = {m, k, 0, 1};
+  blob::finish(blob::make_header("ternary", "neon", "ternary_gemv_f32_lut4r16_16x1__neon", "lut4r16",
+                                 "", dims, 4, plan),
+               p);
+  ImportOptions o;
+  o.verify = true;
+  auto w = import(b, o);
+  auto direct = prepare(words.data(), m, words_for(k), k, scale.data(), "", 1);
+  const auto x = random_floats(k, rng);
+  EXPECT_EQ(run(*direct, x, 1, Act::kF32), run(*w, x, 1, Act::kF32));
+}
+
+TEST(TernarySerialize, LayoutSizeTableMatchesEveryMicroKernel) {
+  std::vector<const Variant*> rows;
+  for (const Variant& v : registry().variants()) rows.push_back(&v);
+  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  for (const Variant* v : rows)
+    for (const Case& c : kCases) {
+      ASSERT_NE(layouts::size_fn(v->ukernel.f32.layout), nullptr) << v->ukernel.f32.layout;
+      EXPECT_EQ(layouts::size_fn(v->ukernel.f32.layout)(c.m, c.k), v->ukernel.f32.packed_size(c.m, c.k));
+      EXPECT_EQ(layouts::size_fn(v->ukernel.i8.layout)(c.m, c.k), v->ukernel.i8.packed_size(c.m, c.k));
+    }
+}
+
+TEST(TernarySerialize, HeaderErrorsNameTheArgument) {
+  std::mt19937 rng(4);
+  const auto words = random_words(9, 40, rng);
+  auto w = prepare(words.data(), 9, words_for(40), 40, nullptr, "", 1);
+  AlignedBuffer b = to_buffer(*w, false);
+  ImportOptions o;
+  o.arg = "state_dict['x']";
+  try {
+    from_buffer(b.data<unsigned char>(), int64_t(b.size()) - 64, nullptr, o);
+    FAIL() << "truncated buffer accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("state_dict['x']: ", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(from_buffer(b.data<unsigned char>() + 64, int64_t(b.size()) - 64, nullptr, o),
+               InvalidArgument);
+  b.data<unsigned char>()[500] ^= 1;  // payload: only verify sees it
+  EXPECT_NO_THROW(import(b));
+  o.verify = true;
+  EXPECT_THROW(import(b, o), InvalidArgument);
+}
+
+// Random byte flips in the header and the payload (and whole payloads of one byte value):
+// import + gemv (fp32 and int8, batch 1 and 4) either throws InvalidArgument or returns.
+// Memory safety itself is what the ASan leg checks.
+TEST(TernarySerialize, FuzzedBuffersThrowOrComputeInBounds) {
+  std::mt19937 rng(5);
+  std::vector<const Variant*> rows;
+  for (const Variant& v : registry().variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  int threw = 0, ran = 0;
+  for (const Variant* v : rows)
+    for (const Case& c : {Case{33, 77, 0}, Case{20, 300, 32}}) {
+      const auto words = random_words(c.m, c.k, rng);
+      const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+      auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
+      const AlignedBuffer clean = to_buffer(*w, true);
+      const int64_t n = int64_t(clean.size());
+      for (int trial = 0; trial < 160; ++trial) {
+        AlignedBuffer b{static_cast<size_t>(n)};
+        std::memcpy(b.data(), clean.data(), size_t(n));
+        auto* p = b.data<unsigned char>();
+        if (trial < 16) {
+          std::memset(p + 448, trial * 17, size_t(n - 448));  // every payload byte one value
+        } else {
+          const int flips = 1 + int(rng() % 4);
+          for (int f = 0; f < flips; ++f) {
+            const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(n));
+            p[at] ^= uint8_t(1u << (rng() % 8));
+          }
+        }
+        ImportOptions o;
+        o.isa = v->name;
+        o.extra_rows = &simde_variants();
+        try {
+          auto got = import(b, o);
+          if (got->k > 100000 || got->m > 100000) {  // a valid header of an empty matrix
+            ASSERT_EQ(got->m * got->k, 0);  // (0 x huge K or huge M x 0)
+            ++ran;
+            continue;
+          }
+          const auto x = random_floats(4 * got->k, rng);
+          std::vector<float> y(size_t(4 * got->m) + 1);
+          gemv(*got, x.data(), 4, nullptr, 0, Act::kF32, 1, y.data());
+          gemv(*got, x.data(), 1, nullptr, 0, Act::kF32, 2, y.data());
+          gemv(*got, x.data(), 4, nullptr, 0, Act::kInt8, 1, y.data());
+          ++ran;
+        } catch (const InvalidArgument&) {
+          ++threw;
+        } catch (const std::bad_alloc&) {  // a header must not size an unbounded allocation
+          blob::Header h;
+          std::memcpy(&h, p, sizeof h);
+          ADD_FAILURE() << "bad_alloc from dims " << h.dims[0] << ", " << h.dims[1] << ", "
+                        << h.dims[2] << ", " << h.dims[3] << " (trial " << trial << ")";
+        }
+      }
+    }
+  EXPECT_GT(threw, 0);
+  EXPECT_GT(ran, 0);
+}
+
+}  // namespace
+}  // namespace cpukern::ternary

@@ -1,0 +1,169 @@
+// The serialised form of a prepared widely-linear layer (widely_linear.h from_buffer /
+// serialize): round trips on every variant this CPU runs and the SIMDe rows (zero-copy views,
+// identical results fused and unfused, batch 1..5), re-preparing the public layout for another
+// variant, a clear error for lookup layouts of another CPU, and a fuzz of header and payload
+// bytes, including payloads of one byte value (0xFF sets both pattern bits of every column:
+// the batched signed-table kernel's largest code offsets). Memory safety: the ASan leg.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/prepared_blob.h"
+#include "kernels/common/ternary_codes.h"
+#include "kernels/widely_linear/ukernel.h"
+
+namespace cpukern::widely_linear {
+namespace {
+
+struct Layer {
+  int64_t stages, n, m, words;
+  std::vector<uint32_t> planes;
+  std::vector<float> scales;  // (stages, 4, n)
+};
+
+Layer random_layer(int64_t stages, int64_t n, int64_t m, std::mt19937& rng) {
+  Layer L{stages, n, m, ternary_codes::words_for(m), {}, {}};
+  L.planes.assign(size_t(stages * 4 * n * L.words), 0);
+  for (int64_t p = 0; p < stages * 4 * n; ++p)
+    for (int64_t c = 0; c < m; ++c)
+      L.planes[size_t(p * L.words + c / 16)] |= uint32_t(rng() % 3) << (2 * (c % 16));
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  L.scales.resize(size_t(stages * 4 * n));
+  for (auto& s : L.scales) s = d(rng);
+  return L;
+}
+
+std::shared_ptr<const PreparedLayer> prep(const Variant& v, const Layer& L) {
+  return prepare_with(v, L.planes.data(), L.scales.data(), true, L.stages, L.n, L.words, L.m);
+}
+
+AlignedBuffer to_buffer(const PreparedLayer& l) {
+  AlignedBuffer b{static_cast<size_t>(serialized_size(l))};
+  serialize(l, b.data<unsigned char>(), int64_t(b.size()));
+  return b;
+}
+
+std::vector<float> run_layer(const PreparedLayer& l, const std::vector<float>& x, int64_t batch,
+                             bool fused) {
+  std::vector<float> y(static_cast<size_t>(batch * 2 * l.n));
+  run(l, x.data(), batch, fused, 1, y.data());
+  return y;
+}
+
+std::vector<float> random_x(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<const Variant*> runnable_rows() {
+  std::vector<const Variant*> rows;
+  for (const Variant& v : registry().variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  return rows;
+}
+
+TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
+  std::mt19937 rng(1);
+  for (const Variant* v : runnable_rows())
+    for (auto [stages, n, m] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 37, 50}, {2, 130, 300}}) {
+      SCOPED_TRACE(std::string(v->name) + " n=" + std::to_string(n) + " m=" + std::to_string(m));
+      const Layer L = random_layer(stages, n, m, rng);
+      auto l = prep(*v, L);
+      const AlignedBuffer b = to_buffer(*l);
+      auto view = from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, v->name,
+                              "buffer", false, &simde_variants());
+      ASSERT_EQ(view->layout(), b.data<unsigned char>() + 448);
+      for (int64_t batch : {1, 2, 5}) {
+        const auto x = random_x(batch * 2 * m, rng);
+        EXPECT_EQ(run_layer(*l, x, batch, true), run_layer(*view, x, batch, true));
+        EXPECT_EQ(run_layer(*l, x, batch, false), run_layer(*view, x, batch, false));
+      }
+    }
+}
+
+// The public layout (t2p16x4: the reference and the pext / NEON rows) is prepared again for
+// another variant, bitwise what preparing the planes for it gives; a lookup layout made for a
+// variant not asked for cannot be unpacked: a clear error.
+TEST(WidelyLinearSerialize, OtherVariantLayouts) {
+  std::mt19937 rng(2);
+  const Layer L = random_layer(2, 45, 70, rng);
+  const Variant& def = registry().default_variant();
+  auto pub = prep(registry().find("reference"), L);
+  const AlignedBuffer b = to_buffer(*pub);
+  auto again = from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, def.name,
+                           "buffer");
+  EXPECT_EQ(again->isa, def.name);
+  auto direct = prep(def, L);
+  const auto x = random_x(3 * 140, rng);
+  EXPECT_EQ(run_layer(*direct, x, 3, true), run_layer(*again, x, 3, true));
+  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, def.name,
+                           "buffer", false),
+               InvalidArgument);
+  for (const Variant& v : simde_variants()) {  // an AVX-512 machine's buffers
+    auto l = prep(v, L);
+    const AlignedBuffer sb = to_buffer(*l);
+    if (std::string(v.ukernel.layout->name) == "t2p16x4") {
+      auto r = from_buffer(sb.data<unsigned char>(), int64_t(sb.size()), nullptr, true, "", "buffer");
+      EXPECT_EQ(run_layer(*direct, x, 3, true), run_layer(*r, x, 3, true));
+    } else {
+      try {
+        from_buffer(sb.data<unsigned char>(), int64_t(sb.size()), nullptr, true, "", "buffer");
+        ADD_FAILURE() << v.name << ": a lookup layout of another CPU was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot be unpacked"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(WidelyLinearSerialize, FuzzedBuffersThrowOrComputeInBounds) {
+  std::mt19937 rng(3);
+  int threw = 0, ran = 0;
+  for (const Variant* v : runnable_rows()) {
+    const Layer L = random_layer(2, 70, 100, rng);
+    auto l = prep(*v, L);
+    const AlignedBuffer clean = to_buffer(*l);
+    const int64_t size = int64_t(clean.size());
+    for (int trial = 0; trial < 120; ++trial) {
+      AlignedBuffer b{static_cast<size_t>(size)};
+      std::memcpy(b.data(), clean.data(), size_t(size));
+      auto* p = b.data<unsigned char>();
+      if (trial < 8) {
+        std::memset(p + 448, trial == 0 ? 0xFF : int(rng() % 256), size_t(size - 448));
+      } else {
+        for (int f = 0, flips = 1 + int(rng() % 4); f < flips; ++f) {
+          const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(size));
+          p[at] ^= uint8_t(1u << (rng() % 8));
+        }
+      }
+      try {
+        auto got = from_buffer(p, size, nullptr, false, v->name, "buffer", true, &simde_variants());
+        if (got->n * got->m > (int64_t(1) << 20)) {  // a valid header, too large to run here
+          ++ran;
+          continue;
+        }
+        for (int64_t batch : {1, 4}) {
+          const auto x = random_x(batch * 2 * got->m, rng);
+          run_layer(*got, x, batch, true);
+          run_layer(*got, x, batch, false);
+        }
+        ++ran;
+      } catch (const InvalidArgument&) {
+        ++threw;
+      }
+    }
+  }
+  EXPECT_GT(threw, 0);
+  EXPECT_GT(ran, 0);
+}
+
+}  // namespace
+}  // namespace cpukern::widely_linear

@@ -1,0 +1,237 @@
+"""Prepared weights as plain uint8 tensors (issue 14): the *_prepared ops (eager, opcheck,
+torch.compile, torch.export), the modules' persistent ``prepared`` buffer through state_dict,
+torch.save / torch.load and pickle (bitwise-equal outputs, nothing prepared again), loading
+plain state_dicts, corrupted buffers, layouts of another variant, and the vLLM flow
+(process_weights_after_loading + replace_parameter: the first forward prepares nothing)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed here (e.g. the aarch64 QEMU legs): PyTorch tests skipped")
+
+import cpukern  # noqa: E402
+import cpukern.torch as ct  # noqa: E402
+from cpukern import _ext, ternary  # noqa: E402
+from cpukern.torch import TernaryLinear, WidelyLinear  # noqa: E402
+from cpukern.torch import ops as ct_ops  # noqa: E402
+
+TERNARY_ISAS = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
+WIDELY_ISAS = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    ct.clear_cache()
+
+
+class PrepareCounter:
+    """Counts the extension's prepare calls (ternary and widely-linear) while active."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        for name in ("ternary_prepare", "widely_linear_prepare", "ternary_from_buffer",
+                     "widely_linear_from_buffer"):
+            orig = getattr(_ext, name)
+
+            def counted(*a, _orig=orig, _name=name, **k):
+                result = _orig(*a, **k)
+                # from_buffer counts only when it prepared again (not a view)
+                w = result[0] if isinstance(result, tuple) else result
+                if "prepare" in _name or not w.is_view:
+                    self.calls += 1
+                return result
+            monkeypatch.setattr(_ext, name, counted)
+
+
+def _modules():
+    lin = torch.nn.Linear(70, 40)
+    yield "ternary", TernaryLinear.from_linear(lin), torch.randn(3, 70)
+    yield "ternary_int8", TernaryLinear.from_linear(lin, act="int8"), torch.randn(3, 70)
+    grouped = TernaryLinear(96, 24, group_size=32)
+    with torch.no_grad():
+        grouped.packed.copy_(ternary.pack(torch.randint(-1, 2, (24, 96), dtype=torch.int8)).view(torch.int32))
+        grouped.scale.copy_(torch.rand(24, 3))
+    yield "ternary_grouped", grouped, torch.randn(2, 96)
+    yield "widely", WidelyLinear.from_linear(torch.nn.Linear(64, 40)), torch.randn(3, 64)
+
+
+@pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "ternary_grouped", "widely"])
+def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypatch):
+    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
+    want = mod(x)  # the raw-weight op (through its cache)
+    ct.clear_cache()
+    mod.prepare()
+    assert mod.is_prepared and mod.prepared.dtype == torch.uint8 and mod.prepared.dim() == 1
+    assert torch.equal(mod(x), want)  # the prepared op computes what the raw-weight op did
+    sd = mod.state_dict()
+    assert "prepared" in sd and sd["prepared"].numel() == mod.prepared.numel()
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    counter = PrepareCounter(monkeypatch)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    fresh = type(mod)(mod.in_features, mod.out_features, **_ctor_kwargs(mod))
+    fresh.load_state_dict(loaded)
+    assert fresh.is_prepared
+    assert torch.equal(fresh(x), want)
+    buf2 = io.BytesIO()
+    torch.save(mod, buf2)
+    buf2.seek(0)
+    whole = torch.load(buf2, weights_only=False)
+    assert torch.equal(whole(x), want)
+    assert torch.equal(pickle.loads(pickle.dumps(mod))(x), want)
+    assert counter.calls == 0, "loading a prepared state prepared again"
+    assert ct.cache_info()["misses"] == 0  # and the raw-weight cache was never used
+
+
+def _ctor_kwargs(mod):
+    if isinstance(mod, TernaryLinear):
+        return {"act": mod.act, "group_size": mod.group_size, "bias": mod.bias is not None}
+    return {"stages": mod.stages, "bias": mod.bias is not None}
+
+
+@pytest.mark.parametrize("kind", ["ternary", "widely"])
+def test_plain_state_dict_still_loads_and_clears_a_stale_prepared(kind):
+    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
+    other, _ = next((m, x) for k, m, x in _modules() if k == kind and m is not mod), None
+    plain = {k: v for k, v in mod.state_dict().items() if k != "prepared"}
+    target = type(mod)(mod.in_features, mod.out_features, **_ctor_kwargs(mod))
+    target.prepare()  # prepared from its zero weights
+    target.load_state_dict(plain)  # strict: the missing "prepared" key is fine
+    assert not target.is_prepared
+    assert torch.equal(target(x), mod(x))
+
+
+@pytest.mark.parametrize("kind", ["ternary", "widely"])
+def test_in_place_update_after_prepare_is_seen(kind):
+    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
+    mod.prepare()
+    before = mod(x)
+    with torch.no_grad():
+        (mod.scale if kind == "ternary" else mod.scales).mul_(2)
+    assert not mod.is_prepared  # dropped: it was made from the old weights
+    torch.testing.assert_close(mod(x), 2 * (before - (mod.bias if mod.bias is not None else 0))
+                               + (mod.bias if mod.bias is not None else 0))
+
+
+def test_corrupted_prepared_in_a_state_dict_names_the_key():
+    mod, _ = next((m, x) for k, m, x in _modules() if k == "ternary")
+    mod.prepare()
+    sd = mod.state_dict()
+    bad = sd["prepared"].clone()
+    bad[1000] ^= 4
+    sd["prepared"] = bad
+    with pytest.raises(ValueError, match=r"^prepared: payload checksum mismatch"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+    sd["prepared"] = bad[:-64]
+    with pytest.raises(ValueError, match=r"^prepared: header says"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+    small = TernaryLinear(70, 20)
+    small.prepare()
+    sd["prepared"] = small.prepared
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+
+
+@pytest.mark.parametrize("src", TERNARY_ISAS)
+def test_prepared_for_another_variant_is_prepared_again_on_load(src):
+    """A buffer whose variant is not this module's (isa forced; the stand-in for another CPU's
+    layout) is unpacked and prepared for it when loaded."""
+    lin = torch.nn.Linear(70, 40)
+    a = TernaryLinear.from_linear(lin, isa=src).prepare()
+    for dst in TERNARY_ISAS:
+        b = TernaryLinear.from_linear(lin, isa=dst)
+        want = b(torch.ones(70))
+        b.load_state_dict(a.state_dict())
+        assert b.is_prepared
+        assert ternary.from_buffer(b.prepared).isa == dst
+        assert torch.equal(b(torch.ones(70)), want)
+
+
+@pytest.mark.parametrize("src", WIDELY_ISAS)
+def test_widely_linear_layout_that_cannot_be_unpacked_is_prepared_from_planes(src):
+    lin = torch.nn.Linear(64, 40)
+    a = WidelyLinear.from_linear(lin, isa=src).prepare()
+    for dst in WIDELY_ISAS:
+        b = WidelyLinear.from_linear(lin, isa=dst)
+        x = torch.randn(2, 64)
+        want = b(x)
+        b.load_state_dict(a.state_dict())
+        assert b.is_prepared and ternary.from_buffer(b.prepared).isa == dst
+        assert torch.equal(b(x), want)
+
+
+def test_vllm_flow_first_forward_after_replace_parameter_prepares_nothing(monkeypatch):
+    """vLLM: load weights, process_weights_after_loading, then replace_parameter (a new
+    Parameter object over the data): the first forward runs from the prepared tensor."""
+    for kind, mod, x in _modules():
+        mod.process_weights_after_loading(mod)
+        want = mod(x)
+        for name in ("prepared",) + mod._SOURCES:  # vLLM's replace_parameter on each tensor
+            old = getattr(mod, name)
+            delattr(mod, name)
+            mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
+        ct.clear_cache()
+        counter = PrepareCounter(monkeypatch)
+        assert torch.equal(mod(x), want), kind
+        assert counter.calls == 0 and ct.cache_info() == {"entries": 0, "hits": 0, "misses": 0}, kind
+        monkeypatch.undo()
+
+
+def test_ops_opcheck_compile_and_export():
+    lin = torch.nn.Linear(70, 40)
+    t = TernaryLinear.from_linear(lin).prepare()
+    w = WidelyLinear.from_linear(torch.nn.Linear(64, 40)).prepare()
+    torch.library.opcheck(torch.ops.cpukern.ternary_gemv_prepared.default,
+                          (t.prepared, torch.randn(3, 70), 40, "fp32"))
+    torch.library.opcheck(torch.ops.cpukern.widely_linear_prepared.default,
+                          (w.prepared, torch.randn(2, 64), 40))
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t, self.w = t, w
+
+        def forward(self, x):
+            return self.t(self.w(x)[..., :40].repeat(1, 2)[..., :70])
+
+    block = Block()
+    x = torch.randn(3, 64)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), block(x))
+    ep = torch.export.export(block, (x,))
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert {"cpukern.ternary_gemv_prepared.default", "cpukern.widely_linear_prepared.default"} <= targets
+    assert torch.equal(ep.module()(x), block(x))
+
+
+def test_prepared_op_bad_input_names_the_argument():
+    t = TernaryLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
+    x = torch.randn(2, 70)
+    with pytest.raises(ValueError, match=r"^prepared: holds 40 output rows, the op was given 41"):
+        torch.ops.cpukern.ternary_gemv_prepared(t.prepared, x, 41)
+    with pytest.raises(ValueError, match=r"^prepared: has no int8 layout"):
+        torch.ops.cpukern.ternary_gemv_prepared(t.prepared, x, 40, "int8")
+    with pytest.raises(ValueError, match=r"^x: expected K = 70"):
+        torch.ops.cpukern.ternary_gemv_prepared(t.prepared, torch.randn(2, 71), 40)
+    with pytest.raises(TypeError, match=r"^prepared: "):
+        torch.ops.cpukern.ternary_gemv_prepared(t.prepared.view(torch.int8), x, 40)
+    with pytest.raises(ValueError, match=r"^prepared: expected prepared weights of ternary"):
+        w = WidelyLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
+        torch.ops.cpukern.ternary_gemv_prepared(w.prepared, x, 40)
+    foreign = t.prepared.clone()  # a header naming a variant this build does not run
+    foreign[32:64] = 0
+    foreign[32:39] = torch.tensor(list(b"avx1024"), dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"^prepared: was prepared for variant 'avx1024' .* which "
+                                         r"this CPU cannot run; import it once"):
+        torch.ops.cpukern.ternary_gemv_prepared(foreign, x, 40)
+    other = ct_ops.prepare_ternary_tensor(t.packed, 70, t.scale, isa="reference")
+    assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(other, x, 40),
+                       ternary.gemv(ternary.prepare(t.packed.view(torch.uint32), 70, t.scale,
+                                                    isa="reference"), x))
