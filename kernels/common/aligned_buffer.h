@@ -12,15 +12,27 @@ class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes) { resize(bytes); }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  AlignedBuffer(AlignedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), owned_(std::exchange(o.owned_, true)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(owned_, o.owned_);
     return *this;
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  ~AlignedBuffer() { std::free(p_); }
+  ~AlignedBuffer() { release(); }
+
+  // A read-only view of `bytes` at p (64-byte aligned), owned elsewhere (a serialised prepared
+  // buffer, kernels/common/prepared_blob.h): never freed here; a resize allocates its own.
+  static AlignedBuffer borrow(const void* p, size_t bytes) {
+    AlignedBuffer b;
+    b.p_ = const_cast<void*>(p);
+    b.n_ = bytes;
+    b.owned_ = false;
+    return b;
+  }
 
   // Discards the contents; the new bytes are zero.
   void resize(size_t bytes) { allocate(bytes, 0); }
@@ -38,10 +50,14 @@ class AlignedBuffer {
 
  private:
   // `bytes` rounded up to 64, zero from `zero_from` to the rounded end.
-  void allocate(size_t bytes, size_t zero_from) {
-    std::free(p_);
+  void release() {
+    if (owned_) std::free(p_);
     p_ = nullptr;
     n_ = 0;
+    owned_ = true;
+  }
+  void allocate(size_t bytes, size_t zero_from) {
+    release();
     if (bytes == 0) return;
     const size_t rounded = (bytes + 63) / 64 * 64;
     p_ = std::aligned_alloc(64, rounded);
@@ -52,6 +68,7 @@ class AlignedBuffer {
 
   void* p_ = nullptr;
   size_t n_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace cpukern

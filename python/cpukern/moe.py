@@ -34,7 +34,7 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 FORMATS = ("bf16", "mxfp4", "int8")
 
 __all__ = ["route", "prepack", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
-           "PackedExperts", "ACTIVATIONS", "FORMATS"]
+           "PackedExperts", "ACTIVATIONS", "FORMATS", "to_bytes", "from_buffer", "serialized_size"]
 
 
 def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[Any, Any]:
@@ -117,6 +117,35 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
 def _logged(packed: PackedExperts, isa: Optional[str]) -> PackedExperts:
     _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
     return packed
+
+
+def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
+    """Packed experts as one contiguous uint8 array (64-byte aligned), the format of
+    cpukern.ternary.to_bytes (op "moe": header with the variant, micro-kernel, weight format
+    and (E, O, I), then the packing). out: None (a new numpy array) or a 1-D uint8 array /
+    tensor of serialized_size(experts) bytes, 64-byte aligned."""
+    from cpukern.ternary import aligned_empty
+    if not isinstance(experts, PackedExperts):
+        raise TypeError(f"experts: expected PackedExperts, got {type(experts).__name__}")
+    size = serialized_size(experts)
+    out = aligned_empty(size) if out is None else check_array(out, "out", "uint8", (1,))
+    _ext.moe_serialize(experts, out)
+    return out
+
+
+def serialized_size(experts: PackedExperts) -> int:
+    """Bytes of to_bytes(experts)."""
+    return int(_ext.moe_serialized_size(experts))
+
+
+def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+                name: str = "buffer") -> PackedExperts:
+    """Packed experts viewing a buffer written by to_bytes (zero-copy; keeps it alive). The
+    header is validated against the buffer's size (O(1)); verify=True also checks the payload
+    checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
+    MoE packings cannot be unpacked, prepack the experts again from their weights."""
+    buf = check_array(buf, name, "uint8", (1,))
+    return _ext.moe_from_buffer(buf, bool_arg(verify, "verify"), isa_arg(isa), name)
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:

@@ -9,14 +9,14 @@
 #include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
+#include "kernels/prepared/moe_blob.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
+#include "python/ext/prepared.h"
 
 namespace cpukern::ext {
 
 using moe::PackedExperts;
-
-template <> inline const char* dtype_name<uint8_t>() { return "uint8"; }
 
 void bind_moe(nb::module_& m) {
   nb::class_<PackedExperts>(m, "PackedExperts",
@@ -36,6 +36,32 @@ void bind_moe(nb::module_& m) {
       });
 
   m.def("moe_variants", [] { return variants_to_list(moe::list_variants()); });
+
+  m.def("moe_serialized_size", [](const PackedExperts& w) { return moe::serialized_size(w); },
+        nb::arg("experts"));
+  m.def(
+      "moe_serialize",
+      [](const PackedExperts& w, const OutArray& out) {
+        const int64_t size = moe::serialized_size(w);
+        unsigned char* p = out_bytes(out, "out", size);
+        GilRelease release;
+        moe::serialize(w, p, size);
+      },
+      nb::arg("experts"), nb::arg("out"));
+  m.def(
+      "moe_from_buffer",
+      [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
+        const auto [p, size] = buffer_bytes(buf, arg);
+        auto owner = keep_alive(buf);
+        std::shared_ptr<const PackedExperts> w;
+        {
+          GilRelease release;
+          w = moe::from_buffer(p, size, owner, verify, isa, arg);
+        }
+        owner.reset();
+        return w;
+      },
+      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
 
   // Returns new numpy arrays (topk_weights float32 (T, topk), topk_ids int32 (T, topk)),
   // allocated here once topk is known to be valid (moe::route checks it again, but only after

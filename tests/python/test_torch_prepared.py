@@ -16,8 +16,8 @@ torch = pytest.importorskip(
 
 import cpukern  # noqa: E402
 import cpukern.torch as ct  # noqa: E402
-from cpukern import _ext, ternary  # noqa: E402
-from cpukern.torch import TernaryLinear, WidelyLinear  # noqa: E402
+from cpukern import _ext, moe, ternary  # noqa: E402
+from cpukern.torch import FusedMoE, TernaryLinear, WidelyLinear  # noqa: E402
 from cpukern.torch import ops as ct_ops  # noqa: E402
 
 TERNARY_ISAS = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
@@ -36,14 +36,15 @@ class PrepareCounter:
     def __init__(self, monkeypatch):
         self.calls = 0
         for name in ("ternary_prepare", "widely_linear_prepare", "ternary_from_buffer",
-                     "widely_linear_from_buffer"):
+                     "widely_linear_from_buffer", "moe_prepack", "moe_prepack_mxfp4",
+                     "moe_prepack_int8"):
             orig = getattr(_ext, name)
 
             def counted(*a, _orig=orig, _name=name, **k):
                 result = _orig(*a, **k)
                 # from_buffer counts only when it prepared again (not a view)
                 w = result[0] if isinstance(result, tuple) else result
-                if "prepare" in _name or not w.is_view:
+                if "prepa" in _name or not w.is_view:
                     self.calls += 1
                 return result
             monkeypatch.setattr(_ext, name, counted)
@@ -109,15 +110,19 @@ def test_plain_state_dict_still_loads_and_clears_a_stale_prepared(kind):
 
 
 @pytest.mark.parametrize("kind", ["ternary", "widely"])
-def test_in_place_update_after_prepare_is_seen(kind):
+def test_in_place_update_after_prepare_is_seen(kind, monkeypatch):
     mod, x = next((m, x) for k, m, x in _modules() if k == kind)
     mod.prepare()
     before = mod(x)
+    old = mod.prepared
     with torch.no_grad():
         (mod.scale if kind == "ternary" else mod.scales).mul_(2)
-    assert not mod.is_prepared  # dropped: it was made from the old weights
-    torch.testing.assert_close(mod(x), 2 * (before - (mod.bias if mod.bias is not None else 0))
-                               + (mod.bias if mod.bias is not None else 0))
+    counter = PrepareCounter(monkeypatch)
+    bias = mod.bias if mod.bias is not None else 0
+    torch.testing.assert_close(mod(x), 2 * (before - bias) + bias)
+    assert counter.calls == 1 and mod.is_prepared and mod.prepared is not old  # made again, once
+    mod(x)
+    assert counter.calls == 1
 
 
 def test_corrupted_prepared_in_a_state_dict_names_the_key():
@@ -173,7 +178,7 @@ def test_vllm_flow_first_forward_after_replace_parameter_prepares_nothing(monkey
     for kind, mod, x in _modules():
         mod.process_weights_after_loading(mod)
         want = mod(x)
-        for name in ("prepared",) + mod._SOURCES:  # vLLM's replace_parameter on each tensor
+        for name in ("prepared",) + mod._SOURCES["prepared"]:  # vLLM's replace_parameter on each
             old = getattr(mod, name)
             delattr(mod, name)
             mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
@@ -235,3 +240,142 @@ def test_prepared_op_bad_input_names_the_argument():
     assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(other, x, 40),
                        ternary.gemv(ternary.prepare(t.packed.view(torch.uint32), 70, t.scale,
                                                     isa="reference"), x))
+
+
+# --- FusedMoE: w13_prepared / w2_prepared --------------------------------------------------
+
+def _moe_modules():
+    e, h, i = 4, 64, 32
+    w13 = (torch.randn(e, 2 * i, h) / 8).to(torch.bfloat16)
+    w2 = (torch.randn(e, h, i) / 6).to(torch.bfloat16)
+    yield "bf16", FusedMoE.from_experts(w13, w2, (torch.randn(e, 2 * i) / 10), torch.randn(e, h) / 10,
+                                        activation="swigluoai")
+    b13, s13 = moe.quantize(w13)
+    b2, s2 = moe.quantize(w2)
+    yield "mxfp4", FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2)
+
+
+def _moe_inputs(m):
+    return torch.randn(5, m.hidden).to(torch.bfloat16), torch.randn(5, m.num_experts)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_fused_moe_prepared_survives_state_dict_save_load_and_pickle(fmt, monkeypatch):
+    mod = dict(_moe_modules())[fmt]
+    args = _moe_inputs(mod)
+    want = mod(*args)
+    ct.clear_cache()
+    mod.prepare()
+    assert mod.is_prepared and mod.w13_prepared.dtype == torch.uint8
+    assert torch.equal(mod(*args), want)
+    sd = mod.state_dict()
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    counter = PrepareCounter(monkeypatch)
+    fresh = dict(_moe_modules())[fmt]  # other weights, overwritten by the load
+    fresh.load_state_dict(torch.load(buf))
+    assert fresh.is_prepared and torch.equal(fresh(*args), want)
+    assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
+    assert counter.calls == 0 and ct.cache_info()["misses"] == 0
+    monkeypatch.undo()
+    plain = {k: v for k, v in sd.items() if not k.endswith("_prepared")}
+    again = dict(_moe_modules())[fmt].prepare()
+    again.load_state_dict(plain)
+    assert not again.is_prepared and torch.equal(again(*args), want)
+
+
+def test_fused_moe_prepared_for_another_variant_is_packed_again_from_the_experts():
+    names = [v["name"] for v in cpukern.kernels("fused_moe") if v["supported"]]
+    for src in names:
+        a = dict(_moe_modules())["bf16"]
+        a.isa = src
+        a.prepare()
+        for dst in names:
+            b = dict(_moe_modules())["bf16"]
+            b.isa = dst
+            b.load_state_dict(a.state_dict())
+            assert b.is_prepared and moe.from_buffer(b.w13_prepared).isa == dst
+
+
+def test_fused_moe_vllm_flow_and_compile(monkeypatch):
+    mod = dict(_moe_modules())["bf16"]
+    args = _moe_inputs(mod)
+    mod.process_weights_after_loading(mod)
+    want = mod(*args)
+    for name in tuple(FusedMoE._SOURCES) + ("w13", "w2"):
+        old = getattr(mod, name)
+        delattr(mod, name)
+        mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
+    ct.clear_cache()
+    counter = PrepareCounter(monkeypatch)
+    assert torch.equal(mod(*args), want)
+    assert counter.calls == 0 and ct.cache_info()["misses"] == 0
+    monkeypatch.undo()
+    cm = torch.compile(mod, fullgraph=True, backend="aot_eager")
+    assert torch.equal(cm(*args), want)
+    ep = torch.export.export(mod, args)
+    assert any(str(n.target) == "cpukern.fused_moe_prepared.default" for n in ep.graph.nodes)
+    assert torch.equal(ep.module()(*args), want)
+    tw, ids = mod.route(args[1])
+    torch.library.opcheck(torch.ops.cpukern.fused_moe_prepared.default,
+                          (args[0], mod.w13_prepared, mod.w2_prepared, tw, ids, "swigluoai",
+                           mod.w13_bias, mod.w2_bias))
+
+
+def test_fused_moe_corrupted_prepared_names_the_key():
+    mod = dict(_moe_modules())["bf16"].prepare()
+    sd = mod.state_dict()
+    bad = sd["w2_prepared"].clone()
+    bad[2000] ^= 1
+    sd["w2_prepared"] = bad
+    with pytest.raises(ValueError, match=r"^w2_prepared: payload checksum mismatch"):
+        dict(_moe_modules())["bf16"].load_state_dict(sd)
+    sd["w2_prepared"] = mod.w13_prepared
+    with pytest.raises(ValueError, match=r"^w2_prepared: packed experts of shape \(4, 64, 64\)"):
+        dict(_moe_modules())["bf16"].load_state_dict(sd)
+
+
+def test_packed_experts_buffer_fuzz_raises_or_returns():
+    """Flipped header / payload bytes and one-byte-value payloads (MXFP4 nibbles and scale
+    bytes 255 included): import and fused_moe raise ValueError or return."""
+    rng = torch.Generator().manual_seed(3)
+    for fmt, mod in _moe_modules():
+        mod.prepare()
+        x, logits = _moe_inputs(mod)
+        tw, ids = mod.route(logits)
+        outcomes = set()
+        for trial in range(40):
+            w13 = mod.w13_prepared.clone()
+            if trial < 4:
+                w13[448:] = (0xFF, 0x00, 0x7F, 0x88)[trial]
+            else:
+                n = int(torch.randint(1, 5, (1,), generator=rng))
+                hi = 448 if trial % 2 else w13.numel()
+                at = torch.randint(0, hi, (n,), generator=rng)
+                w13[at] ^= (1 << torch.randint(0, 8, (n,), generator=rng)).to(torch.uint8)
+            try:
+                p13 = moe.from_buffer(w13)
+                p2 = moe.from_buffer(mod.w2_prepared)
+                if p13.shape[1] != 2 * mod.intermediate or p13.shape[2] != mod.hidden:
+                    raise ValueError("shape")
+                moe.fused_moe(x, p13, p2, tw, ids, activation=mod.activation)
+                outcomes.add("ran")
+            except ValueError:
+                outcomes.add("raised")
+        assert outcomes == {"ran", "raised"}, (fmt, outcomes)
+
+
+def test_vllm_order_prepared_moe_op_matches_the_module(monkeypatch):
+    from cpukern.torch import vllm
+    mod = dict(_moe_modules())["bf16"]
+    x, logits = _moe_inputs(mod)
+    tw, ids = mod.route(logits)
+    want = mod.experts(x, tw, ids)
+    w13, w2 = vllm.prepack_moe_tensor(mod.w13), vllm.prepack_moe_tensor(mod.w2)
+    ct.clear_cache()
+    counter = PrepareCounter(monkeypatch)
+    out = torch.empty_like(x)
+    torch.ops.cpukern.cpu_fused_moe_prepared(out, x, w13, w2, mod.w13_bias, mod.w2_bias, tw, ids,
+                                             False, "swigluoai")
+    assert torch.equal(out, want) and counter.calls == 0

@@ -28,6 +28,13 @@ w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
     nothing is prepared inside the op (a tensor prepared for a variant this CPU cannot run is
     an error naming ``prepared``: import it once with cpukern.ternary.from_buffer or load it
     into a module, which prepares it again).
+``torch.ops.cpukern.fused_moe_prepared(x, w13_prepared, w2_prepared, topk_weights, topk_ids,
+activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
+    fused_moe over packed experts held in uint8 tensors (``ops.prepare_experts_tensor``,
+    cpukern.moe.to_bytes; any weight format); headers checked per call, nothing packed.
+``torch.ops.cpukern.cpu_fused_moe_prepared(output, input, w13, w2, w13_bias, w2_bias,
+topk_weights, topk_id, skip_weighted, act) -> ()``
+    The same in vLLM's order (``vllm.prepack_moe_tensor`` makes w13 / w2).
 ``torch.ops.cpukern.prepack_moe_weight(weight, packed_weight, isa) -> ()``
 ``torch.ops.cpukern.cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
 topk_id, skip_weighted, act, isa) -> ()``
@@ -40,7 +47,8 @@ count (cpukern.num_threads_is_set()); then they use cpukern's.
 Modules (``modules``): weights stay in their own formats under .to(dtype) / .half() /
 .bfloat16() / .float(); any float activation dtype in, the same dtype out. ``prepare()``
 (alias ``process_weights_after_loading()``) builds the kernel layout at load time into the
-module's persistent uint8 buffer ``prepared`` (TernaryLinear, WidelyLinear), and forward runs
+module's persistent uint8 buffers ``prepared`` (TernaryLinear, WidelyLinear; FusedMoE:
+``w13_prepared``, ``w2_prepared``), and forward runs
 the ``*_prepared`` op on it: no cache, vLLM's ``replace_parameter`` loses nothing, and
 state_dict / torch.save / pickle carry it (checked on load: header and checksum; a buffer made
 for another CPU is prepared again for this one). See cpukern.torch.modules.

@@ -9,8 +9,9 @@ in their own precision (fp32 for the ternary layers, bf16 in/out with fp32 accum
 FusedMoE).
 
 Prepared weights: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name)
-stores the kernel layout in the persistent uint8 buffer ``prepared`` (cpukern.ternary.to_bytes's
-format: header + payload), and forward runs the ``*_prepared`` op on that tensor: no cache,
+stores the kernel layout in the persistent uint8 buffer ``prepared`` (FusedMoE: ``w13_prepared``
+and ``w2_prepared``; cpukern.ternary.to_bytes's / cpukern.moe.to_bytes's format: header +
+payload), and forward runs the ``*_prepared`` op on that tensor: no cache,
 nothing prepared at the first forward, nothing lost when vLLM's ``replace_parameter`` swaps
 tensor objects. ``prepared`` is an ordinary buffer: it goes into ``state_dict``, ``torch.save``
 and pickles, and comes back without preparing again (the header is checked on load, and the
@@ -19,8 +20,9 @@ layout where that can be unpacked, else from the plain weights). The plain weigh
 (``packed``/``scale``, ``planes``/``scales``) stay too: they are the portable form. Until
 ``prepare()`` runs (or after loading a state_dict without ``prepared``, which empties it), the
 module runs the raw-weight ops (their prepared-weight cache, cpukern.torch._weight_cache).
-In-place edits of the plain weights after ``prepare()`` are not seen by ``prepared``: call
-``prepare()`` again."""
+In-place edits of the plain weights through torch after ``prepare()`` (seen by their version
+counters) make the next forward prepare the affected buffer again; edits that bypass the
+version counter, or of weights made under inference_mode, need ``prepare()`` again."""
 
 from __future__ import annotations
 
@@ -92,86 +94,128 @@ class _LinearLike(_WeightFormatsKept):
 
 
 class _PreparedBuffer(nn.Module):
-    """The persistent uint8 buffer ``prepared`` (empty until prepare()) and how it loads:
-    from a state_dict it is taken over (checked: header, checksum) instead of copied into the
-    old shape; a state_dict without it empties it (the plain weights it came from changed);
-    unpickling checks it the same way."""
+    """The persistent uint8 buffers of prepared weights (``prepared``; FusedMoE:
+    ``w13_prepared``, ``w2_prepared``), empty until prepare(), and how they load: from a
+    state_dict they are taken over (checked: header, checksum) instead of copied into the old
+    shape; a state_dict without them empties them (the plain weights they came from changed);
+    unpickling checks them the same way."""
 
-    _SOURCES: tuple = ()  # the plain weights `prepared` is made from
+    # prepared buffer -> the plain weights it is made from (absent ones, e.g. scales of bf16
+    # experts, are skipped)
+    _SOURCES: dict = {"prepared": ()}
+
+    @property
+    def _PREPARED(self) -> tuple:
+        return tuple(self._SOURCES)
 
     def _init_prepared(self) -> None:
-        self.register_buffer("prepared", torch.empty(0, dtype=torch.uint8))
-        self._prepared_from = None
+        for name in self._PREPARED:
+            self.register_buffer(name, torch.empty(0, dtype=torch.uint8))
+        self._prepared_from = {}
 
-    def _source_versions(self) -> Optional[tuple]:
-        """(data_ptr, version) of each plain weight, or None when one has no version counter
-        (an inference tensor: its in-place changes cannot be seen)."""
+    def _source_versions(self, name: str) -> Optional[tuple]:
+        """(data_ptr, version) of each plain weight of prepared buffer `name`, or None when one
+        has no version counter (an inference tensor: its in-place changes cannot be seen)."""
         out = []
-        for name in self._SOURCES:
-            t = getattr(self, name)
+        for src in self._SOURCES[name]:
+            t = getattr(self, src, None)
+            if t is None:
+                continue
             try:
                 out.append((t.data_ptr(), int(t._version)))
             except RuntimeError:
                 return None
         return tuple(out)
 
-    def _set_prepared(self, t: Tensor) -> None:
-        self._buffers["prepared"] = t
-        self._prepared_from = self._source_versions() if t.numel() else None
+    def _set_prepared(self, tensors: Optional[dict] = None) -> None:
+        """Sets prepared buffers (None: empties them all)."""
+        if tensors is None:
+            tensors = {name: torch.empty(0, dtype=torch.uint8) for name in self._PREPARED}
+        for name, t in tensors.items():
+            self._buffers[name] = t
+            self._prepared_from[name] = self._source_versions(name) if t.numel() else None
 
     def _use_prepared(self) -> bool:
-        """Whether forward runs from ``prepared``: it is set, and the plain weights it was made
-        from have not changed in place since (copy_, mul_, ... bump their version: then it is
-        dropped and the raw-weight op runs, as before prepare()). Not checked while
-        torch.compile traces (the compiled graph reads the buffer as it is)."""
-        if self.prepared is None or self.prepared.numel() == 0:
-            return False
-        if torch.compiler.is_compiling() or self._prepared_from is None:
+        """Whether forward runs from the prepared buffers: after prepare() (or loading them).
+        A buffer whose plain weights changed in place since (copy_, mul_, load_state_dict ...
+        bump their version) is prepared again here first, so it is never stale (not checked
+        while torch.compile traces: the compiled graph reads the buffers as they are)."""
+        for name in self._PREPARED:
+            t = getattr(self, name, None)
+            if t is None or t.numel() == 0:
+                return False
+        if torch.compiler.is_compiling():
             return True
-        if self._source_versions() != self._prepared_from:
-            self._set_prepared(torch.empty(0, dtype=torch.uint8))
-            return False
+        for name in self._PREPARED:
+            seen = self._prepared_from.get(name)
+            if seen is not None and self._source_versions(name) != seen:
+                with torch.no_grad():
+                    self._set_prepared({name: self._prepare_one(name)})
         return True
+
+    def _prepare_one(self, name: str) -> Tensor:
+        """The prepared buffer `name` made now from the plain weights."""
+        raise NotImplementedError
+
+    def prepare(self):
+        """Builds the kernel layouts now (load time) into the prepared buffers; forward then
+        runs from them. Returns self."""
+        with torch.no_grad():
+            self._set_prepared({name: self._prepare_one(name) for name in self._PREPARED})
+        return self
 
     @property
     def is_prepared(self) -> bool:
-        """Whether forward runs from the ``prepared`` tensor."""
+        """Whether forward runs from the prepared tensors."""
         return self._use_prepared()
 
-    def _adopt(self, t: Tensor, name: str) -> None:
-        adopted = _ops.adopt_prepared(t, name, self.isa, verify=True,
+    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
+        """`t` checked (header, checksum, shape) and usable here: itself, a tensor prepared again
+        for this CPU, or None when it must be prepared from the plain weights."""
+        adopted = _ops.adopt_prepared(t, key, self.isa, verify=True,
                                       int8=getattr(self, "act", "fp32") == "int8")
-        if adopted is None:  # made for another CPU, layout not unpackable: from the plain weights
-            self.prepare()
-            return
-        self._check_prepared_shape(adopted, name)
+        if adopted is not None:
+            self._check_prepared_shape(adopted, key)
+        return adopted
+
+    def _adopt(self, tensors: dict, keys: dict) -> None:
+        adopted = {}
+        for name in self._PREPARED:
+            a = self._import_prepared(tensors[name], keys[name])
+            if a is None:  # made for another CPU and not unpackable: from the plain weights
+                self.prepare()
+                return
+            adopted[name] = a
         self._set_prepared(adopted)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
-        key = prefix + "prepared"
-        own = self._buffers.get("prepared")
-        self._buffers["prepared"] = None  # loaded below, whatever its size
+        own = {name: self._buffers.get(name) for name in self._PREPARED}
+        for name in self._PREPARED:
+            self._buffers[name] = None  # loaded below, whatever their sizes
         try:
             super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                           unexpected_keys, error_msgs)
         finally:
-            self._buffers["prepared"] = own
-        if key in unexpected_keys:
-            unexpected_keys.remove(key)
-        t = state_dict.get(key)
-        if t is None or t.numel() == 0:
-            self._set_prepared(torch.empty(0, dtype=torch.uint8))
+            self._buffers.update(own)
+        keys = {name: prefix + name for name in self._PREPARED}
+        for key in keys.values():
+            if key in unexpected_keys:
+                unexpected_keys.remove(key)
+        got = {name: state_dict.get(key) for name, key in keys.items()}
+        if any(v is None or v.numel() == 0 for v in got.values()):
+            self._set_prepared(None)
             return
         with torch.no_grad():
-            self._adopt(torch.empty(t.numel(), dtype=torch.uint8).copy_(t), key)
+            self._adopt({n: torch.empty(v.numel(), dtype=torch.uint8).copy_(v) for n, v in got.items()},
+                        keys)
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self._prepared_from = None
-        t = self._buffers.get("prepared")
-        if t is not None and t.numel():
-            self._adopt(t, "prepared")
+        self._prepared_from = {}
+        got = {name: self._buffers.get(name) for name in self._PREPARED}
+        if all(v is not None and v.numel() for v in got.values()):
+            self._adopt(got, {name: name for name in self._PREPARED})
 
 
 class TernaryLinear(_PreparedBuffer, _LinearLike):
@@ -194,7 +238,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         similarity >= 0.8 with the float outputs (measured 0.88 at 128 x 256).
     """
 
-    _SOURCES = ("packed", "scale")
+    _SOURCES = {"prepared": ("packed", "scale")}
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
@@ -260,14 +304,10 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
                                               self.group_size)
 
-    def prepare(self) -> "TernaryLinear":
-        """Builds the kernel layout now (load time) into the ``prepared`` buffer (with
-        act="int8" the int8 layout too); forward then runs from it. Returns self."""
-        with torch.no_grad():
-            self._set_prepared(_ops.prepare_ternary_tensor(self.packed, self.in_features, self.scale,
-                                                           self.isa, self.group_size,
-                                                           int8=self.act == "int8"))
-        return self
+    def _prepare_one(self, name: str) -> Tensor:
+        """The ``prepared`` buffer (with act="int8" the int8 layout too)."""
+        return _ops.prepare_ternary_tensor(self.packed, self.in_features, self.scale, self.isa,
+                                           self.group_size, int8=self.act == "int8")
 
     def _check_prepared_shape(self, t: Tensor, name: str) -> None:
         w = _ternary.from_buffer(t, name=name)
@@ -298,7 +338,7 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         <= 0.45 with 2 stages (measured 0.59-0.64 and 0.35-0.37 at 128 x 256).
     """
 
-    _SOURCES = ("planes", "scales")
+    _SOURCES = {"prepared": ("planes", "scales")}
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, stages: int = 2,
                  isa: str = "") -> None:
@@ -340,13 +380,9 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
             return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
         return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
-    def prepare(self) -> "WidelyLinear":
-        """Builds the kernel layout now (load time) into the ``prepared`` buffer; forward then
-        runs from it. Returns self."""
-        with torch.no_grad():
-            self._set_prepared(_ops.prepare_widely_linear_tensor(self.planes, self.scales,
-                                                                 self.in_features // 2, self.isa))
-        return self
+    def _prepare_one(self, name: str) -> Tensor:
+        return _ops.prepare_widely_linear_tensor(self.planes, self.scales, self.in_features // 2,
+                                                 self.isa)
 
     def _check_prepared_shape(self, t: Tensor, name: str) -> None:
         layer = _ternary.from_buffer(t, name=name)
@@ -360,7 +396,7 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
                 f"stages={self.stages}, bias={self.bias is not None}")
 
 
-class FusedMoE(_WeightFormatsKept):
+class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     """A bf16 Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
 
     Buffers: ``w13`` bf16 (E, 2I, H) (rows [gate; up], or interleaved for "swigluoai"), ``w2``
@@ -391,6 +427,7 @@ class FusedMoE(_WeightFormatsKept):
         self.register_buffer("w2", torch.zeros(e, h, i, dtype=bf))
         self.register_buffer("w13_bias", torch.zeros(e, 2 * i, dtype=bf) if bias else None)
         self.register_buffer("w2_bias", torch.zeros(e, h, dtype=bf) if bias else None)
+        self._init_prepared()
 
     @classmethod
     def from_experts(cls, w13: Tensor, w2: Tensor, w13_bias: Optional[Tensor] = None,
@@ -439,6 +476,7 @@ class FusedMoE(_WeightFormatsKept):
             if t is not None and name.endswith("bias"):
                 t = t.to(torch.bfloat16)
             mod.register_buffer(name, None if t is None else t.contiguous())
+        mod._init_prepared()
         return mod
 
     def route(self, router_logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -451,12 +489,32 @@ class FusedMoE(_WeightFormatsKept):
 
     _act_dtype = torch.bfloat16
 
-    def prepare(self) -> "FusedMoE":
-        """Packs the experts now (load time) instead of at the first forward. Returns self."""
-        forced = _ops._isa(self.isa)
-        _ops.prepared_experts(self.w13, "w13", forced, getattr(self, "w13_scales", None))
-        _ops.prepared_experts(self.w2, "w2", forced, getattr(self, "w2_scales", None))
-        return self
+    _SOURCES = {"w13_prepared": ("w13", "w13_scales"), "w2_prepared": ("w2", "w2_scales")}
+
+    def _prepare_one(self, name: str) -> Tensor:
+        """``w13_prepared`` / ``w2_prepared``: the experts packed for this CPU."""
+        w = name[:-len("_prepared")]
+        return _ops.prepare_experts_tensor(getattr(self, w), w, self.isa,
+                                           getattr(self, w + "_scales", None))
+
+    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
+        """MoE packings cannot be unpacked: one made for another CPU (or another forced isa)
+        is packed again from the plain experts (None)."""
+        t = t.detach()
+        if t.data_ptr() % 64:
+            t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
+        try:
+            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa), name=key)
+        except ValueError as e:
+            if "cannot be unpacked" in str(e):
+                return None
+            raise
+        o = 2 * self.intermediate if key.split(".")[-1].startswith("w13") else self.hidden
+        i = self.hidden if key.split(".")[-1].startswith("w13") else self.intermediate
+        if tuple(p.shape) != (self.num_experts, o, i):
+            raise ValueError(f"{key}: packed experts of shape {tuple(p.shape)} do not fit this "
+                             f"layer ({self.num_experts}, {o}, {i})")
+        return t
 
     def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "FusedMoE":
         """vLLM's name for prepare()."""
@@ -465,6 +523,13 @@ class FusedMoE(_WeightFormatsKept):
     def experts(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
         _check_float(x, "x")
         x2, lead = _flatten(x, self.hidden, "x")
+        if self._use_prepared():
+            y = torch.ops.cpukern.fused_moe_prepared(
+                x2.to(torch.bfloat16).contiguous(), self.w13_prepared, self.w2_prepared,
+                topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
+                topk_ids.reshape(-1, self.topk).contiguous(), self.activation, self.w13_bias,
+                self.w2_bias, False)
+            return y.reshape(lead + (self.hidden,)).to(x.dtype)
         y = torch.ops.cpukern.fused_moe(x2.to(torch.bfloat16).contiguous(), self.w13, self.w2,
                                         topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
                                         topk_ids.reshape(-1, self.topk).contiguous(),

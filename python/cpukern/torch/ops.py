@@ -17,7 +17,7 @@ from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
-           "adopt_prepared"]
+           "adopt_prepared", "fused_moe_prepared", "prepare_experts_tensor"]
 
 _VLLM_ISAS = ("", "auto", "amx", "vec", "neon")
 
@@ -204,6 +204,56 @@ def _(prepared, x, out_features):
     torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
     torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
     return x.new_empty(tuple(x.shape[:-1]) + (out_features,), dtype=torch.float32)
+
+
+def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
+                           scales: Optional[Tensor] = None) -> Tensor:
+    """Expert weights (bf16 (E, O, I), or MXFP4 blocks uint8 with their scales) packed for this
+    CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format)."""
+    packed = prepared_experts_uncached(w, name, _isa(isa), scales)
+    out = torch.empty(_moe.serialized_size(packed), dtype=torch.uint8)
+    _moe.to_bytes(packed, out=out)
+    return out
+
+
+def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
+                              scales: Optional[Tensor] = None) -> Any:
+    if w.dtype == torch.uint8:
+        if scales is None:
+            raise ValueError(f"{name}_scales: required with uint8 MXFP4 blocks {name}")
+        return _moe.prepack(w, format="mxfp4", scales=scales, isa=isa)
+    if w.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I) or uint8 MXFP4 blocks, got "
+                        f"{w.dtype} tensor of shape {tuple(w.shape)}")
+    return _moe.prepack(w, isa=isa)
+
+
+@torch.library.custom_op("cpukern::fused_moe_prepared", mutates_args=())
+def fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, topk_weights: Tensor,
+                       topk_ids: Tensor, activation: str = "silu",
+                       w13_bias: Optional[Tensor] = None, w2_bias: Optional[Tensor] = None,
+                       skip_weighted: bool = False) -> Tensor:
+    """Fused MoE from packed experts held in uint8 tensors (prepare_experts_tensor /
+    cpukern.moe.to_bytes; any weight format). Headers validated per call (O(1)); nothing is
+    cached or packed here."""
+    p13 = _moe.from_buffer(w13_prepared, name="w13_prepared")
+    p2 = _moe.from_buffer(w2_prepared, name="w2_prepared")
+    if topk_ids.dtype == torch.int64:
+        topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
+    out = torch.empty_like(x)
+    _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
+                   w2_bias=w2_bias, skip_weighted=skip_weighted, threads=_threads(), out=out)
+    return out
+
+
+@fused_moe_prepared.register_fake
+def _(x, w13_prepared, w2_prepared, topk_weights, topk_ids, activation="silu", w13_bias=None,
+      w2_bias=None, skip_weighted=False):
+    torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
+    torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
+    torch._check(w13_prepared.dtype == torch.uint8 and w2_prepared.dtype == torch.uint8,
+                 lambda: "w13_prepared, w2_prepared: expected uint8 tensors")
+    return torch.empty_like(x)
 
 
 def _threads_or_zero() -> int:

@@ -1,6 +1,13 @@
 """vLLM-order ops (vllm._custom_ops): ``cpukern::prepack_moe_weight(weight, packed_weight,
 isa)`` and ``cpukern::cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
-topk_id, skip_weighted, act, isa)``; see the cpukern.torch docstring."""
+topk_id, skip_weighted, act, isa)``; see the cpukern.torch docstring.
+
+vLLM's own convention (no cache): in ``process_weights_after_loading`` replace the weights
+with their packed form, ``replace_parameter(layer, "w13_weight", prepack_moe_tensor(w13))``
+(a 1-D uint8 tensor: header + packing, cpukern.moe.to_bytes's format), and call
+``cpu_fused_moe_prepared(output, input, layer.w13_weight, layer.w2_weight, ...)``: the packing
+is a plain tensor that survives replace_parameter, state_dict and torch.save; each call checks
+its header (O(1)) and packs nothing."""
 
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ from torch import Tensor
 
 from cpukern import moe as _moe
 from cpukern.torch._weight_cache import _CACHE, _version
-from cpukern.torch.ops import _fused_moe_into, _isa
+from cpukern.torch.ops import _fused_moe_into, _isa, fused_moe_prepared, prepare_experts_tensor
 
-__all__ = ["prepack_moe_weight", "cpu_fused_moe"]
+__all__ = ["prepack_moe_weight", "cpu_fused_moe", "prepack_moe_tensor", "cpu_fused_moe_prepared"]
 
 
 @torch.library.custom_op("cpukern::prepack_moe_weight", mutates_args=("packed_weight",))
@@ -58,4 +65,26 @@ def cpu_fused_moe(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
 
 @cpu_fused_moe.register_fake
 def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, isa):
+    return None
+
+
+def prepack_moe_tensor(weight: Tensor, isa: str = "", scales: Optional[Tensor] = None) -> Tensor:
+    """bf16 weight (E, O, I) (or MXFP4 blocks uint8 with their scales) packed for this CPU as a
+    1-D uint8 tensor for cpu_fused_moe_prepared (replace_parameter it in place of the weight)."""
+    return prepare_experts_tensor(weight, "weight", isa, scales)
+
+
+@torch.library.custom_op("cpukern::cpu_fused_moe_prepared", mutates_args=("output",))
+def cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
+                           w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
+                           topk_weights: Tensor, topk_id: Tensor, skip_weighted: bool,
+                           act: str) -> None:
+    """vLLM order: output (T, H) bf16 <- fused MoE of input with w13, w2 from
+    prepack_moe_tensor (uint8)."""
+    output.copy_(fused_moe_prepared(input, w13, w2, topk_weights, topk_id, act, w13_bias, w2_bias,
+                                    skip_weighted))
+
+
+@cpu_fused_moe_prepared.register_fake
+def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act):
     return None

@@ -1,0 +1,174 @@
+// The serialised form of MoE packed experts (kernels/prepared/moe_blob.h): round trips on every
+// variant this CPU runs and the SIMDe rows, in every weight format (zero-copy views, bitwise
+// equal fused_moe), header errors naming the argument, and a fuzz of header and payload bytes
+// (including payloads of one byte value: MXFP4 scale 255, int8 -128): import + fused_moe throw
+// InvalidArgument or compute in bounds. Memory safety itself: the ASan leg.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/errors.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
+#include "kernels/prepared/moe_blob.h"
+
+namespace cpukern::moe {
+namespace {
+
+constexpr int64_t kE = 3, kH = 64, kI = 32, kT = 4, kTopk = 2;
+
+bf16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return bf16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+std::vector<bf16_t> random_bf16(int64_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<bf16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = to_bf16(d(rng));
+  return v;
+}
+
+std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int64_t o, int64_t i,
+                                          std::mt19937& rng) {
+  if (f == WeightFormat::kBf16) {
+    const auto w = random_bf16(kE * o * i, 0.1f, rng);
+    return prepack(w.data(), kE, o, i, v.name);
+  }
+  if (f == WeightFormat::kMxfp4) {
+    std::vector<uint8_t> blocks(static_cast<size_t>(kE * o * i / 2)), scales(static_cast<size_t>(kE * o * i / 32));
+    for (auto& b : blocks) b = uint8_t(rng());
+    for (auto& s : scales) s = uint8_t(120 + rng() % 8);
+    return prepack_mxfp4(blocks.data(), scales.data(), kE, o, i, v.name);
+  }
+  std::vector<int8_t> q(static_cast<size_t>(kE * o * i));
+  for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
+  std::vector<float> s(static_cast<size_t>(kE * o), 0.01f);
+  return prepack_int8(q.data(), s.data(), kE, o, i, v.name);
+}
+
+AlignedBuffer to_buffer(const PackedExperts& w) {
+  AlignedBuffer b{static_cast<size_t>(serialized_size(w))};
+  serialize(w, b.data<unsigned char>(), int64_t(b.size()));
+  return b;
+}
+
+struct Routing {
+  std::vector<bf16_t> x;
+  std::vector<float> tw;
+  std::vector<int32_t> ids;
+};
+
+Routing routing(std::mt19937& rng) {
+  Routing r{random_bf16(kT * kH, 1.0f, rng), {}, {}};
+  for (int64_t t = 0; t < kT; ++t)
+    for (int64_t j = 0; j < kTopk; ++j) {
+      r.tw.push_back(0.5f);
+      r.ids.push_back(int32_t((t + j) % kE));
+    }
+  return r;
+}
+
+std::vector<bf16_t> run(const PackedExperts& w13, const PackedExperts& w2, const Routing& r) {
+  std::vector<bf16_t> out(static_cast<size_t>(kT * kH));
+  fused_moe(r.x.data(), kT, kH, w13, w2, r.tw.data(), r.ids.data(), kTopk, Activation::kSilu,
+            nullptr, nullptr, false, 1, out.data());
+  return out;
+}
+
+std::vector<const Variant*> rows() {
+  std::vector<const Variant*> out;
+  for (const Variant& v : registry().variants())
+    if (v.supported()) out.push_back(&v);
+  for (const Variant& v : simde_variants()) out.push_back(&v);
+  return out;
+}
+
+const WeightFormat kFormats[] = {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8};
+
+TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
+  std::mt19937 rng(1);
+  for (const Variant* v : rows())
+    for (WeightFormat f : kFormats) {
+      SCOPED_TRACE(std::string(v->name) + " " + format_name(f));
+      auto w13 = pack(*v, f, 2 * kI, kH, rng);
+      auto w2 = pack(*v, f, kH, kI, rng);
+      const AlignedBuffer b13 = to_buffer(*w13), b2 = to_buffer(*w2);
+      auto v13 = from_buffer(b13.data<unsigned char>(), int64_t(b13.size()), nullptr, true, "",
+                             "w13", &simde_variants());
+      auto v2 = from_buffer(b2.data<unsigned char>(), int64_t(b2.size()), nullptr, true, "", "w2",
+                            &simde_variants());
+      EXPECT_EQ(v13->data.data(), b13.data<unsigned char>() + 448);
+      EXPECT_EQ(v13->format, f);
+      const Routing r = routing(rng);
+      EXPECT_EQ(run(*w13, *w2, r), run(*v13, *v2, r));
+    }
+}
+
+TEST(MoeBlob, HeaderErrorsNameTheArgument) {
+  std::mt19937 rng(2);
+  auto w = pack(registry().default_variant(), WeightFormat::kBf16, 2 * kI, kH, rng);
+  AlignedBuffer b = to_buffer(*w);
+  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()) - 64, nullptr, false, "", "w13"),
+               InvalidArgument);
+  if (std::string(registry().default_variant().name) != "reference") {
+    try {
+      from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, "reference", "w13");
+      ADD_FAILURE() << "another variant's packing accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("w13: prepared for variant"), std::string::npos) << e.what();
+    }
+  }
+  b.data<unsigned char>()[1000] ^= 1;
+  EXPECT_NO_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, "", "w13"));
+  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, "", "w13"),
+               InvalidArgument);
+}
+
+TEST(MoeBlob, FuzzedBuffersThrowOrComputeInBounds) {
+  std::mt19937 rng(3);
+  int threw = 0, ran = 0;
+  for (const Variant* v : rows())
+    for (WeightFormat f : kFormats) {
+      auto w13 = pack(*v, f, 2 * kI, kH, rng);
+      auto w2 = pack(*v, f, kH, kI, rng);
+      const AlignedBuffer clean = to_buffer(*w13);
+      const int64_t n = int64_t(clean.size());
+      const Routing r = routing(rng);
+      for (int trial = 0; trial < 40; ++trial) {
+        AlignedBuffer b{static_cast<size_t>(n)};
+        std::memcpy(b.data(), clean.data(), size_t(n));
+        auto* p = b.data<unsigned char>();
+        if (trial < 4) {
+          const int fill[4] = {0xFF, 0x80, 0x7F, 0x00};  // scale 255, int8 -128, ...
+          std::memset(p + 448, fill[trial], size_t(n - 448));
+        } else {
+          for (int k = 0, flips = 1 + int(rng() % 4); k < flips; ++k) {
+            const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(n));
+            p[at] ^= uint8_t(1u << (rng() % 8));
+          }
+        }
+        try {
+          auto got = from_buffer(p, n, nullptr, false, "", "w13", &simde_variants());
+          if (got->o != 2 * kI || got->i != kH || got->e != kE) {  // a valid header, another shape
+            ++ran;
+            continue;
+          }
+          run(*got, *w2, r);
+          ++ran;
+        } catch (const InvalidArgument&) {
+          ++threw;
+        }
+      }
+    }
+  EXPECT_GT(threw, 0);
+  EXPECT_GT(ran, 0);
+}
+
+}  // namespace
+}  // namespace cpukern::moe
