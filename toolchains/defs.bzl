@@ -28,7 +28,7 @@ ISA_COPTS = {
     "avx512": _AVX512,
     "avx512_bmi2": _AVX512 + ["-mbmi2"],
     "avx512_vnni": _AVX512 + ["-mavx512vnni"],
-    "avx512_bf16": _AVX512 + ["-mavx512bf16"],
+    "avx512_bf16": _AVX512 + ["-mavx512bf16", "-mavx512vnni"],  # every AVX512_BF16 CPU has VNNI
     # AArch64 (NEON is baseline armv8-a).
     "neon": [],
     "neon_dotprod": ["-march=armv8.2-a+dotprod"],

@@ -18,7 +18,7 @@ inline constexpr uint64_t avx512f = kAVX512F;
 inline constexpr uint64_t avx512 = kAVX512F | kAVX512BW | kAVX512VL | kFMA;
 inline constexpr uint64_t avx512_bmi2 = avx512 | kBMI2 | kFastPext;
 inline constexpr uint64_t avx512_vnni = avx512 | kAVX512VNNI;
-inline constexpr uint64_t avx512_bf16 = avx512 | kAVX512BF16;
+inline constexpr uint64_t avx512_bf16 = avx512 | kAVX512BF16 | kAVX512VNNI;  // VNNI: on every BF16 CPU
 // AArch64 (NEON is baseline armv8-a)
 inline constexpr uint64_t neon = kNEON;
 inline constexpr uint64_t neon_dotprod = kNEON | kDotProd;

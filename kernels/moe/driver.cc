@@ -45,12 +45,23 @@ WeightFormat parse_format(const std::string& name) {
   throw_arg("format", "expected one of bf16, mxfp4, int8, got '" + name + "'");
 }
 
+// The SIMDe rows (simde_variants(), defined in //kernels/moe:simde) are selectable by name
+// only in binaries that link that library (tests): the reference is weak, null elsewhere.
+const std::vector<Variant>& simde_variants() __attribute__((weak));
+
+static const Variant& select_variant(const std::string& isa) {
+  if (&simde_variants != nullptr)
+    for (const Variant& v : simde_variants())
+      if (isa == v.name) return v;
+  return registry().select(isa);
+}
+
 // An empty PackedExperts of `format` for the variant `isa` names, its data sized for e
 // experts of (o, i) (the overflow check names `arg`); the caller packs into it.
 static std::shared_ptr<PackedExperts> new_packed(const std::string& isa, WeightFormat format,
                                                  int64_t e, int64_t o, int64_t i,
                                                  const char* arg) {
-  const Variant& v = registry().select(isa);
+  const Variant& v = select_variant(isa);
   const Ukernel& uk = ukernel_for(v, format);
   auto p = std::make_shared<PackedExperts>();
   p->variant = &v;

@@ -1,4 +1,5 @@
-// The fused-MoE registry: its rows are the kernel list's (ukernels/ukernels.inc).
+// The fused-MoE registry: its rows are the kernel list's (ukernels/ukernels.inc); compiled
+// again with CPUKERN_SIMDE into :simde (simde_variants(), the SIMDe rows).
 #include <vector>
 
 #include "kernels/common/kernel_list.h"
@@ -22,6 +23,15 @@ Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8) {
 #define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
   CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel)}, )
 
+#if defined(CPUKERN_SIMDE)
+// The :simde library's compile of this file: the kernel list's simde rows (tests only).
+const std::vector<Variant>& simde_variants() {
+  static const std::vector<Variant> rows = {
+#include "kernels/moe/ukernels/ukernels.inc"
+  };
+  return rows;
+}
+#else
 const Registry<Ukernel>& registry() {
   static const Registry<Ukernel> r("fused_moe", {
 #include "kernels/moe/ukernels/ukernels.inc"
@@ -29,15 +39,8 @@ const Registry<Ukernel>& registry() {
   return r;
 }
 
-// No MoE micro-kernel is built against SIMDe yet, so there is no :simde library and no row.
-// (With a simde row, a :simde library compiles this file again with isa = "simde_avx512" and
-// this definition moves under #if defined(CPUKERN_SIMDE), as in the other ops.)
-const std::vector<Variant>& simde_variants() {
-  static const std::vector<Variant> rows;
-  return rows;
-}
-
 std::vector<VariantInfo> list_variants() { return registry().info(); }
+#endif
 
 #undef CPUKERN_VARIANT
 

@@ -79,7 +79,8 @@ inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
 }
 
 // The op's registry, built from the kernel list (ukernels/ukernels.inc), and the rows of
-// micro-kernels built only for tests against SIMDe (none for MoE yet).
+// micro-kernels built only for tests against SIMDe (the avx512_bf16 row's sources; defined in
+// //kernels/moe:simde, linked into tests only).
 const Registry<Ukernel>& registry();
 const std::vector<Variant>& simde_variants();
 

@@ -20,6 +20,43 @@
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernels/pack_kpairs.h"
 
+#if defined(CPUKERN_SIMDE)
+// Debian's SIMDe 0.7.4 lacks these AVX-512F conversions and the __mmask32 alias (the SIMDe row
+// only; native builds use the instructions): portable stand-ins, exact like the instructions
+// (int -> fp32 rounds to nearest even, as vcvtdq2ps under the default MXCSR).
+typedef simde__mmask32 __mmask32;
+#ifndef _mm512_cvtepi32_ps
+static inline __m512 cpukern_mm512_cvtepi32_ps(__m512i v) {
+  int32_t i[16];
+  float f[16];
+  _mm512_storeu_si512(i, v);
+  for (int j = 0; j < 16; ++j) f[j] = float(i[j]);
+  return _mm512_loadu_ps(f);
+}
+#define _mm512_cvtepi32_ps cpukern_mm512_cvtepi32_ps
+#endif
+#ifndef _mm512_cvtepi8_epi32
+static inline __m512i cpukern_mm512_cvtepi8_epi32(__m128i v) {
+  int8_t b[16];
+  int32_t i[16];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), v);
+  for (int j = 0; j < 16; ++j) i[j] = b[j];
+  return _mm512_loadu_si512(i);
+}
+#define _mm512_cvtepi8_epi32 cpukern_mm512_cvtepi8_epi32
+#endif
+#ifndef _mm512_cvtepu8_epi32
+static inline __m512i cpukern_mm512_cvtepu8_epi32(__m128i v) {
+  uint8_t b[16];
+  int32_t i[16];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), v);
+  for (int j = 0; j < 16; ++j) i[j] = b[j];
+  return _mm512_loadu_si512(i);
+}
+#define _mm512_cvtepu8_epi32 cpukern_mm512_cvtepu8_epi32
+#endif
+#endif
+
 namespace cpukern::moe::avx512bf16 {
 namespace {  // internal linkage: compiled per ISA
 

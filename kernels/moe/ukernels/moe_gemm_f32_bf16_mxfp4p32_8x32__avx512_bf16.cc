@@ -3,10 +3,19 @@
 #include "kernels/moe/ukernels/avx512_bf16.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
+// Compiled natively and, with CPUKERN_SIMDE, against SIMDe (the simde row).
+#if defined(CPUKERN_SIMDE)
+#define CPUKERN_UK moe_gemm_f32_bf16_mxfp4p32_8x32__simde_avx512_bf16
+#else
+#define CPUKERN_UK moe_gemm_f32_bf16_mxfp4p32_8x32__avx512_bf16
+#endif
+#define CPUKERN_STR2(x) #x
+#define CPUKERN_STR(x) CPUKERN_STR2(x)
+
 namespace cpukern::moe {
 
-const Ukernel moe_gemm_f32_bf16_mxfp4p32_8x32__avx512_bf16 =
-    make_ukernel<avx512bf16::Mxfp4Tile>("moe_gemm_f32_bf16_mxfp4p32_8x32__avx512_bf16",
+const Ukernel CPUKERN_UK =
+    make_ukernel<avx512bf16::Mxfp4Tile>(CPUKERN_STR(CPUKERN_UK),
                                         "mxfp4p32");
 
 }  // namespace cpukern::moe
