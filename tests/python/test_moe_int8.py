@@ -258,3 +258,31 @@ def test_fused_moe_rejects_mixed_families():
     p2 = moe.prepack(w2, isa=others[0].values[0])
     with pytest.raises(ValueError, match="^w2:"):
         moe.fused_moe(x, i13, p2, tw, ids)
+
+
+def test_torch_op_and_module_take_int8():
+    torch = pytest.importorskip("torch")
+    import cpukern.torch  # noqa: F401  registers the ops
+    from cpukern.torch import FusedMoE
+
+    rng = np.random.default_rng(8)
+    x, w13, w2, logits, _, _ = make_layer(4, 64, 32, 5, 2, False, rng)
+    tw, ids = moe.route(logits, 2)
+    q13, s13 = moe.quantize(w13, format="int8")
+    q2, s2 = moe.quantize(w2, format="int8")
+    want = moe.fused_moe(x, moe.prepack(q13, format="int8", scales=s13),
+                         moe.prepack(q2, format="int8", scales=s2), tw, ids)
+    T = torch.from_numpy
+    xt = T(x.view(np.int16)).view(torch.bfloat16)
+    tq13, ts13, tq2, ts2 = T(q13), T(s13), T(q2), T(s2)
+    got = torch.ops.cpukern.fused_moe(xt, tq13, tq2, T(tw), T(ids), "silu", None, None, False,
+                                      "", ts13, ts2)
+    np.testing.assert_array_equal(got.view(torch.int16).numpy(), want.view(np.int16))
+    mod = FusedMoE.from_int8(tq13, ts13, tq2, ts2, topk=2)
+    assert torch.equal(mod.experts(xt, T(tw), T(ids)), got)
+    assert torch.equal(mod.half().experts(xt, T(tw), T(ids)), got)  # scales stay float32
+    assert mod.w13_scales.dtype == torch.float32 and mod.w13.dtype == torch.int8
+    with pytest.raises(ValueError, match="^w13_scales: required with int8 experts w13"):
+        torch.ops.cpukern.fused_moe(xt, tq13, tq2, T(tw), T(ids))
+    with pytest.raises(TypeError, match="^w2: expected a 3-D torch.int8 tensor"):
+        FusedMoE.from_int8(tq13, ts13, tq2.float(), ts2)

@@ -253,13 +253,16 @@ def _moe_modules():
     b13, s13 = moe.quantize(w13)
     b2, s2 = moe.quantize(w2)
     yield "mxfp4", FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2)
+    q13, t13 = moe.quantize(w13, format="int8")
+    q2, t2 = moe.quantize(w2, format="int8")
+    yield "int8", FusedMoE.from_int8(q13, t13, q2, t2, topk=2)
 
 
 def _moe_inputs(m):
     return torch.randn(5, m.hidden).to(torch.bfloat16), torch.randn(5, m.num_experts)
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4", "int8"])
 def test_fused_moe_prepared_survives_state_dict_save_load_and_pickle(fmt, monkeypatch):
     mod = dict(_moe_modules())[fmt]
     args = _moe_inputs(mod)

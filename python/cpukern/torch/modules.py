@@ -397,10 +397,11 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
 
 
 class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
-    """A bf16 Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
+    """A Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
 
     Buffers: ``w13`` bf16 (E, 2I, H) (rows [gate; up], or interleaved for "swigluoai"), ``w2``
-    bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16.
+    bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16. Quantized experts
+    (``from_mxfp4``, ``from_int8``) keep their own format with ``w13_scales`` / ``w2_scales``.
     ``forward(x, router_logits)`` routes with softmax + top-k in torch (renormalised if
     ``renormalize``) and runs ``torch.ops.cpukern.fused_moe``; ``experts(x, topk_weights,
     topk_ids)`` takes the routing from the caller. x: bf16 (..., H) (float32 and float16 are
@@ -462,16 +463,41 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         """MXFP4 experts as gpt-oss stores them: blocks uint8 (E, O, I/32, 16), scales uint8
         (E, O, I/32) for w13 (O = 2I) and w2 (O = H). Kept as MXFP4 (buffers w13 / w2 hold the
         blocks, w13_scales / w2_scales the scales); never expanded to bf16."""
+        return cls._from_quantized(torch.uint8, w13_blocks, w13_scales, w2_blocks, w2_scales,
+                                   w13_bias, w2_bias, topk, activation, renormalize, isa)
+
+    @classmethod
+    def from_int8(cls, w13: Tensor, w13_scales: Tensor, w2: Tensor, w2_scales: Tensor,
+                  w13_bias: Optional[Tensor] = None, w2_bias: Optional[Tensor] = None, *,
+                  topk: int = 2, activation: str = "silu", renormalize: bool = True,
+                  isa: str = "") -> "FusedMoE":
+        """int8 W8A8 experts: w13 int8 (E, 2I, H), w2 int8 (E, H, I) with float32 per-channel
+        scales (E, 2I) / (E, H) (cpukern.moe.quantize(w, format="int8") makes both);
+        activations are quantised per token at run time. Kept as int8 (buffers w13 / w2,
+        w13_scales / w2_scales)."""
+        return cls._from_quantized(torch.int8, w13, w13_scales, w2, w2_scales, w13_bias,
+                                   w2_bias, topk, activation, renormalize, isa)
+
+    @classmethod
+    def _from_quantized(cls, dtype: torch.dtype, w13: Tensor, w13_scales: Tensor, w2: Tensor,
+                        w2_scales: Tensor, w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
+                        topk: int, activation: str, renormalize: bool, isa: str) -> "FusedMoE":
         if activation not in _moe.ACTIVATIONS:
             raise ValueError(f"activation: expected one of {_moe.ACTIVATIONS}, got {activation!r}")
         if (w13_bias is None) != (w2_bias is None):
             raise ValueError("w13_bias, w2_bias: give both or neither")
-        e, i2, hb = (int(s) for s in w13_blocks.shape[:3])
+        dims = 4 if dtype == torch.uint8 else 3
+        for name, t in (("w13", w13), ("w2", w2)):
+            if not isinstance(t, Tensor) or t.dtype != dtype or t.dim() != dims:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+                raise TypeError(f"{name}: expected a {dims}-D {dtype} tensor, got {got}")
+        e, i2 = int(w13.shape[0]), int(w13.shape[1])
+        hidden = int(w13.shape[2]) * (32 if dtype == torch.uint8 else 1)
         mod = cls.__new__(cls)  # no bf16 buffers are allocated
         nn.Module.__init__(mod)
-        mod.num_experts, mod.hidden, mod.intermediate = e, hb * 32, i2 // 2
+        mod.num_experts, mod.hidden, mod.intermediate = e, hidden, i2 // 2
         mod.topk, mod.activation, mod.renormalize, mod.isa = int(topk), activation, renormalize, isa
-        for name, t in (("w13", w13_blocks), ("w2", w2_blocks), ("w13_scales", w13_scales),
+        for name, t in (("w13", w13), ("w2", w2), ("w13_scales", w13_scales),
                         ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
             if t is not None and name.endswith("bias"):
                 t = t.to(torch.bfloat16)

@@ -208,24 +208,37 @@ def _(prepared, x, out_features):
 
 def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
                            scales: Optional[Tensor] = None) -> Tensor:
-    """Expert weights (bf16 (E, O, I), or MXFP4 blocks uint8 with their scales) packed for this
-    CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format)."""
+    """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
+    their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format)."""
     packed = prepared_experts_uncached(w, name, _isa(isa), scales)
     out = torch.empty(_moe.serialized_size(packed), dtype=torch.uint8)
     _moe.to_bytes(packed, out=out)
     return out
 
 
+_EXPERT_FORMATS = {torch.bfloat16: "bf16", torch.uint8: "mxfp4", torch.int8: "int8"}
+
+
+def _expert_format(w: Tensor, name: str, scales: Optional[Tensor]) -> str:
+    """The weight format of one expert tensor, from its dtype: bf16 (E, O, I); uint8 MXFP4
+    blocks (E, O, I/32, 16) with uint8 scales (E, O, I/32); int8 (E, O, I) with float32
+    per-channel scales (E, O)."""
+    fmt = _EXPERT_FORMATS.get(w.dtype) if isinstance(w, Tensor) else None
+    if fmt is None:
+        got = f"{w.dtype} tensor of shape {tuple(w.shape)}" if isinstance(w, Tensor) else type(w).__name__
+        raise TypeError(f"{name}: expected bfloat16 (E, O, I), uint8 MXFP4 blocks or int8 "
+                        f"(E, O, I) experts, got {got}")
+    if fmt != "bf16" and scales is None:
+        raise ValueError(f"{name}_scales: required with {fmt} experts {name}")
+    if fmt == "bf16" and scales is not None:
+        raise ValueError(f"{name}_scales: only with uint8 (MXFP4) or int8 experts {name}")
+    return fmt
+
+
 def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
                               scales: Optional[Tensor] = None) -> Any:
-    if w.dtype == torch.uint8:
-        if scales is None:
-            raise ValueError(f"{name}_scales: required with uint8 MXFP4 blocks {name}")
-        return _moe.prepack(w, format="mxfp4", scales=scales, isa=isa)
-    if w.dtype != torch.bfloat16:
-        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I) or uint8 MXFP4 blocks, got "
-                        f"{w.dtype} tensor of shape {tuple(w.shape)}")
-    return _moe.prepack(w, isa=isa)
+    fmt = _expert_format(w, name, scales)
+    return _moe.prepack(w, format=fmt, scales=scales, isa=isa)
 
 
 @torch.library.custom_op("cpukern::fused_moe_prepared", mutates_args=())
@@ -262,17 +275,11 @@ def _threads_or_zero() -> int:
 
 
 def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
-    """The PackedExperts of bf16 (E, O, I) weights or MXFP4 blocks with their scales, from the
-    cache or made now (isa: a forced variant name or None)."""
-    if w.dtype == torch.uint8:  # MXFP4 blocks (E, O, I/32, 16) with scales (E, O, I/32)
-        if scales is None:
-            raise ValueError(f"{name}_scales: required with uint8 MXFP4 blocks {name}")
-        return _CACHE.get(w, ("mxfp4", _fingerprint(scales), isa),
-                          lambda: _moe.prepack(w, format="mxfp4", scales=scales, isa=isa))
-    if w.dtype != torch.bfloat16:
-        raise TypeError(f"{name}: expected a bfloat16 tensor (E, O, I) or uint8 MXFP4 blocks, got "
-                        f"{w.dtype} tensor of shape {tuple(w.shape)}")
-    return _CACHE.get(w, (isa,), lambda: _moe.prepack(w, isa=isa))
+    """The PackedExperts of one expert tensor (any format, see _expert_format), from the cache
+    or made now (isa: a forced variant name or None)."""
+    fmt = _expert_format(w, name, scales)
+    return _CACHE.get(w, (fmt, _fingerprint(scales), isa),
+                      lambda: _moe.prepack(w, format=fmt, scales=scales, isa=isa))
 
 
 def _narrow_ids(ids: Tensor, e: int) -> Tensor:
@@ -308,7 +315,8 @@ def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids
               w2_scales: Optional[Tensor] = None) -> Tensor:
     """Fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16, or either as
     MXFP4 blocks uint8 (E, O, I/32, 16) with its scales uint8 (E, O, I/32) in w13_scales /
-    w2_scales (gpt-oss's layout)."""
+    w2_scales (gpt-oss's layout), or as int8 (E, O, I) with float32 per-channel scales (E, O)
+    (cpukern.moe.quantize(w, format="int8"))."""
     out = torch.empty_like(x)
     _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
                     skip_weighted, isa, w13_scales, w2_scales)
