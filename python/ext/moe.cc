@@ -51,15 +51,9 @@ void bind_moe(nb::module_& m) {
   m.def(
       "moe_from_buffer",
       [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
-        const auto [p, size] = buffer_bytes(buf, arg);
-        auto owner = keep_alive(buf);
-        std::shared_ptr<const PackedExperts> w;
-        {
-          GilRelease release;
-          w = moe::from_buffer(p, size, owner, verify, isa, arg);
-        }
-        owner.reset();
-        return w;
+        return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
+          return moe::from_buffer(p, size, owner, verify, isa, arg);
+        });
       },
       nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
 

@@ -1,4 +1,4 @@
-// Shared by the bindings of the serialised prepared weights (ternary, widely_linear): the
+// Shared by the bindings of the serialised prepared weights (ternary, widely_linear, moe): the
 // caller's uint8 buffer as bytes, and a reference that keeps it alive from C++.
 #pragma once
 #include <cstdint>
@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "python/ext/arrays.h"
+#include "python/ext/gil.h"
 
 namespace cpukern::ext {
 
@@ -32,6 +33,21 @@ inline unsigned char* out_bytes(const OutArray& a, const char* arg, int64_t size
   check_shape(a, arg, {size});
   check_arg(reinterpret_cast<uintptr_t>(p) % 64 == 0, arg, "must start on a 64-byte boundary");
   return p;
+}
+
+// Imports a serialised buffer: import(bytes, size, owner) runs with the GIL released and
+// returns a view that keeps `buf` alive through owner.
+template <class Import>
+auto import_buffer(const InArray& buf, const char* arg, Import&& import) {
+  const auto [p, size] = buffer_bytes(buf, arg);
+  auto owner = keep_alive(buf);
+  decltype(import(p, size, owner)) view;
+  {
+    GilRelease release;
+    view = import(p, size, owner);
+  }
+  owner.reset();  // with the GIL held (the view keeps its own reference)
+  return view;
 }
 
 }  // namespace cpukern::ext

@@ -57,21 +57,16 @@ void bind_ternary(nb::module_& m) {
   m.def(
       "ternary_from_buffer",
       [](const InArray& buf, bool verify, const std::string& isa, int threads, const char* arg) {
-        const auto [p, size] = buffer_bytes(buf, arg);
-        auto owner = keep_alive(buf);
         bool reprepared = false;
-        std::shared_ptr<const PreparedWeights> w;
-        {
-          GilRelease release;
+        auto w = import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
           ternary::ImportOptions o;
           o.verify = verify;
           o.isa = isa;
           o.threads = threads;
           o.arg = arg;
           o.reprepared = &reprepared;
-          w = ternary::from_buffer(p, size, owner, o);
-        }
-        owner.reset();  // with the GIL held (the view keeps its own reference)
+          return ternary::from_buffer(p, size, owner, o);
+        });
         return std::make_pair(w, reprepared);
       },
       nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"), nb::arg("arg"));

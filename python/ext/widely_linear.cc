@@ -74,15 +74,9 @@ void bind_widely_linear(nb::module_& m) {
   m.def(
       "widely_linear_from_buffer",
       [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
-        const auto [p, size] = buffer_bytes(buf, arg);
-        auto owner = keep_alive(buf);
-        std::shared_ptr<const PreparedLayer> l;
-        {
-          GilRelease release;
-          l = widely_linear::from_buffer(p, size, owner, verify, isa, arg);
-        }
-        owner.reset();
-        return l;
+        return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
+          return widely_linear::from_buffer(p, size, owner, verify, isa, arg);
+        });
       },
       nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
   // The layer straight from a serialised buffer (the torch op): header validated per call.
