@@ -29,6 +29,13 @@ inline constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 inline constexpr uint8_t kF16Hi[16] = {0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46,
                                        0x80, 0xB8, 0xBC, 0xBE, 0xC0, 0xC2, 0xC4, 0xC6};
 
+// The low and high bytes of the bf16 encoding of each code's value, code 8 (-0) as +0 (the
+// unscaled-weight fast paths of the AVX2 and AVX-512 decode GEMVs, the AVX2 prefill decode).
+inline constexpr uint8_t kBf16Lo[16] = {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
+                                        0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0};
+inline constexpr uint8_t kBf16Hi[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                        0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
+
 // Bits of the fp32 2**(s - 127) (s = 0: the subnormal 2**-127).
 inline uint32_t scale_bits(uint8_t s) { return s ? uint32_t(s) << 23 : 0x00400000u; }
 inline float scale_f32(uint8_t s) {

@@ -421,12 +421,10 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   // the exact fp32 multiply (Mxfp4Src, 26 uops), high halves kept.
   using Bf16 = Tile<Bf16Src>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
-    alignas(16) static const uint8_t kLo[16] = {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
-                                                0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0};
-    alignas(16) static const uint8_t kHi[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
-                                                0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
-    const __m256i tl = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kLo)));
-    const __m256i th = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kHi)));
+    const __m256i tl =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo)));
+    const __m256i th =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi)));
     const __m256i nib = _mm256_set1_epi16(0x0f0f), zero = _mm256_setzero_si256();
     Mxfp4Src s(src);
     auto* d = reinterpret_cast<__m256i*>(dst);

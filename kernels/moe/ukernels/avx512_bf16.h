@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/common/unroll.h"
@@ -21,7 +22,7 @@
 #include "kernels/moe/ukernels/pack_kpairs.h"
 
 #if defined(CPUKERN_SIMDE)
-// Debian's SIMDe 0.7.4 lacks these AVX-512F conversions and the __mmask32 alias (the SIMDe row
+// Debian's SIMDe 0.7.4 lacks these AVX-512F/BW conversions and the __mmask32 alias (the SIMDe row
 // only; native builds use the instructions): portable stand-ins, exact like the instructions
 // (int -> fp32 rounds to nearest even, as vcvtdq2ps under the default MXCSR).
 typedef simde__mmask32 __mmask32;
@@ -54,6 +55,16 @@ static inline __m512i cpukern_mm512_cvtepu8_epi32(__m128i v) {
   return _mm512_loadu_si512(i);
 }
 #define _mm512_cvtepu8_epi32 cpukern_mm512_cvtepu8_epi32
+#endif
+#ifndef _mm512_cvtepu8_epi16
+static inline __m512i cpukern_mm512_cvtepu8_epi16(__m256i v) {
+  uint8_t b[32];
+  uint16_t i[32];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(b), v);
+  for (int j = 0; j < 32; ++j) i[j] = b[j];
+  return _mm512_loadu_si512(i);
+}
+#define _mm512_cvtepu8_epi16 cpukern_mm512_cvtepu8_epi16
 #endif
 #endif
 
@@ -201,6 +212,150 @@ inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int6
                                accumulate, pf);
 }
 
+// The MXFP4 decode GEMV's fast path (as in avx2_fma.h): each accumulator is divided by its
+// column's block scale S = 2**(s - 127) for the block, so the weights enter unscaled: their
+// bf16 pair words come from two vpshufb tables and one unpack (no int->float conversion and
+// no multiply per weight), and 2 multiplies per accumulator per 32-k block rescale. Scaling
+// by a power of two commutes with every rounding while nothing is subnormal or overflows in
+// either domain; vdpbf16ps also flushes subnormal inputs and results (DAZ, FTZ), so the window
+// keeps every nonzero value normal in both: activations 0 or 2**-40 <= |a| <= 2**32 (lsb of a
+// product in the bf16 kernel's domain >= 2**-80, times 2**-32 still normal; sums < 2**98 for
+// K < 2**28) and the block's scales in [95, 159]. Other blocks or rows run the exact decode
+// above (same bits, slower). Accumulators hold the unpacks' column order
+// ([0-3 | 8-11 | 16-19 | 24-27], [4-7 | 12-15 | 20-23 | 28-31]), restored at the store.
+namespace mxfp4_fast {
+
+inline bool rows_ok(const bf16_t* a, int64_t kp, int m, int64_t k) {
+  if (k >= (int64_t(1) << 28)) return false;
+  const __m256i abs = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
+  const __m256i lo = _mm256_set1_epi16((127 - 40) << 7), hi = _mm256_set1_epi16((127 + 32) << 7);
+  __m256i bad = zero;
+  for (int r = 0; r < m; ++r)
+    for (int64_t j = 0; j < k; j += 16) {  // k: whole 32-k blocks
+      const __m256i v = _mm256_and_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * kp + j)), abs);
+      const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(lo, v), _mm256_cmpgt_epi16(v, hi));
+      bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi16(v, zero), out));
+    }
+  return _mm256_testz_si256(bad, bad);
+}
+
+// All 32 scales of a block (its first 32 bytes) in [95, 159].
+inline bool block_ok(const uint8_t* scales) {
+  const __m256i s = _mm256_sub_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)),
+                                    _mm256_set1_epi8(95));
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(s, _mm256_set1_epi8(64)), s)) == -1;
+}
+
+// Columns [0-15], [16-31] -> the unpack order, and back.
+inline void to_unpack_order(__m512& x0, __m512& x1) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
+  const __m512 y0 = _mm512_permutex2var_ps(x0, i0, x1), y1 = _mm512_permutex2var_ps(x0, i1, x1);
+  x0 = y0;
+  x1 = y1;
+}
+inline void from_unpack_order(__m512& x0, __m512& x1) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(8));
+  const __m512 y0 = _mm512_permutex2var_ps(x0, i0, x1), y1 = _mm512_permutex2var_ps(x0, i1, x1);
+  x0 = y0;
+  x1 = y1;
+}
+
+// 2**(sign * (s - 127)) of the block's 32 columns, in the unpack order.
+inline void factors(const uint8_t* blk, int sign, __m512& f0, __m512& f1) {
+  auto bits = [&](__m128i s) {
+    const __m512i e = _mm512_cvtepu8_epi32(s), bias = _mm512_set1_epi32(127);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        sign > 0 ? e : _mm512_sub_epi32(_mm512_add_epi32(bias, bias), e), 23));
+  };
+  f0 = bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+  f1 = bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+  to_unpack_order(f0, f1);
+}
+
+template <int M, int NP>
+inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
+                 float* c, int64_t ldc, bool accumulate, int64_t pf) {
+  constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
+  const __m512i tlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo)));
+  const __m512i thi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi)));
+  const __m512i nib = _mm512_set1_epi16(0x0f0f);
+  __m512 c0[NP][M], c1[NP][M];
+  auto load_c = [&] {
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      c0[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR) : _mm512_setzero_ps();
+      c1[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR + 16) : _mm512_setzero_ps();
+      to_unpack_order(c0[j][r], c1[j][r]);
+    }
+  };
+  auto store_c = [&] {
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      from_unpack_order(c0[j][r], c1[j][r]);
+      _mm512_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
+      _mm512_storeu_ps(c + r * ldc + j * kNR + 16, c1[j][r]);
+    }
+  };
+  auto rescale = [&](int64_t b, int sign) {
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      __m512 f0, f1;
+      factors(w + j * panel + b * kBB, sign, f0, f1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        c0[j][r] = _mm512_mul_ps(c0[j][r], f0);
+        c1[j][r] = _mm512_mul_ps(c1[j][r], f1);
+      }
+    }
+  };
+  load_c();
+  for (int64_t b = 0; b < nb; ++b) {
+    bool fast = true;
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= block_ok(w + j * panel + b * kBB);
+    if (!fast) {  // the exact decode for this block, through C
+      store_c();
+      auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
+      dp_tile<M, NP>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
+      accumulate = true;
+      load_c();
+      continue;
+    }
+    rescale(b, -1);
+    const bf16_t* ab = a + 32 * b;
+    for (int kk = 0; kk < 16; ++kk) {
+      CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+        const uint8_t* q = w + j * panel + b * kBB + 32 + kk * 32;
+        if (pf && (kk & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(q) + pf, _MM_HINT_T0);
+        const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        // Per column one word: the even k's code in its low byte, the odd k's in its high byte.
+        const __m512i codes = _mm512_and_si512(_mm512_or_si512(x, _mm512_slli_epi16(x, 4)), nib);
+        const __m512i lo = _mm512_shuffle_epi8(tlo, codes), hi = _mm512_shuffle_epi8(thi, codes);
+        const __m512i u0 = _mm512_unpacklo_epi8(lo, hi), u1 = _mm512_unpackhi_epi8(lo, hi);
+        CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+          const __m512i av = bcast_pair(ab + r * kp + 2 * kk);
+          c0[j][r] = dp(c0[j][r], av, u0);
+          c1[j][r] = dp(c1[j][r], av, u1);
+        }
+      }
+    }
+    rescale(b, +1);
+  }
+  store_c();
+}
+
+// np panels in calls of G, G/2, ... (dp_panels for the fast path).
+template <int M, int G>
+inline void panels(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
+                   int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+  int j = 0;
+  for (; j + G <= np; j += G)
+    tile<M, G>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate, pf);
+  if constexpr (G > 1)
+    if (j < np)
+      panels<M, G / 2>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc, accumulate, pf);
+}
+
+}  // namespace mxfp4_fast
+
 template <class Src>
 struct Tile : KpairsTile<kNR> {
   // One row block (decode): up to 4 panels per call (panels() below).
@@ -219,6 +374,10 @@ struct Tile : KpairsTile<kNR> {
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
     // Panels per call: 8-16 independent chains (2 per row and panel) for every row count.
     constexpr int G = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+    if constexpr (std::is_same_v<Src, Mxfp4Src>)
+      if (mxfp4_fast::rows_ok(a, lda, M, 2 * kh))
+        return mxfp4_fast::panels<M, G>(a, lda, nk, reinterpret_cast<const uint8_t*>(w), panel,
+                                        np, c, ldc, accumulate, pf);
     dp_panels<M, G, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, pf);
   }
 };

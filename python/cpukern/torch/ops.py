@@ -274,11 +274,16 @@ def _threads_or_zero() -> int:
     return 0 if t is None else int(t)
 
 
+def experts_cache_key(fmt: str, scales: Optional[Tensor], isa: Optional[str]) -> tuple:
+    """The cache key of packed experts beside their weight tensor (also vllm.prepack_moe_weight's)."""
+    return (fmt, _fingerprint(scales), isa)
+
+
 def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
     """The PackedExperts of one expert tensor (any format, see _expert_format), from the cache
     or made now (isa: a forced variant name or None)."""
     fmt = _expert_format(w, name, scales)
-    return _CACHE.get(w, (fmt, _fingerprint(scales), isa),
+    return _CACHE.get(w, experts_cache_key(fmt, scales, isa),
                       lambda: _moe.prepack(w, format=fmt, scales=scales, isa=isa))
 
 

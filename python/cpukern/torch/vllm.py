@@ -18,7 +18,8 @@ from torch import Tensor
 
 from cpukern import moe as _moe
 from cpukern.torch._weight_cache import _CACHE, _version
-from cpukern.torch.ops import _fused_moe_into, _isa, fused_moe_prepared, prepare_experts_tensor
+from cpukern.torch.ops import (_fused_moe_into, _isa, experts_cache_key, fused_moe_prepared,
+                               prepare_experts_tensor)
 
 __all__ = ["prepack_moe_weight", "cpu_fused_moe", "prepack_moe_tensor", "cpu_fused_moe_prepared"]
 
@@ -46,7 +47,7 @@ def prepack_moe_weight(weight: Tensor, packed_weight: Tensor, isa: str) -> None:
     isa_ = _isa(isa)
     packed = _moe.prepack(packed_weight, isa=isa_)
     if v is not None:  # inference tensors cannot be tracked: cpu_fused_moe packs per call
-        _CACHE.put(packed_weight, (isa_,), packed, versions=(v, v + 1))
+        _CACHE.put(packed_weight, experts_cache_key("bf16", None, isa_), packed, versions=(v, v + 1))
 
 
 @prepack_moe_weight.register_fake

@@ -1,6 +1,7 @@
 // MXFP4 ukernels against their variant's bf16 ukernel on the dequantized weights, bit for bit,
-// at the edges of the decode GEMV's fast path (avx2: accumulators scaled by the block scale,
-// admitted for block scales in [95, 159] and activations 0 or 2**-64 <= |a| <= 2**32): scales
+// at the edges of the decode GEMV's fast paths (accumulators scaled by the block scale,
+// admitted for block scales in [95, 159] and activations 0 or 2**-L <= |a| <= 2**32, L = 64 on
+// avx2 and 40 on avx512_bf16, whose vdpbf16ps flushes subnormals): scales
 // just inside and outside that window, blocks that switch paths inside one call, activations
 // at and past the bounds, subnormal, inf and NaN activations, rows of zeros, one bad row in a
 // row block. Every variant runs it; each must give the bf16 kernel's bits whatever its paths.
@@ -24,21 +25,27 @@ std::vector<std::string> variant_names() {
   return cpukern::testing::test_variant_names(registry(), simde_variants());
 }
 
-// Activation rows of a kind: 0 normal, 1 values at the fast path's bounds (2**-64, 2**32),
-// 2 just past them (2**-65, 2**33), 3 subnormal / inf / NaN entries, 4 zeros, 5 all tiny
-// (~2**-120: products underflow to subnormals unless scaled), 6 all huge (~2**110: products
-// overflow unless scaled). 5 and 6 give other bits on a fast path that admitted them.
+// Activation rows of a kind: 0 normal, 1 values at the fast paths' bounds (2**-64, 2**-40,
+// 2**32), 2 one value just past one (2**-65, 2**-41, 2**33), 3 subnormal / inf / NaN entries,
+// 4 zeros, 5 all tiny (~2**-120: products underflow to subnormals unless scaled), 6 all huge
+// (~2**110: products overflow unless scaled), 7 all just inside the avx512_bf16 window
+// (~2**-39, with low block scales: the smallest values its fast path admits). 5 and 6 give
+// other bits on a fast path that admitted them.
 std::vector<bf16_t> rows_of(int kind, int64_t m, int64_t k, std::mt19937& rng) {
   std::normal_distribution<float> nd;
   std::vector<bf16_t> a(size_t(m * k));
   for (auto& x : a) {
     float v = nd(rng);
-    if (kind == 1) v = (rng() % 2 ? 0x1p-64f : 0x1p32f) * (rng() % 2 ? 1 : -1);
+    if (kind == 1) v = (rng() % 3 == 0 ? 0x1p-64f : rng() % 2 ? 0x1p-40f : 0x1p32f) * (rng() % 2 ? 1 : -1);
+    if (kind == 7) v = std::copysign(0x1p-39f * (1.0f + std::fabs(v) / 8), v);
     if (kind == 5) v *= 0x1p-120f;
     if (kind == 6) v *= 0x1p110f;
     x = f32_to_bf16(v);
   }
-  if (kind == 2) a[size_t(rng() % a.size())] = f32_to_bf16(rng() % 2 ? 0x1p-65f : 0x1p33f);
+  if (kind == 2) {
+    const float past[] = {0x1p-65f, 0x1p-41f, 0x1p33f};
+    a[size_t(rng() % a.size())] = f32_to_bf16(past[rng() % 3]);
+  }
   if (kind == 3) {
     const uint16_t odd[] = {0x0001, 0x8003, 0x7f80, 0xff80, 0x7fc0};
     a[size_t(rng() % a.size())] = odd[rng() % 5];
@@ -58,7 +65,7 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
   const uint8_t edge[] = {94, 95, 96, 127, 158, 159, 160};
   for (int64_t o : {16, 45, 80})
   for (int64_t k : {32, 64, 544, 2880})
-  for (int kind = 0; kind < 7; ++kind)
+  for (int kind = 0; kind < 8; ++kind)
   for (int64_t m : {1, 2, 3, 5, 6}) {
     const int64_t nb = k / 32;
     std::vector<uint8_t> blocks(size_t(o * nb * 16)), scales(size_t(o * nb));
@@ -67,7 +74,7 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
     for (int64_t b = 0; b < nb; ++b) {
       const bool at_edge = rng() % 3 == 0;
       // in the window; low for tiny activations, high for huge ones (kinds 5, 6)
-      const int lo = kind == 5 ? 96 : kind == 6 ? 150 : 100, span = kind >= 5 ? 9 : 50;
+      const int lo = kind == 5 || kind == 7 ? 96 : kind == 6 ? 150 : 100, span = kind >= 5 ? 9 : 50;
       for (int64_t r = 0; r < o; ++r)
         scales[size_t(r * nb + b)] = uint8_t(lo + rng() % span);
       if (at_edge) scales[size_t((rng() % o) * nb + b)] = edge[rng() % 7];
