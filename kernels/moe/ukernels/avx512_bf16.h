@@ -26,45 +26,30 @@
 // only; native builds use the instructions): portable stand-ins, exact like the instructions
 // (int -> fp32 rounds to nearest even, as vcvtdq2ps under the default MXCSR).
 typedef simde__mmask32 __mmask32;
-#ifndef _mm512_cvtepi32_ps
-static inline __m512 cpukern_mm512_cvtepi32_ps(__m512i v) {
-  int32_t i[16];
-  float f[16];
-  _mm512_storeu_si512(i, v);
-  for (int j = 0; j < 16; ++j) f[j] = float(i[j]);
-  return _mm512_loadu_ps(f);
+// Each lane of v converted to To, as a vector of type Out.
+template <class To, class From, class Out, class In>
+static inline Out cpukern_convert_lanes(In v) {
+  constexpr int n = int(sizeof(In) / sizeof(From));
+  static_assert(sizeof(Out) == n * sizeof(To), "lane counts differ");
+  From in[n];
+  To out[n];
+  std::memcpy(in, &v, sizeof(in));
+  for (int j = 0; j < n; ++j) out[j] = To(in[j]);
+  Out r;
+  std::memcpy(&r, out, sizeof(r));
+  return r;
 }
-#define _mm512_cvtepi32_ps cpukern_mm512_cvtepi32_ps
+#ifndef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps(v) cpukern_convert_lanes<float, int32_t, __m512>(v)
 #endif
 #ifndef _mm512_cvtepi8_epi32
-static inline __m512i cpukern_mm512_cvtepi8_epi32(__m128i v) {
-  int8_t b[16];
-  int32_t i[16];
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), v);
-  for (int j = 0; j < 16; ++j) i[j] = b[j];
-  return _mm512_loadu_si512(i);
-}
-#define _mm512_cvtepi8_epi32 cpukern_mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32(v) cpukern_convert_lanes<int32_t, int8_t, __m512i>(v)
 #endif
 #ifndef _mm512_cvtepu8_epi32
-static inline __m512i cpukern_mm512_cvtepu8_epi32(__m128i v) {
-  uint8_t b[16];
-  int32_t i[16];
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), v);
-  for (int j = 0; j < 16; ++j) i[j] = b[j];
-  return _mm512_loadu_si512(i);
-}
-#define _mm512_cvtepu8_epi32 cpukern_mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32(v) cpukern_convert_lanes<int32_t, uint8_t, __m512i>(v)
 #endif
 #ifndef _mm512_cvtepu8_epi16
-static inline __m512i cpukern_mm512_cvtepu8_epi16(__m256i v) {
-  uint8_t b[32];
-  uint16_t i[32];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(b), v);
-  for (int j = 0; j < 32; ++j) i[j] = b[j];
-  return _mm512_loadu_si512(i);
-}
-#define _mm512_cvtepu8_epi16 cpukern_mm512_cvtepu8_epi16
+#define _mm512_cvtepu8_epi16(v) cpukern_convert_lanes<uint16_t, uint8_t, __m512i>(v)
 #endif
 #endif
 
