@@ -46,8 +46,9 @@ inline float scale_f32(uint8_t s) {
 }
 
 // The exact value of code c (0..15) under scale s (0..254), as fp32 (inf where it overflows).
-// Code 8 is -0 (the AVX2 / AVX-512 tiles decode it as +0: a zero weight's product is then +0
-// instead of -0, which changes no sum, as the accumulators start at +0 and never become -0).
+// Code 8 is -0 (the AVX2 / AVX-512 tiles and the NEON fast path decode it as +0: a zero
+// weight's product is then +0 instead of -0, which changes no sum, as the accumulators start at
+// +0 and never become -0).
 inline float value(uint8_t code, uint8_t s) {
   return std::copysign(float(kTwice[code & 15]) * 0.5f * scale_f32(s), (code & 8) ? -1.0f : 1.0f);
 }

@@ -264,8 +264,10 @@ template <int M, int NP>
 inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
                  float* c, int64_t ldc, bool accumulate, int64_t pf) {
   constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
-  const __m512i tlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo)));
-  const __m512i thi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi)));
+  auto table = [](const uint8_t* t) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+  };
+  const __m512i tlo = table(mxfp4::kBf16Lo), thi = table(mxfp4::kBf16Hi);
   const __m512i nib = _mm512_set1_epi16(0x0f0f);
   __m512 c0[NP][M], c1[NP][M];
   auto load_c = [&] {
@@ -310,7 +312,8 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
       CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
         const uint8_t* q = w + j * panel + b * kBB + 32 + kk * 32;
         if (pf && (kk & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(q) + pf, _MM_HINT_T0);
-        const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        const __m512i x =
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
         // Per column one word: the even k's code in its low byte, the odd k's in its high byte.
         const __m512i codes = _mm512_and_si512(_mm512_or_si512(x, _mm512_slli_epi16(x, 4)), nib);
         const __m512i lo = _mm512_shuffle_epi8(tlo, codes), hi = _mm512_shuffle_epi8(thi, codes);

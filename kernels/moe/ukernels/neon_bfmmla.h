@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
@@ -94,17 +95,34 @@ struct Mxfp4Src {
 // RP row pairs x NJ column pairs, the pairs taken PJ per panel from consecutive panels; rows
 // >= mrows are neither loaded nor stored. a: an A block at its k step; src: the weights of the
 // first panel at the same k step (a block start for MXFP4); ks k steps (4 k each).
-template <int RP, int NJ, int PJ, class Src>
-void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int mrows,
-            bool accumulate) {
-  float32x4_t acc[RP][NJ];
+// C rows [0, mrows) of RP row pairs x NJ column pairs <-> the accumulators.
+template <int RP, int NJ>
+inline void load_acc(float32x4_t (&acc)[RP][NJ], const float* c, int64_t ldc, int mrows,
+                     bool accumulate) {
   CPUKERN_UNROLL for (int q = 0; q < RP; ++q) {
-    float* r0 = 2 * q < mrows ? c + 2 * q * ldc : nullptr;
-    float* r1 = 2 * q + 1 < mrows ? c + (2 * q + 1) * ldc : nullptr;
+    const float* r0 = 2 * q < mrows ? c + 2 * q * ldc : nullptr;
+    const float* r1 = 2 * q + 1 < mrows ? c + (2 * q + 1) * ldc : nullptr;
     CPUKERN_UNROLL for (int g = 0; g < NJ / 2; ++g)
       init_cols4(r0 ? r0 + 4 * g : nullptr, r1 ? r1 + 4 * g : nullptr, accumulate,
                  acc[q][2 * g], acc[q][2 * g + 1]);
   }
+}
+template <int RP, int NJ>
+inline void store_acc(const float32x4_t (&acc)[RP][NJ], float* c, int64_t ldc, int mrows) {
+  CPUKERN_UNROLL for (int q = 0; q < RP; ++q) {
+    float* r0 = 2 * q < mrows ? c + 2 * q * ldc : nullptr;
+    float* r1 = 2 * q + 1 < mrows ? c + (2 * q + 1) * ldc : nullptr;
+    CPUKERN_UNROLL for (int g = 0; g < NJ / 2; ++g)
+      store_cols4(r0 ? r0 + 4 * g : nullptr, r1 ? r1 + 4 * g : nullptr, acc[q][2 * g],
+                  acc[q][2 * g + 1]);
+  }
+}
+
+template <int RP, int NJ, int PJ, class Src>
+void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int mrows,
+            bool accumulate) {
+  float32x4_t acc[RP][NJ];
+  load_acc(acc, c, ldc, mrows, accumulate);
   // The operands of the shorter side stay in registers for the k step, the other side streams
   // one vector at a time (fewest live registers: 4x4 as 16 + 4 + 1, 4x6 as 24 + 4 + 1).
   for (int64_t k = 0; k < ks; ++k) {
@@ -131,14 +149,114 @@ void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int
       }
     }
   }
-  CPUKERN_UNROLL for (int q = 0; q < RP; ++q) {
-    float* r0 = 2 * q < mrows ? c + 2 * q * ldc : nullptr;
-    float* r1 = 2 * q + 1 < mrows ? c + (2 * q + 1) * ldc : nullptr;
-    CPUKERN_UNROLL for (int g = 0; g < NJ / 2; ++g)
-      store_cols4(r0 ? r0 + 4 * g : nullptr, r1 ? r1 + 4 * g : nullptr, acc[q][2 * g],
-                  acc[q][2 * g + 1]);
+  store_acc(acc, c, ldc, mrows);
+}
+
+// The MXFP4 decode GEMV's fast path (as the x86 tiles'): each accumulator is divided by its
+// columns' block scales 2**(s - 127) for the block, so the weights enter unscaled: a k step
+// of a panel (16 bytes, 32 weights) becomes its PJ bf16 operands by and/shift, two zips, four
+// tbl (the bf16 bytes of e) and four zips, instead of fcvtl + fmul per 4 weights. Scaling by
+// a power of two commutes with every rounding of BFMMLA (round-to-odd steps included) while
+// nothing is subnormal or overflows in either domain; BFMMLA flushes subnormals, so the
+// window keeps every nonzero value normal in both (the AVX-512 one): activations 0 or
+// 2**-40 <= |a| <= 2**32, block scales in [95, 159]. Other blocks run kernel() (exact).
+namespace mxfp4_fast {
+
+// Every bf16 of nb blocks of an A block (8 rows, zero rows included) admitted.
+inline bool rows_ok(const bfloat16_t* a, int64_t nb) {
+  if (nb * 32 >= (int64_t(1) << 28)) return false;
+  const uint16_t* p = reinterpret_cast<const uint16_t*>(a);
+  const uint16x8_t lo = vdupq_n_u16((127 - 40) << 7), hi = vdupq_n_u16((127 + 32) << 7);
+  uint16x8_t bad = vdupq_n_u16(0);
+  for (int64_t j = 0; j < nb * 32 * 8; j += 8) {
+    const uint16x8_t v = vandq_u16(vld1q_u16(p + j), vdupq_n_u16(0x7fff));
+    const uint16x8_t out = vorrq_u16(vcltq_u16(v, lo), vcgtq_u16(v, hi));
+    bad = vorrq_u16(bad, vbicq_u16(out, vceqzq_u16(v)));
+  }
+  return vmaxvq_u16(bad) == 0;
+}
+
+// The 2PJ scales of a panel's block in [95, 159].
+template <int PJ>
+inline bool block_ok(const uint8_t* scales) {
+  bool ok = true;
+  CPUKERN_UNROLL for (int i = 0; i < 2 * PJ; ++i) ok &= uint8_t(scales[i] - 95) <= 64;
+  return ok;
+}
+
+// Per column pair jp of a panel: [f(2jp), f(2jp+1), f(2jp), f(2jp+1)], f = 2**(sign (s - 127)).
+template <int PJ>
+inline void factors(const uint8_t* scales, int sign, float32x4_t (&f)[PJ]) {
+  CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp) {
+    const int32_t e0 = sign > 0 ? scales[2 * jp] : 254 - scales[2 * jp];
+    const int32_t e1 = sign > 0 ? scales[2 * jp + 1] : 254 - scales[2 * jp + 1];
+    const int32x2_t e = vshl_n_s32(vset_lane_s32(e1, vdup_n_s32(e0), 1), 23);
+    f[jp] = vreinterpretq_f32_s32(vcombine_s32(e, e));
   }
 }
+
+// The PJ bf16 operands of one k step of a panel (16 bytes: per column pair 4 bytes).
+template <int PJ>
+inline void operands(const uint8_t* q, uint8x16_t tlo, uint8x16_t thi, bfloat16x8_t (&b)[PJ]) {
+  static_assert(PJ == 4 || PJ == 6, "a k step of a panel is 16 or 24 bytes");
+  CPUKERN_UNROLL for (int h = 0; h < PJ / 2; ++h) {  // two column pairs per 8 bytes
+    const uint8x8_t v = vld1_u8(q + 8 * h);
+    // Nibbles in k order: column c k0..k3, column c+1 k0..k3 (per column pair).
+    const uint8x16_t codes = vcombine_u8(vzip1_u8(vand_u8(v, vdup_n_u8(0x0f)), vshr_n_u8(v, 4)),
+                                         vzip2_u8(vand_u8(v, vdup_n_u8(0x0f)), vshr_n_u8(v, 4)));
+    const uint8x16_t lo = vqtbl1q_u8(tlo, codes), hi = vqtbl1q_u8(thi, codes);
+    b[2 * h] = vreinterpretq_bf16_u8(vzip1q_u8(lo, hi));
+    b[2 * h + 1] = vreinterpretq_bf16_u8(vzip2q_u8(lo, hi));
+  }
+}
+
+// RP row pairs x NJ column pairs (NJ / PJ panels), nb blocks; rows >= mrows not stored.
+template <int RP, int NJ, int PJ>
+void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, float* c,
+            int64_t ldc, int mrows, bool accumulate) {
+  constexpr int NPN = NJ / PJ, kBB = Mxfp4Src<PJ>::kBlockBytes;
+  const uint8x16_t tlo = vld1q_u8(mxfp4::kBf16Lo), thi = vld1q_u8(mxfp4::kBf16Hi);
+  float32x4_t acc[RP][NJ];
+  load_acc(acc, c, ldc, mrows, accumulate);
+  auto rescale = [&](const uint8_t* blk, int sign) {
+    CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) {
+      float32x4_t f[PJ];
+      factors<PJ>(blk + pn * panel, sign, f);
+      CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
+        CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp)
+          acc[q][pn * PJ + jp] = vmulq_f32(acc[q][pn * PJ + jp], f[jp]);
+    }
+  };
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const uint8_t* blk = w + bi * kBB;
+    bool fast = true;
+    CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) fast &= block_ok<PJ>(blk + pn * panel);
+    if (!fast) {  // the exact decode for this block, through C
+      store_acc(acc, c, ldc, mrows);
+      bfmmla::kernel<RP, NJ, PJ>(a + bi * 8 * 32, Mxfp4Src<PJ>(blk, panel), 8, c, ldc, mrows,
+                                 true);
+      load_acc(acc, c, ldc, mrows, true);
+      continue;
+    }
+    rescale(blk, -1);
+    for (int k = 0; k < 8; ++k) {
+      const bfloat16_t* ak = a + (bi * 8 + k) * 32;
+      bfloat16x8_t av[RP];
+      CPUKERN_UNROLL for (int q = 0; q < RP; ++q) av[q] = vld1q_bf16(ak + 8 * q);
+      CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) {
+        bfloat16x8_t b[PJ];
+        operands<PJ>(blk + pn * panel + 2 * PJ + k * 4 * PJ, tlo, thi, b);
+        CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp)
+          CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
+            acc[q][pn * PJ + jp] = vbfmmlaq_f32(acc[q][pn * PJ + jp], av[q], b[jp]);
+      }
+    }
+    rescale(blk, +1);
+  }
+  store_acc(acc, c, ldc, mrows);
+}
+
+}  // namespace mxfp4_fast
 
 // Tile traits (gemm_loop.h) of panels of PJ column pairs: 8 rows x 2 PJ columns (4 PJ
 // accumulators), and for blocks of up to 4 rows 2 row pairs x two panels (as many).
@@ -193,6 +311,17 @@ struct Tile : TileDefaults {
     using S = SrcT<PJ>;
     const int64_t ks = nk * (S::kStepsPerBlock ? S::kStepsPerBlock : 1);
     const auto* ab = reinterpret_cast<const bfloat16_t*>(a);
+    if constexpr (std::is_same_v<S, Mxfp4Src<PJ>> && M <= 4) {
+      if (mxfp4_fast::rows_ok(ab, nk)) {
+        const auto* wq = reinterpret_cast<const uint8_t*>(w);
+        constexpr int RP = (M + 1) / 2;  // row pairs that hold rows (one for 1-2 rows)
+        if (np == 2)
+          mxfp4_fast::kernel<RP, 2 * PJ, PJ>(ab, wq, panel, nk, c, ldc, M, accumulate);
+        else
+          mxfp4_fast::kernel<RP, PJ, PJ>(ab, wq, panel, nk, c, ldc, M, accumulate);
+        return;
+      }
+    }
     if constexpr (M > 4) {
       for (int j = 0; j < np; ++j)
         kernel<4, PJ, PJ>(ab, S(w + j * panel, panel), ks, c + j * kNR, ldc, M, accumulate);

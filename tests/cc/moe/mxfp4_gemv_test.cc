@@ -36,7 +36,10 @@ std::vector<bf16_t> rows_of(int kind, int64_t m, int64_t k, std::mt19937& rng) {
   std::vector<bf16_t> a(size_t(m * k));
   for (auto& x : a) {
     float v = nd(rng);
-    if (kind == 1) v = (rng() % 3 == 0 ? 0x1p-64f : rng() % 2 ? 0x1p-40f : 0x1p32f) * (rng() % 2 ? 1 : -1);
+    if (kind == 1) {
+      const float bound[] = {0x1p-64f, 0x1p-40f, 0x1p32f};
+      v = bound[rng() % 3] * (rng() % 2 ? 1 : -1);
+    }
     if (kind == 7) v = std::copysign(0x1p-39f * (1.0f + std::fabs(v) / 8), v);
     if (kind == 5) v *= 0x1p-120f;
     if (kind == 6) v *= 0x1p110f;
@@ -94,10 +97,11 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
       bk.gemm(ap.data(), m, k, wb.data(), 0, p1, c1.data(), ldc, acc);
       mk.gemm(ap.data(), m, k, wm.data(), 0, p1, c2.data(), ldc, acc);
       // Bitwise, except the sign of a zero and of a NaN: e2m1 code 8 (-0) dequantizes to -0
-      // but the x86 tiles decode it as +0, so with products that underflow (kind 5) an
-      // element can be -0 in one and +0 in the other (in the exact decode too); and a NaN
-      // activation times a negative weight keeps or flips its sign depending on whether the
-      // compiler negates the product or the weight (IEEE leaves a NaN's sign unspecified).
+      // but the x86 tiles and the NEON fast path decode it as +0, so with products that
+      // underflow (kind 5) an element can be -0 in one and +0 in the other (in the exact decode
+      // too); and a NaN activation times a negative weight keeps or flips its sign depending on
+      // whether the compiler negates the product or the weight (IEEE leaves a NaN's sign
+      // unspecified).
       for (size_t q = 0; q < c1.size(); ++q)
         if ((c1[q] == 0.0f && c2[q] == 0.0f) || (std::isnan(c1[q]) && std::isnan(c2[q])))
           c2[q] = c1[q];
