@@ -232,20 +232,21 @@ inline bool block_ok(const uint8_t* scales) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(s, _mm256_set1_epi8(64)), s)) == -1;
 }
 
-// Columns [0-15], [16-31] -> the unpack order, and back.
-inline void to_unpack_order(__m512& x0, __m512& x1) {
-  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
+// (x0, x1) <- (permutex2var(x0, i0, x1), permutex2var(x0, i0 + step, x1)).
+inline void permute_pair(__m512& x0, __m512& x1, __m512i i0, int step) {
+  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(step));
   const __m512 y0 = _mm512_permutex2var_ps(x0, i0, x1), y1 = _mm512_permutex2var_ps(x0, i1, x1);
   x0 = y0;
   x1 = y1;
 }
+// Columns [0-15], [16-31] -> the unpack order, and back.
+inline void to_unpack_order(__m512& x0, __m512& x1) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  permute_pair(x0, x1, i0, 4);
+}
 inline void from_unpack_order(__m512& x0, __m512& x1) {
   const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(8));
-  const __m512 y0 = _mm512_permutex2var_ps(x0, i0, x1), y1 = _mm512_permutex2var_ps(x0, i1, x1);
-  x0 = y0;
-  x1 = y1;
+  permute_pair(x0, x1, i0, 8);
 }
 
 // 2**(sign * (s - 127)) of the block's 32 columns, in the unpack order.
