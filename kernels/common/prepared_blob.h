@@ -11,6 +11,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cpukern::blob {
 
@@ -78,5 +80,33 @@ const unsigned char* section(const Header& h, const unsigned char* buf, int i, i
 std::string name(const char (&field)[16]);
 std::string name(const char (&field)[32]);
 std::string name(const char (&field)[96]);
+
+// The rows an import chooses between: made_by, the registry row (or one of `extra`) named by
+// the header whose micro-kernel and layout match (same_kernel(row, ukernel, layout)) and that
+// this CPU runs, or nullptr; want, the row to use: made_by unless `isa` forces one (a row of
+// `extra` by name, else registry.select(isa), which throws naming "isa") or made_by is null.
+template <class Row, class Registry, class SameKernel>
+std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& registry,
+                                              const std::vector<Row>* extra,
+                                              const std::string& isa, SameKernel same_kernel) {
+  const std::string variant = name(h.variant), ukernel = name(h.ukernel), layout = name(h.layout);
+  const Row* made_by = nullptr;
+  auto consider = [&](const Row& r) {
+    if (!made_by && variant == r.name && same_kernel(r, ukernel, layout) && r.supported())
+      made_by = &r;
+  };
+  for (const Row& r : registry.variants()) consider(r);
+  if (extra)
+    for (const Row& r : *extra) consider(r);
+  const Row* want = made_by;
+  if (!isa.empty() || !made_by) {
+    want = nullptr;
+    if (extra && !isa.empty())
+      for (const Row& r : *extra)
+        if (isa == r.name) want = &r;
+    if (!want) want = &registry.select(isa);
+  }
+  return {made_by, want};
+}
 
 }  // namespace cpukern::blob

@@ -62,25 +62,12 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
   if (verify) blob::verify_payload(h, buf, arg);
   const Dims d{stages, n, m, ternary_codes::words_for(m)};
 
-  const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
-                    layout = blob::name(h.layout);
-  const Variant* made_by = nullptr;
-  auto consider = [&](const Variant& r) {
-    if (!made_by && variant == r.name && ukernel == r.ukernel.name &&
-        layout == r.ukernel.layout->name && r.supported())
-      made_by = &r;
-  };
-  for (const Variant& r : registry().variants()) consider(r);
-  if (extra_rows)
-    for (const Variant& r : *extra_rows) consider(r);
-  const Variant* want = made_by;
-  if (!isa.empty() || !made_by) {
-    want = nullptr;
-    if (extra_rows && !isa.empty())
-      for (const Variant& r : *extra_rows)
-        if (isa == r.name) want = &r;
-    if (!want) want = &registry().select(isa);  // throws naming "isa"
-  }
+  const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
+  const auto [made_by, want] = blob::import_rows(
+      h, registry(), extra_rows, isa,
+      [](const Variant& r, const std::string& uk, const std::string& lo) {
+        return uk == r.ukernel.name && lo == r.ukernel.layout->name;
+      });
   const int64_t scale_bytes = 4 * stages * 4 * n;
 
   if (want == made_by) {
