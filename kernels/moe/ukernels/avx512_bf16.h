@@ -203,9 +203,10 @@ inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int6
 // no multiply per weight), and 2 multiplies per accumulator per 32-k block rescale. Scaling
 // by a power of two commutes with every rounding while nothing is subnormal or overflows in
 // either domain; vdpbf16ps also flushes subnormal inputs and results (DAZ, FTZ), so the window
-// keeps every nonzero value normal in both: activations 0 or 2**-40 <= |a| <= 2**32 (lsb of a
-// product in the bf16 kernel's domain >= 2**-80, times 2**-32 still normal; sums < 2**98 for
-// K < 2**28) and the block's scales in [95, 159]. Other blocks or rows run the exact decode
+// keeps every nonzero value normal in both: activations 0 or 2**-40 <= |a| <= 2**32 and the
+// block's scales in [95, 159] (every value is a multiple of 2**-80 in the bf16 kernel's domain,
+// of 2**-112 in the scaled one; every sum stays below 1.5 * 2**126 in both for K < 2**28,
+// since |a e S| <= 6 * 2**64 and 1/S <= 2**32). Other blocks or rows run the exact decode
 // above (same bits, slower). Accumulators hold the unpacks' column order
 // ([0-3 | 8-11 | 16-19 | 24-27], [4-7 | 12-15 | 20-23 | 28-31]), restored at the store.
 namespace mxfp4_fast {
