@@ -208,7 +208,7 @@ inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int6
 // range or needs bits below its subnormal step, so the results equal the bf16 kernel's bit
 // for bit. fast_rows_ok and fast_block_ok admit exactly the inputs where that holds:
 //  - activations 0 or 2**-64 <= |a| <= 2**32 (bf16: the lsb of a product a * e * S is then
-//    >= 2**-104 and of a * e >= 2**-136; every sum stays below 2**124 in both domains for
+//    >= 2**-104 and of a * e >= 2**-136; every sum stays below 1.5 * 2**126 in both domains for
 //    K < 2**28);
 //  - the block's scales within 2**+-32 (s in [95, 159]).
 // Anything else (non-finite or extreme activations, extreme scales) runs the exact per-weight
