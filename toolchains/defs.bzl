@@ -32,7 +32,7 @@ ISA_COPTS = {
     # AArch64 (NEON is baseline armv8-a).
     "neon": [],
     "neon_dotprod": ["-march=armv8.2-a+dotprod"],
-    "neon_bf16": ["-march=armv8.2-a+bf16"],
+    "neon_bf16": ["-march=armv8.2-a+bf16+i8mm"],  # with I8MM: see isa.h
     "neon_i8mm": ["-march=armv8.2-a+i8mm+dotprod"],
     # Test-only: the AVX-512 kernels' sources compiled against SIMDe's portable _mm512_*
     # (any host; no registry row requires it).

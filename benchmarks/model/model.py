@@ -64,11 +64,14 @@ LAYOUTS = {
     ("widely_linear", "t2p16x4", "arm"): {"cmtst": 4},
     ("widely_linear", "t2p16x4", "arm", "gemv"): {"cmtst": 2},
 }
-# MoE: FLOP per instruction (a multiply-add = 2 FLOP).
+# MoE: FLOP per instruction (a multiply-add = 2 FLOP; for the int8 tiles integer OP, counted
+# alike so that int8 and bf16 tiles compare).
 FLOPS = {
     "bfmmla": 32,  # 2x4 by 4x2 bf16 -> 2x2 fp32: 16 multiply-adds
     "bfdot": 16,   # 4 lanes x 2 products
     "fmla": 8,     # .4s: 4 lanes (by element or vector)
+    "smmla": 64,   # 2x8 by 8x2 int8 -> 2x2 int32: 32 multiply-adds
+    "sdot": 32,    # .4s: 4 lanes x 4 int8 products (by element or vector)
     "vfmadd231ps": "lanes4", "vfmadd213ps": "lanes4", "vfmadd132ps": "lanes4",
     "vdpbf16ps": "lanes4x2",
 }

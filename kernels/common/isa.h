@@ -22,7 +22,10 @@ inline constexpr uint64_t avx512_bf16 = avx512 | kAVX512BF16 | kAVX512VNNI;  // 
 // AArch64 (NEON is baseline armv8-a)
 inline constexpr uint64_t neon = kNEON;
 inline constexpr uint64_t neon_dotprod = kNEON | kDotProd;
-inline constexpr uint64_t neon_bf16 = kNEON | kBF16;
+// neon_bf16 also requires I8MM: its library holds the MoE SMMLA int8 tile. Armv8.6-A makes
+// BF16 and I8MM mandatory together and every BF16 core ships both (Neoverse V1/N2/V2, Cortex-
+// A510/A710+, Graviton3/4, Grace), so no real CPU loses the bf16 rows; one row set, not two.
+inline constexpr uint64_t neon_bf16 = kNEON | kBF16 | kI8MM;
 inline constexpr uint64_t neon_i8mm = kNEON | kDotProd | kI8MM;
 
 }  // namespace cpukern::isa

@@ -38,7 +38,7 @@ isa_flags() {
     avx512_bf16) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma" ;;
     neon | neon_fma) echo "" ;;
     neon_dotprod) echo "-march=armv8.2-a+dotprod" ;;
-    neon_bf16 | neon_bfmmla) echo "-march=armv8.2-a+bf16" ;;
+    neon_bf16 | neon_bfmmla) echo "-march=armv8.2-a+bf16+i8mm" ;;
     neon_i8mm) echo "-march=armv8.2-a+i8mm+dotprod" ;;
     *) echo "UNKNOWN" ;;
   esac

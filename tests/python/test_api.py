@@ -45,9 +45,12 @@ def test_kernels_rejects_unknown_op():
 def test_arm_dispatch_follows_bf16():
     info = cpukern.cpu_info()
     if info["arch"] != "aarch64":
-        pytest.skip("aarch64 only: checks BFMMLA is selected exactly when FEAT_BF16 is present")
+        pytest.skip("aarch64 only: checks BFMMLA (+SMMLA) is selected exactly when FEAT_BF16 and "
+                    "FEAT_I8MM are present, else SDOT with dotprod")
     selected = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
-    assert selected == ("neon_bf16_bfmmla" if "bf16" in info["features"] else "neon")
+    f = info["features"]
+    assert selected == ("neon_bf16_bfmmla" if "bf16" in f and "i8mm" in f else
+                        "neon_dotprod" if "dotprod" in f else "neon")
 
 
 def test_forcing_an_unknown_isa_names_the_argument():

@@ -6,10 +6,11 @@ Usage: check_bfmmla.py [--objdump PATH] UKERNELS_INC ARCHIVE...
 The archives are the ISA libraries, libukernels_<isa>.a. For every row of the kernel list
 (kernels/moe/ukernels/ukernels.inc) whose isa is neon_bf16, the archive member compiled from
 the row's file (<ukernel>.o) must contain `bfmmla` in its GEMM code (the blocked loop or the
-BFMMLA register kernels), except in the int8 column (an integer tile, `_qd8_` in its name, that
-may come from libukernels_neon.a); for every row whose isa is neon, the member must be in
-libukernels_neon.a, and that library must contain no BF16 instruction at all (it runs on CPUs
-without FEAT_BF16). Fails when no row was checked.
+BFMMLA register kernels), except in the int8 column (`_qd8_` in its name), which must contain
+`smmla`; a neon_dotprod row's int8 member must be in libukernels_neon_dotprod.a and contain
+`sdot`, its other columns come from libukernels_neon.a; for every row whose isa is neon, the
+member must be in libukernels_neon.a, and that library must contain no BF16, SDOT or SMMLA
+instruction at all (it runs on ARMv8.0 CPUs). Fails when no row was checked.
 """
 import argparse
 import os
@@ -23,7 +24,8 @@ ROW = re.compile(r"^CPUKERN_VARIANT\(([^)]*)\)", re.M)
 MEMBER = re.compile(r"^(\S+?)(?:\.pic)?\.o:\s+file format")
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{8}\s+)?(\S+)")
-BF16 = re.compile(r"^(bfmmla|bfdot|bfmlal[bt]|bfcvt\w*)$")
+BF16 = re.compile(r"^(bfmmla|bfdot|bfmlal[bt]|bfcvt\w*|[su]dot|usdot|[su]mmla|usmmla)$")
+INT8 = {"neon_bf16": "smmla", "neon_dotprod": "sdot"}  # the int8 tile's instruction per isa
 GEMM = re.compile(r"blocked_gemm<|bfmmla::(\(anonymous namespace\)::)?kernel<")  # the loop, the register kernels
 
 
@@ -65,21 +67,24 @@ def main():
             libs[m.group(1)] = functions(args.objdump, path)
     ok, checked = True, 0
     for arch, name, isa, _, ukernel in rows:
-        if isa not in ("neon_bf16", "neon"):
+        if isa not in ("neon_bf16", "neon_dotprod", "neon"):
             continue
         checked += 1
-        funcs = libs.get(isa, {}).get(ukernel)
-        if funcs is None and "_qd8_" in ukernel:  # an int8 column may use the neon library's tile
-            funcs = libs.get("neon", {}).get(ukernel)
+        int8 = "_qd8_" in ukernel
+        lib = "neon" if isa == "neon_dotprod" and not int8 else isa
+        funcs = libs.get(lib, {}).get(ukernel)
         if funcs is None:
-            print(f"FAIL {name}: no member {ukernel}.o in libukernels_{isa}.a")
+            print(f"FAIL {name}: no member {ukernel}.o in libukernels_{lib}.a")
             ok = False
             continue
-        if isa == "neon":
+        if isa == "neon" or lib == "neon":
             print(f"ok   {name}: {ukernel}.o in libukernels_neon.a")
             continue
-        if "_qd8_" in ukernel:  # int8 column: integer tiles (SDOT/SMMLA or portable), no bfmmla
-            print(f"ok   {name}: int8 {ukernel}.o (no bfmmla needed)")
+        if int8:  # SMMLA / SDOT tile: its instruction in the code
+            want = INT8[isa]
+            n = sum(1 for insns in funcs.values() for i in insns if i == want)
+            print(f"{'ok  ' if n else 'FAIL'} {name}: int8 {ukernel}.o: {n} {want}")
+            ok &= n > 0
             continue
         counts = {f: sum(1 for i in insns if i == "bfmmla") for f, insns in funcs.items()
                   if GEMM.search(f)}
@@ -92,10 +97,10 @@ def main():
         for f, insns in funcs.items():
             n = sum(1 for i in insns if BF16.match(i))
             if n:
-                print(f"FAIL libukernels_neon.a {member}: {f}: {n} BF16 instructions")
+                print(f"FAIL libukernels_neon.a {member}: {f}: {n} BF16/SDOT/SMMLA instructions")
                 ok = False
     if checked == 0:
-        print("FAIL: no neon / neon_bf16 row checked")
+        print("FAIL: no neon / neon_dotprod / neon_bf16 row checked")
         return 1
     print(("PASS" if ok else "FAIL") + f": {checked} rows checked")
     return 0 if ok else 1

@@ -1,6 +1,5 @@
-// int8 (W8A8) on NEON rows until their SDOT / SMMLA tiles exist: the portable tile
-// (int8_generic.h) compiled with the NEON library's flags. Also the int8 column of the
-// neon_bf16 rows (BF16 CPUs run NEON code).
+// int8 (W8A8) on the plain neon row (ARMv8.0, no SDOT: Cortex-A72 class): the portable tile
+// (int8_generic.h) compiled with the NEON library's flags.
 #include "kernels/moe/ukernels/int8_generic.h"
 #include "kernels/moe/ukernels/ukernels.h"
 

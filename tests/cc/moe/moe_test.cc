@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -382,6 +383,28 @@ TEST(MoeRegistry, NamesAndDefault) {
     if (v.selected && !std::getenv("CPUKERN_ISA")) EXPECT_EQ(v.priority, best) << v.name;
 }
 
+// The QEMU legs' CPU models select the AArch64 row their features call for: -cpu max (BF16,
+// I8MM) the BFMMLA/SMMLA row, neoverse-n1 (dotprod only) the SDOT row, cortex-a72 (ARMv8.0)
+// plain neon.
+TEST(MoeRegistry, QemuModelSelectsItsRow) {
+  const char* model = std::getenv("CPUKERN_QEMU_CPU");
+  if (!model || std::getenv("CPUKERN_ISA")) GTEST_SKIP() << "not under qemu-user, or forced";
+#if defined(__aarch64__)
+  const std::string want = std::string(model) == "max"           ? "neon_bf16_bfmmla"
+                           : std::string(model) == "neoverse-n1" ? "neon_dotprod"
+                           : std::string(model) == "cortex-a72"  ? "neon"
+                                                                  : "";
+  if (want.empty()) GTEST_SKIP() << "no expectation for -cpu " << model;
+  std::string got;
+  for (const auto& v : list_variants())
+    if (v.selected) got = v.name;
+  EXPECT_EQ(got, want) << "-cpu " << model;
+  std::printf("-cpu %s selects %s\n", model, got.c_str());
+#else
+  GTEST_SKIP() << "AArch64 rows only";
+#endif
+}
+
 // Each row of the kernel list is in the registry with its symbol's Ukernel, named after it.
 TEST(MoeRegistry, RowsAreTheKernelList) {
   size_t n = 0;
@@ -693,12 +716,15 @@ TEST_P(MoeInt8UkernelTest, GemmEqualsScalarReferenceBitwise) {
   ASSERT_EQ(uk.format, WeightFormat::kInt8);
   const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
   std::mt19937 rng(21);
-  const std::vector<int64_t> ks = qemu ? std::vector<int64_t>{1, 3, 32, 64, 301, 2883}
-                                       : std::vector<int64_t>{1, 3, 32, 64, 301, 2880, 2883};
-  for (int64_t o : {1, 37, 45})
+  // k 7 and 27: 2 and 3 k steps of 4 past a multiple of 16 (SDOT's ragged lane group); o 70:
+  // 4 and 8 panels of 16 and 8 columns after p0 (the 1-row tiles' 4-panel register tile).
+  const std::vector<int64_t> ks = qemu ? std::vector<int64_t>{1, 3, 7, 27, 32, 64, 301, 2883}
+                                       : std::vector<int64_t>{1, 3, 7, 27, 32, 64, 301, 2880, 2883};
+  for (int64_t o : {1, 37, 45, 70})
   for (int64_t k : ks)
   for (int64_t m = 1; m <= 17; ++m) {
     if (qemu && k > 1000 && m % 4 != 1) continue;
+    if (qemu && o == 70 && k > 64 && m > 4) continue;
     auto wf = random_bf16(size_t(o * k), 1.0f, rng);
     Q8 w = make_q8(wf, o, k);
     for (int64_t c = 0; c < o; c += 3) w.q[size_t(c * k + (c % k))] = c % 2 ? 127 : -127;
