@@ -78,7 +78,7 @@ def main():
     probe = json.loads(subprocess.run([a.probe, "--json"], check=True, capture_output=True,
                                       text=True).stdout)
     print("probe:", json.dumps(probe))
-    flt = f"^({a.rows})/int8/(4096x14336|32768x14336)/B1/T[12]/(hot|cold)$"
+    flt = f"^({a.rows})/int8/(4096x14336|32768x14336)/B1/T[12]/(hot|cold)"
     r = subprocess.run([a.bench, "--benchmark_filter=" + flt, "--benchmark_min_time=" + a.min_time,
                         "--benchmark_format=json"], check=True, capture_output=True, text=True)
     rows = json.loads(r.stdout)["benchmarks"]
@@ -90,23 +90,23 @@ def main():
                 gg[t] = run_ggml(a.ggml_build, [(4096, 14336), (32768, 14336)], t, work)
         print("load after ggml:", *loadavg())
     gbs = probe["read_GB_s"]
-    print("\n| kernel | shape | threads | weights | us | Gweights/s | GB/s | of probe (same threads) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| kernel | shape | threads | weights | us (real) | us (CPU) | Gweights/s | GB/s | of probe (same threads) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for b in rows:
         name = b["name"].replace("/real_time", "")
         row, _, shape, _, th, temp = name.split("/")
         t = th[1:]
         us = b["real_time"]
-        gbps = b["GB/s"] / 1e9
-        print(f"| {row} int8 | {shape} | {t} | {temp} | {us:.0f} | {b['Gweights/s'] / 1e9:.1f} | "
-              f"{gbps:.1f} | {gbps / gbs[t]:.2f} |")
+        gbps = b["GB/s"]
+        print(f"| {row} int8 | {shape} | {t} | {temp} | {us:.0f} | {b['cpu_time']:.0f} | "
+              f"{b['Gweights/s']:.1f} | {gbps:.1f} | {gbps / gbs[t]:.2f} |")
     for t, res in gg.items():
         for name, us in res.items():
             ty, shape = name.split("_", 1)[0] + "_0", name.split("_")[-1]
             m, k = map(int, shape.split("x"))
             bits = 1.6875 if ty == "TQ1_0" else 2.0625
             gbps = m * k * bits / 8 / us / 1e3
-            print(f"| ggml {ty} | {shape} | {t} | {'hot' if m == 4096 else 'streamed'} | {us:.0f} | "
+            print(f"| ggml {ty} | {shape} | {t} | {'hot' if m == 4096 else 'streamed'} | {us:.0f} | | "
                   f"{m * k / us / 1e3:.1f} | {gbps:.1f} | {gbps / gbs[str(t)]:.2f} |")
 
 

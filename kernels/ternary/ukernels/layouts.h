@@ -44,6 +44,11 @@ inline constexpr int64_t q2b_row_bytes(int64_t k, int64_t cols) {
 // floor(3 b_d / 256) with b_d = 3^d b mod 256 (b = byte ^ 0x80), exact for v <= 242; the
 // 0x80 bias makes the thresholds signed-byte compares and survives the *3 (3^d odd).
 // Columns past k (to the block's end) get w = 0.
+// The fp32 path keeps its own layout: b3p5 can be decoded without multiplies (the *3 is two
+// adds, the digits two compares), but that yields one mask per weight, i.e. one masked fp32
+// add per weight and lane (the pext kernel's cost), while the fp32 lookup kernels need the
+// trits of 3 adjacent columns of one row per lane (lut3r8, lut27r16's 27-entry codes); a byte
+// of 5 trits would need a 243-entry table per 5 activations, too large for register lookups.
 inline constexpr int64_t b3p5_row_bytes(int64_t k, int64_t cols) {
   return (k + cols - 1) / cols * (cols / 5);
 }
