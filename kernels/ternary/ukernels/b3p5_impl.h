@@ -10,6 +10,9 @@
 // 2 adds + 2 compares + 2 subtracts, all on the simple-ALU ports, and vpmaddubsw(t, x)
 // (|pair| <= 508) sums 5 digits x 8 blocks in int16 (<= 20320) before vpmaddwd widens.
 // sum_j w_j x_j = sum_j t_j x_j - sum_j x_j (the driver's xsum).
+// Cost (llvm-mca 19, znver3, batch 1): 38 cycles per 4 rows x 160 columns, all four vector
+// pipes busy (q2b128: 15 per 4 x 128), so on Zen 3 this is slower than q2b hot and, at one
+// thread, cold too (README): the rows using it are selectable, not the default.
 // The last block may run past the zero-padded activations (kpad is a multiple of 256, a
 // block 160 or 320 columns): it reads a zero-padded local copy instead.
 #include <algorithm>
