@@ -32,14 +32,6 @@ struct CodeTable {
 };
 inline constexpr CodeTable kCode{};
 
-// The inverse, for tests and the scalar kernel's spec: digit d (0 = most significant) of a
-// stored byte.
-inline int trit(uint8_t stored, int d) {
-  uint32_t b = stored ^ 0x80u;
-  for (int i = 0; i < d; ++i) b = (3 * b) & 255u;
-  return int((3 * b) >> 8);
-}
-
 // Writes every byte of the layout for rows [0, m); columns past k get w = 0 (t = 1).
 template <int64_t kCols>
 CPUKERN_SCALAR_LOOKUPS void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
