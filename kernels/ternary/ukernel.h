@@ -18,6 +18,9 @@
 //   q2b128    per row, per 128 columns 32 bytes; byte i holds (w+1) of columns i, i+32,
 //             i+64, i+96 in bits 0-1, 2-3, 4-5, 6-7
 //   q2b256    the same with 256 columns per 64 bytes
+//   b3p5c160  per row, per 160 columns 32 bytes of 5 base-3 trits each (1.6 bits/weight);
+//             byte i holds columns i, i+32, ..., i+128 (layouts.h: encoding and decode)
+//   b3p5c320  the same with 320 columns per 64 bytes
 //
 // Rules every micro-kernel follows:
 //  - The tile grid starts at row 0; the driver passes ranges that start on a tile boundary.

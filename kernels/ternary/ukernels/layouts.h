@@ -38,6 +38,21 @@ inline constexpr int64_t q2b_row_bytes(int64_t k, int64_t cols) {
   return (k + cols - 1) / cols * (cols / 4);
 }
 
+// b3p5c<C> (C = 160 or 320): per row, per block of C columns C/5 bytes, 5 trits t = w + 1 per
+// byte (1.6 bits/weight); byte i holds the columns i + d C/5 (d = 0..4) as
+// v = sum_d t_d 3^(4-d), stored as ceil(v 256 / 243) ^ 0x80. Digit d is then
+// floor(3 b_d / 256) with b_d = 3^d b mod 256 (b = byte ^ 0x80), exact for v <= 242; the
+// 0x80 bias makes the thresholds signed-byte compares and survives the *3 (3^d odd).
+// Columns past k (to the block's end) get w = 0.
+// The fp32 path keeps its own layout: b3p5 can be decoded without multiplies (the *3 is two
+// adds, the digits two compares), but that yields one mask per weight, i.e. one masked fp32
+// add per weight and lane (the pext kernel's cost), while the fp32 lookup kernels need the
+// trits of 3 adjacent columns of one row per lane (lut3r8, lut27r16's 27-entry codes); a byte
+// of 5 trits would need a 243-entry table per 5 activations, too large for register lookups.
+inline constexpr int64_t b3p5_row_bytes(int64_t k, int64_t cols) {
+  return (k + cols - 1) / cols * (cols / 5);
+}
+
 // Bytes of each layout for (m, k), by layout word, whatever micro-kernels this build has (an
 // imported buffer prepared on another CPU is sized with these before it is unpacked; the
 // tests check them against every micro-kernel's packed_size). Null for an unknown word.
@@ -55,6 +70,8 @@ inline int64_t lut4r16_size(int64_t m, int64_t k) {
 }
 inline int64_t q2b128_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 128); }
 inline int64_t q2b256_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 256); }
+inline int64_t b3p5c160_size(int64_t m, int64_t k) { return m * b3p5_row_bytes(k, 160); }
+inline int64_t b3p5c320_size(int64_t m, int64_t k) { return m * b3p5_row_bytes(k, 320); }
 inline SizeFn size_fn(const char* layout) {
   struct Row {
     const char* name;
@@ -63,7 +80,8 @@ inline SizeFn size_fn(const char* layout) {
   static constexpr Row kRows[] = {{"t2p16", t2p16_size},     {"t2p16r16", t2p16r16_size},
                                   {"lut3r8", lut3r8_size},   {"lut27r16", lut27r16_size},
                                   {"lut4r16", lut4r16_size}, {"q2b128", q2b128_size},
-                                  {"q2b256", q2b256_size}};
+                                  {"q2b256", q2b256_size},   {"b3p5c160", b3p5c160_size},
+                                  {"b3p5c320", b3p5c320_size}};
   for (const Row& r : kRows)
     if (std::strcmp(r.name, layout) == 0) return r.fn;
   return nullptr;

@@ -173,7 +173,9 @@ TEST_P(VariantTest, Fp32AndInt8MatchFloat64Reference) {
 // reference variant's result bit for bit (fp32 and int8), for every scale mode.
 TEST_P(VariantTest, BitwiseEqualToReferenceOnExactInputs) {
   std::mt19937 rng(99);
-  for (int64_t k : {1, 17, 33, 4096 + 7})
+  // k = 255, 256, 320, 14336: the b3p5 kernels' last block reaches past the zero-padded
+  // activations (a multiple of 256) and reads a local copy.
+  for (int64_t k : {1, 17, 33, 255, 256, 320, 4096 + 7, 14336})
     for (int64_t m : {1, 9, 33}) {
       const auto w = make_weights(m, k, Fill::kRandom, rng);
       const auto p = pack_weights(w, m, k);
@@ -439,6 +441,17 @@ std::vector<uint8_t> reference_layout(const std::string& layout, const std::vect
         uint8_t& byte = out[size_t(r * rb + (j / C) * (C / 4) + c % (C / 4))];
         byte = uint8_t((byte & ~(3u << (2 * q))) | (uint32_t(wt(r, j) + 1) << (2 * q)));
       }
+  } else if (layout == "b3p5c160" || layout == "b3p5c320") {
+    const int64_t C = layout == "b3p5c160" ? 160 : 320, VB = C / 5, rb = (k + C - 1) / C * VB;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < rb; ++i) {
+        int v = 0;  // sum_d t_d 3^(4-d), t = w + 1 (1 past k)
+        for (int64_t d = 0; d < 5; ++d) {
+          const int64_t j = i / VB * C + d * VB + i % VB;
+          v = 3 * v + (j < k ? wt(r, j) + 1 : 1);
+        }
+        out[size_t(r * rb + i)] = uint8_t(((v * 256 + 242) / 243) ^ 0x80);
+      }
   } else {
     ADD_FAILURE() << "no reference for layout " << layout << ": add it here";
   }
@@ -451,6 +464,25 @@ std::vector<uint8_t> reference_layout(const std::string& layout, const std::vect
 // unpack restores the public words. Edge shapes: m = 1, k = 1, ragged row tiles, k around
 // each layout's column group (3, 4, 16, 18, 30, 128, 256) and a large k.
 class PackerTest : public ::testing::TestWithParam<std::string> {};
+
+// The b3p5 decode (layouts.h) for every 5-trit code: byte = ceil(v 256 / 243) ^ 0x80; digit
+// d = [s > -43] + [s > 42] with s = 3^d (byte as int8) mod 256, and = floor(3 b_d / 256).
+TEST(B3p5Layout, DecodeOfEveryCode) {
+  for (int v = 0; v < 243; ++v) {
+    const uint8_t stored = uint8_t(((v * 256 + 242) / 243) ^ 0x80);
+    int8_t s = int8_t(stored);
+    uint32_t b = stored ^ 0x80u;
+    for (int d = 0; d < 5; ++d) {
+      int p = 1;
+      for (int i = d; i < 4; ++i) p *= 3;
+      const int t = v / p % 3;
+      EXPECT_EQ((s > -43) + (s > 42), t) << "v=" << v << " d=" << d;
+      EXPECT_EQ(int((3 * b) >> 8), t) << "v=" << v << " d=" << d;
+      s = int8_t(uint8_t(3 * uint8_t(s)));
+      b = (3 * b) & 255u;
+    }
+  }
+}
 
 // packed_size of `layout`, from a micro-kernel that reads it and that this CPU may call
 // (SIMDe rows first: portable code).
