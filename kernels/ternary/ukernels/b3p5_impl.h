@@ -19,6 +19,8 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#define INT8_VEC_BITS B3P5_BITS
+#include "kernels/ternary/ukernels/int8_vec_x86.h"
 #include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
@@ -30,49 +32,18 @@ namespace cpukern::ternary {
 namespace {
 
 #if B3P5_BITS == 512
-using VI = __m512i;
-inline VI v_load(const void* p) { return _mm512_loadu_si512(p); }
-inline VI v_zero() { return _mm512_setzero_si512(); }
-inline VI v_set1_8(int v) { return _mm512_set1_epi8(char(v)); }
-inline VI v_set1_16(int v) { return _mm512_set1_epi16(short(v)); }
 inline VI v_add8(VI a, VI b) { return _mm512_add_epi8(a, b); }
-inline VI v_add16(VI a, VI b) { return _mm512_add_epi16(a, b); }
-inline VI v_add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
-inline VI v_maddubs(VI a, VI b) { return _mm512_maddubs_epi16(a, b); }
-inline VI v_madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
 // t = [s > lo] + [s > hi] with mask registers.
 inline VI v_trit(VI s, VI lo, VI hi, VI one) {
   const auto k1 = _mm512_cmpgt_epi8_mask(s, lo), k2 = _mm512_cmpgt_epi8_mask(s, hi);
   const VI t = _mm512_maskz_mov_epi8(k1, one);
   return _mm512_mask_add_epi8(t, k2, t, one);
 }
-inline int32_t v_hsum32(VI a) {
-  alignas(64) int32_t t[16];
-  _mm512_store_si512(t, a);
-  int32_t s = 0;
-  for (int i = 0; i < 16; ++i) s += t[i];
-  return s;
-}
 #else
-using VI = __m256i;
-inline VI v_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline VI v_zero() { return _mm256_setzero_si256(); }
-inline VI v_set1_8(int v) { return _mm256_set1_epi8(char(v)); }
-inline VI v_set1_16(int v) { return _mm256_set1_epi16(short(v)); }
 inline VI v_add8(VI a, VI b) { return _mm256_add_epi8(a, b); }
-inline VI v_add16(VI a, VI b) { return _mm256_add_epi16(a, b); }
-inline VI v_add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
-inline VI v_maddubs(VI a, VI b) { return _mm256_maddubs_epi16(a, b); }
-inline VI v_madd16(VI a, VI b) { return _mm256_madd_epi16(a, b); }
 // t = [s > lo] + [s > hi] = |mask1 + mask2|.
 inline VI v_trit(VI s, VI lo, VI hi, VI) {
   return _mm256_abs_epi8(_mm256_add_epi8(_mm256_cmpgt_epi8(s, lo), _mm256_cmpgt_epi8(s, hi)));
-}
-inline int32_t v_hsum32(VI a) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
 }
 #endif
 
