@@ -43,12 +43,8 @@ import numpy as np
 
 import cpukern
 from cpukern import _ext, moe, ternary
+from ggml_cli import build_shim, ggml_enums, ggml_source_commit, run_ggml, test_line
 
-SHIM = r"""
-#include <stdlib.h>
-/* test-backend-ops: N_THREADS = std::thread::hardware_concurrency() = get_nprocs() */
-int get_nprocs(void) { const char* s = getenv("CPUKERN_PEER_THREADS"); return s ? atoi(s) : 1; }
-"""
 
 TERNARY = [  # (name, M, K, B, temperature)
     ("4096x14336 B=1", 4096, 14336, 1, "hot"),
@@ -83,51 +79,6 @@ def probe(binary: Optional[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- ggml
 
-def ggml_enums(build: str) -> tuple[dict[str, int], dict[str, int]]:
-    """(ggml_type, ggml_op) name -> value, parsed from the build's own include/ggml.h."""
-    src = None
-    for line in open(os.path.join(build, "CMakeCache.txt")):
-        if line.startswith("CMAKE_HOME_DIRECTORY:"):
-            src = line.split("=", 1)[1].strip()
-    header = open(os.path.join(src, "include", "ggml.h")).read()
-
-    def enum(name: str) -> dict[str, int]:
-        body = re.search(r"enum\s+" + name + r"\s*\{(.*?)\};", header, re.S).group(1)
-        body = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", body), flags=re.S)
-        out, v = {}, -1
-        for item in (x.strip() for x in body.split(",")):
-            if not item:
-                continue
-            if "=" in item:
-                k, e = (p.strip() for p in item.split("=", 1))
-                v = out[e] if e in out else int(e, 0)
-            else:
-                k, v = item, v + 1
-            out[k] = v
-        return out
-
-    return enum("ggml_type"), enum("ggml_op")
-
-
-def ggml_source_commit(build: str) -> str:
-    for line in open(os.path.join(build, "CMakeCache.txt")):
-        if line.startswith("CMAKE_HOME_DIRECTORY:"):
-            src = line.split("=", 1)[1].strip()
-            r = subprocess.run(["git", "-C", src, "rev-parse", "--short=8", "HEAD"],
-                               capture_output=True, text=True)
-            return r.stdout.strip() if r.returncode == 0 else f"(not a git checkout: {src})"
-    return "?"
-
-
-def test_line(op: int, out_type: int, ne: list[int], sources: list[tuple[int, list[int]]],
-              name: str) -> str:
-    """One test-backend-ops --test-file line: contiguous sources (strides 0 = default)."""
-    fields = [op, out_type, *ne, 0, len(sources)]
-    for t, sne in sources:
-        fields += [t, *sne, 0, 0, 0, 0]
-    return " ".join(map(str, fields)) + " " + name
-
-
 def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list[str]:
     f32, i32 = types["GGML_TYPE_F32"], types["GGML_TYPE_I32"]
     mm, mmid = ops["GGML_OP_MUL_MAT"], ops["GGML_OP_MUL_MAT_ID"]
@@ -151,23 +102,6 @@ def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list
                                    [(ty, [i, h, e, 1]), (f32, [i, topk, t, 1]), (i32, [topk, t, 1, 1])],
                                    f"moe_{fmt.lower()}_T{t}_down"))
     return lines
-
-
-def run_ggml(binary: str, shim: str, lines: list[str], threads: int, work: str) -> dict[str, float]:
-    """us per run of each named case, as test-backend-ops perf prints it."""
-    path = os.path.join(work, f"cases_t{threads}.txt")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    env = dict(os.environ, LD_PRELOAD=shim, CPUKERN_PEER_THREADS=str(threads))
-    r = subprocess.run([binary, "perf", "-b", "CPU", "--test-file", path], capture_output=True,
-                       text=True, env=env)
-    out = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout + r.stderr)
-    res = {m.group(1): float(m.group(2)) for m in
-           re.finditer(r"name=([\w]+),.*?\d+ runs -\s+([\d.]+) us/run", out)}
-    missing = [ln.rsplit(" ", 1)[1] for ln in lines if ln.rsplit(" ", 1)[1] not in res]
-    if missing:
-        raise RuntimeError(f"test-backend-ops gave no time for {missing}:\n{out[-3000:]}")
-    return res
 
 
 # ---------------------------------------------------------------- cpukern
@@ -258,11 +192,7 @@ def main(argv=None) -> int:
         if needed not in types:
             p.error(f"--ggml-build: this ggml has no {needed}")
     work = tempfile.mkdtemp(prefix="cpukern-peer-")
-    shim = os.path.join(work, "nprocs.so")
-    with open(os.path.join(work, "nprocs.c"), "w") as f:
-        f.write(SHIM)
-    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", "-o", shim,
-                    os.path.join(work, "nprocs.c")], check=True)
+    shim = build_shim(work)
 
     machine = probe(probe_bin)
     commit = args.ggml_commit or ggml_source_commit(build)

@@ -13,57 +13,28 @@ is set with an LD_PRELOAD get_nprocs shim, as benchmarks/peer does.
 import argparse
 import json
 import os
-import re
 import subprocess
+import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peer"))
+from ggml_cli import build_shim, ggml_enums, run_ggml, test_line  # noqa: E402
 
 
 def loadavg():
     return open("/proc/loadavg").read().split()[:3]
 
 
-def ggml_enum(header, name):
-    body = re.search(r"enum\s+" + name + r"\s*\{(.*?)\};", header, re.S).group(1)
-    body = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", body), flags=re.S)
-    out, v = {}, -1
-    for item in (x.strip() for x in body.split(",")):
-        if not item:
-            continue
-        if "=" in item:
-            k, e = (p.strip() for p in item.split("=", 1))
-            v = out[e] if e in out else int(e, 0)
-        else:
-            k, v = item, v + 1
-        out[k] = v
-    return out
-
-
-def run_ggml(build, shapes, threads, work):
-    src = [l.split("=", 1)[1].strip() for l in open(os.path.join(build, "CMakeCache.txt"))
-           if l.startswith("CMAKE_HOME_DIRECTORY:")][0]
-    header = open(os.path.join(src, "include", "ggml.h")).read()
-    types, ops = ggml_enum(header, "ggml_type"), ggml_enum(header, "ggml_op")
+def run_tq(build, shapes, threads, work):
+    """ggml's TQ1_0 / TQ2_0 MUL_MAT at B=1 for each (m, k): us per run by case name."""
+    types, ops = ggml_enums(build)
     f32 = types["GGML_TYPE_F32"]
-    lines = []
-    for ty in ("TQ1_0", "TQ2_0"):
-        for m, k in shapes:
-            f = [ops["GGML_OP_MUL_MAT"], f32, m, 1, 1, 1, 0, 2,
-                 types["GGML_TYPE_" + ty], k, m, 1, 1, 0, 0, 0, 0, f32, k, 1, 1, 1, 0, 0, 0, 0]
-            lines.append(" ".join(map(str, f)) + f" {ty}_{m}x{k}")
-    path = os.path.join(work, "cases.txt")
-    open(path, "w").write("\n".join(lines) + "\n")
-    shim = os.path.join(work, "nprocs.so")
-    if not os.path.exists(shim):
-        c = os.path.join(work, "nprocs.c")
-        open(c, "w").write('#include <stdlib.h>\nint get_nprocs(void) { const char* s = '
-                           'getenv("PEER_THREADS"); return s ? atoi(s) : 1; }\n')
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", shim, c], check=True)
-    env = dict(os.environ, LD_PRELOAD=shim, PEER_THREADS=str(threads))
-    r = subprocess.run([os.path.join(build, "bin", "test-backend-ops"), "perf", "-b", "CPU",
-                        "--test-file", path], capture_output=True, text=True, env=env)
-    out = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout + r.stderr)
-    return {m.group(1): float(m.group(2)) for m in
-            re.finditer(r"name=(\w+),.*?\d+ runs -\s+([\d.]+) us/run", out)}
+    lines = [test_line(ops["GGML_OP_MUL_MAT"], f32, [m, 1, 1, 1],
+                       [(types["GGML_TYPE_" + ty], [k, m, 1, 1]), (f32, [k, 1, 1, 1])],
+                       f"{ty}_{m}x{k}")
+             for ty in ("TQ1_0", "TQ2_0") for m, k in shapes]
+    return run_ggml(os.path.join(build, "bin", "test-backend-ops"), build_shim(work), lines,
+                    threads, work)
 
 
 def main():
@@ -87,7 +58,7 @@ def main():
     if a.ggml_build:
         with tempfile.TemporaryDirectory() as work:
             for t in (1, 2):
-                gg[t] = run_ggml(a.ggml_build, [(4096, 14336), (32768, 14336)], t, work)
+                gg[t] = run_tq(a.ggml_build, [(4096, 14336), (32768, 14336)], t, work)
         print("load after ggml:", *loadavg())
     gbs = probe["read_GB_s"]
     print("\n| kernel | shape | threads | weights | us (real) | us (CPU) | Gweights/s | GB/s | of probe (same threads) |")
