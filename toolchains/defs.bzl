@@ -24,6 +24,7 @@ ISA_COPTS = {
     # x86-64
     "avx2": ["-mavx2", "-mfma"],
     "avx2_bmi2": ["-mavx2", "-mfma", "-mbmi2"],
+    "avx_vnni": ["-mavx2", "-mfma", "-mavxvnni"],
     "avx512f": ["-mavx512f"],
     "avx512": _AVX512,
     "avx512_bmi2": _AVX512 + ["-mbmi2"],
@@ -42,6 +43,7 @@ ISA_COPTS = {
 _ISA_ARCH = {
     "avx2": "x86_64",
     "avx2_bmi2": "x86_64",
+    "avx_vnni": "x86_64",
     "avx512f": "x86_64",
     "avx512": "x86_64",
     "avx512_bmi2": "x86_64",

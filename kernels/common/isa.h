@@ -14,6 +14,7 @@ inline constexpr uint64_t portable = 0;
 // x86-64
 inline constexpr uint64_t avx2 = kAVX2 | kFMA;
 inline constexpr uint64_t avx2_bmi2 = avx2 | kBMI2 | kFastPext;
+inline constexpr uint64_t avx_vnni = avx2 | kAVXVNNI;
 inline constexpr uint64_t avx512f = kAVX512F;
 inline constexpr uint64_t avx512 = kAVX512F | kAVX512BW | kAVX512VL | kFMA;
 inline constexpr uint64_t avx512_bmi2 = avx512 | kBMI2 | kFastPext;

@@ -1,7 +1,7 @@
-// AVX-512 VNNI int8 (W8A8) micro-kernel (vpdpbusd, avx512_vnni_int8.h): the int8 column of the
+// AVX-512 VNNI int8 (W8A8) micro-kernel (vpdpbusd on zmm, vnni_int8.h): the int8 column of the
 // avx512_bf16 row (every AVX512_BF16 CPU has AVX512_VNNI). Compiled natively and, with
 // CPUKERN_SIMDE, against SIMDe (the simde row, tests on any host).
-#include "kernels/moe/ukernels/avx512_vnni_int8.h"
+#include "kernels/moe/ukernels/vnni_int8.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 #if defined(CPUKERN_SIMDE)
@@ -15,6 +15,6 @@
 namespace cpukern::moe {
 
 const Ukernel CPUKERN_UK =
-    make_ukernel<avx512vnni::Int8Tile>(CPUKERN_STR(CPUKERN_UK), "qc8wp16x4");
+    make_ukernel<vnni::Int8Tile<vnni::Zmm>>(CPUKERN_STR(CPUKERN_UK), "qc8wp16x4");
 
 }  // namespace cpukern::moe
