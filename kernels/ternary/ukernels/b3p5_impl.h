@@ -31,8 +31,21 @@
 namespace cpukern::ternary {
 namespace {
 
-#if B3P5_BITS == 512
+#if B3P5_BITS == 512 && defined(CPUKERN_SIMDE)
+// Wrapping byte adds: SIMDe adds int8 lanes as signed char, where wrapping is undefined
+// behaviour in C (UBSan stops the test), so the SIMDe build adds unsigned bytes instead.
+inline VI v_add8(VI a, VI b) {
+  uint8_t x[sizeof(VI)], y[sizeof(VI)];
+  std::memcpy(x, &a, sizeof(VI));
+  std::memcpy(y, &b, sizeof(VI));
+  for (size_t i = 0; i < sizeof(VI); ++i) x[i] = uint8_t(x[i] + y[i]);
+  std::memcpy(&a, x, sizeof(VI));
+  return a;
+}
+#elif B3P5_BITS == 512
 inline VI v_add8(VI a, VI b) { return _mm512_add_epi8(a, b); }
+#endif
+#if B3P5_BITS == 512
 // t = [s > lo] + [s > hi] with mask registers.
 inline VI v_trit(VI s, VI lo, VI hi, VI one) {
   const auto k1 = _mm512_cmpgt_epi8_mask(s, lo), k2 = _mm512_cmpgt_epi8_mask(s, hi);
