@@ -162,17 +162,19 @@ void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int
 // 2**-40 <= |a| <= 2**32, block scales in [95, 159]. Other blocks run kernel() (exact).
 namespace mxfp4_fast {
 
-// Every bf16 of nb blocks of an A block (8 rows, zero rows included) admitted.
-inline bool rows_ok(const bfloat16_t* a, int64_t nb) {
+// Every bf16 of the first rp row pairs of an A block (k steps of 4 row pairs x 8 bf16), over
+// nb blocks, admitted (only the row pairs the kernel reads: this runs per tile call).
+inline bool rows_ok(const bfloat16_t* a, int64_t nb, int rp) {
   if (nb * 32 >= (int64_t(1) << 28)) return false;
   const uint16_t* p = reinterpret_cast<const uint16_t*>(a);
   const uint16x8_t lo = vdupq_n_u16((127 - 40) << 7), hi = vdupq_n_u16((127 + 32) << 7);
   uint16x8_t bad = vdupq_n_u16(0);
-  for (int64_t j = 0; j < nb * 32 * 8; j += 8) {
-    const uint16x8_t v = vandq_u16(vld1q_u16(p + j), vdupq_n_u16(0x7fff));
-    const uint16x8_t out = vorrq_u16(vcltq_u16(v, lo), vcgtq_u16(v, hi));
-    bad = vorrq_u16(bad, vbicq_u16(out, vceqzq_u16(v)));
-  }
+  for (int64_t ks = 0; ks < nb * 8; ++ks)
+    for (int q = 0; q < rp; ++q) {  // row pair q: 8 bf16 (2 rows x 4 k) of the k step's 32
+      const uint16x8_t v = vandq_u16(vld1q_u16(p + ks * 32 + q * 8), vdupq_n_u16(0x7fff));
+      const uint16x8_t out = vorrq_u16(vcltq_u16(v, lo), vcgtq_u16(v, hi));
+      bad = vorrq_u16(bad, vbicq_u16(out, vceqzq_u16(v)));
+    }
   return vmaxvq_u16(bad) == 0;
 }
 
@@ -312,9 +314,9 @@ struct Tile : TileDefaults {
     const int64_t ks = nk * (S::kStepsPerBlock ? S::kStepsPerBlock : 1);
     const auto* ab = reinterpret_cast<const bfloat16_t*>(a);
     if constexpr (std::is_same_v<S, Mxfp4Src<PJ>> && M <= 4) {
-      if (mxfp4_fast::rows_ok(ab, nk)) {
+      constexpr int RP = (M + 1) / 2;  // row pairs that hold rows (one for 1-2 rows)
+      if (mxfp4_fast::rows_ok(ab, nk, RP)) {
         const auto* wq = reinterpret_cast<const uint8_t*>(w);
-        constexpr int RP = (M + 1) / 2;  // row pairs that hold rows (one for 1-2 rows)
         if (np == 2)
           mxfp4_fast::kernel<RP, 2 * PJ, PJ>(ab, wq, panel, nk, c, ldc, M, accumulate);
         else
