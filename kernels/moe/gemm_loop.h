@@ -7,6 +7,8 @@
 //                   K blocking, each panel streamed once); 0 (default): kNP. More panels give
 //                   a 1-2 row tile independent accumulator chains without splitting any sum
 //   kBlockK         K blocking when a chunk has several row blocks
+//   kPrefetchGemv   bytes ahead in each panel that a one-row-block call (decode) prefetches;
+//                   0 (default): none, the hardware prefetcher alone
 //   A, kARows       packed A element type; packed_a rows come in groups of kARows
 //   a_stride(k)     A elements from row r to row r + 1 (row blocks start at r * a_stride)
 //   kAStep          A elements per k step, from the start of a row block
@@ -55,7 +57,7 @@ namespace cpukern::moe {
 inline constexpr int64_t kKBlock = 256;
 
 struct TileDefaults {
-  static constexpr int kNP = 1, kNPGemv = 0, kARows = 1, kStepW = 0;
+  static constexpr int kNP = 1, kNPGemv = 0, kARows = 1, kStepW = 0, kPrefetchGemv = 0;
   static constexpr bool kBlockK = false;
   static constexpr WeightFormat kFormat = WeightFormat::kBf16;
   using W = bf16_t;
@@ -148,7 +150,7 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
   // One row block: no K blocking (a decode GEMV streams each panel in one pass, and the
   // hardware prefetcher keeps up with a plain stream), and kNPGemv panels per tile call.
   const int64_t kb = T::kBlockK && m > T::kMR ? kKBlock / T::kKR : ks;
-  const int64_t pf = kb < ks ? kb * step * int64_t(sizeof(W)) : 0;
+  const int64_t pf = kb < ks ? kb * step * int64_t(sizeof(W)) : T::kPrefetchGemv;
   const int64_t npc = m > T::kMR || T::kNPGemv == 0 ? T::kNP : T::kNPGemv;
   for (int64_t p = p0; p < p1; p += npc) {
     const int np = int(std::min<int64_t>(npc, p1 - p));

@@ -350,6 +350,8 @@ template <class Src>
 struct Tile : KpairsTile<kNR> {
   // One row block (decode): up to 4 panels per call (panels() below).
   static constexpr int kMR = 8, kActW = 16, kNPGemv = 4;
+  // Decode: MXFP4 at T=1 1.2-1.3x faster on Zen 5 with it (bf16 unchanged: at the bandwidth).
+  static constexpr int kPrefetchGemv = 2048;
   static constexpr bool kBlockK = true;
   using A = bf16_t;
   // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).

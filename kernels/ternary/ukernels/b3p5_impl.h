@@ -91,6 +91,7 @@ inline void rows_kernel_dp(const uint8_t* w, int64_t rb, const XBlocks& xb, int3
     const int8_t* x = xb.at(blk, 0);
     for (int r = 0; r < R; ++r) {
       VI s = v_load(w + r * rb + blk * kVB);
+      prefetch_ahead(w + r * rb + blk * kVB);
       for (int d = 0; d < 5; ++d) {
         if (d) s = v_add8(v_add8(s, s), s);
         acc[r][d & 1] = _mm512_dpbusd_epi32(acc[r][d & 1], v_trit(s, lo, hi, one), v_load(x + d * kVB));
@@ -130,7 +131,10 @@ inline void rows_kernel(const uint8_t* w, int64_t rb, const XBlocks& xb, const i
       // Digit-major: one activation vector per digit serves every row (registers: R states,
       // R x NB int16 sums, the constants).
       VI s[R];
-      for (int r = 0; r < R; ++r) s[r] = v_load(w + r * rb + blk * kVB);
+      for (int r = 0; r < R; ++r) {
+        s[r] = v_load(w + r * rb + blk * kVB);
+        prefetch_ahead(w + r * rb + blk * kVB);
+      }
       for (int d = 0; d < 5; ++d) {
         VI xv[NB];
         for (int b = 0; b < NB; ++b) xv[b] = v_load(x[b] + d * kVB);

@@ -55,6 +55,7 @@ inline void rows_kernel_dp(const I8Args* a, const uint8_t* w, int64_t rb, const 
   for (int64_t blk = 0; blk < nblk; ++blk) {
     for (int r = 0; r < R; ++r) {
       const VI v = v_load(w + r * rb + blk * kVB);
+      prefetch_ahead(w + r * rb + blk * kVB);
       const VI q0 = v_and(v, three), q1 = v_and(v_srli16(v, 2), three);
       const VI q2 = v_and(v_srli16(v, 4), three), q3 = v_and(v_srli16(v, 6), three);
       for (int b = 0; b < NB; ++b) {
@@ -88,6 +89,7 @@ inline void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int
     for (int64_t blk = b0; blk < b1; ++blk) {
       for (int r = 0; r < R; ++r) {
         const VI v = v_load(w + r * rb + blk * kVB);
+        prefetch_ahead(w + r * rb + blk * kVB);
         const VI q0 = v_and(v, three), q1 = v_and(v_srli16(v, 2), three);
         const VI q2 = v_and(v_srli16(v, 4), three), q3 = v_and(v_srli16(v, 6), three);
         for (int b = 0; b < NB; ++b) {
