@@ -375,6 +375,8 @@ template <class Src>
 struct Tile : KpairsTile<kNR> {
   // One row block (decode): 4 panels per call, so 1 row runs 8 chains and 2 rows 8.
   static constexpr int kMR = 5, kActW = 8, kNPGemv = 4;
+  // Decode: bf16 at T=1 1.1x faster on Zen 5 with it (MXFP4 1.04x: decode-bound).
+  static constexpr int kPrefetchGemv = 2048;
   static constexpr bool kBlockK = true;
   using A = float;  // rows pre-widened to fp32
   // Row blocks of 5 (10 accumulators; 6 rows spill on 16 registers), 3 or 4 where that avoids
