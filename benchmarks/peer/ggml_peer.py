@@ -23,6 +23,11 @@ which quantizes x to int8, vs cpukern fp32 and int8 activations), 1 and 2 thread
 gpt-oss-20b MoE layer (E=32, top-4, H=I=2880, swigluoai, biases) T=1 at 1 and 2 threads and
 T=64 at 2 threads: ggml's two MUL_MAT_ID expert GEMMs (gate_up, down; bf16 and MXFP4) vs
 cpukern's whole fused_moe (both GEMMs, activation, biases, weighted sum) in the same format.
+
+Working sets: test-backend-ops times gate_up (133 MB of bf16 at T=1) and down (66 MB) one op
+at a time, each repeated on its own weights; cpukern's fused call reads both (199 MB). Sets
+of 2-4x the L3 are partly served from it when repeated, so the script also runs the probe
+repeated over a buffer of each call's size and prints each call's GB/s against it.
 """
 
 from __future__ import annotations
@@ -104,6 +109,14 @@ def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list
     return lines
 
 
+def moe_working_sets() -> dict[str, int]:
+    """Bytes of bf16 expert weights one timed call reads at T=1 (ggml routing: experts
+    0..topk-1): ggml's gate_up and down ops, each timed alone, and cpukern's fused call."""
+    k, h, i = MOE["topk"], MOE["h"], MOE["i"]
+    gate_up, down = k * 2 * i * h * 2, k * h * i * 2
+    return {"ggml gate_up": gate_up, "ggml down": down, "cpukern fused": gate_up + down}
+
+
 # ---------------------------------------------------------------- cpukern
 
 def timeit(calls: list, min_time: float) -> float:
@@ -123,6 +136,7 @@ class Cpukern:
     def __init__(self, rng, min_time: float):
         self.min_time = min_time
         self.ternary = {}
+        self.layout_bytes = {}
         for name, m, k, _, temp in TERNARY:
             if (m, k, temp) in self.ternary:
                 continue
@@ -136,6 +150,9 @@ class Cpukern:
             first = ternary.prepare(w, k, scale)
             sets = 1 if temp == "hot" else max(2, -(-3 * l3_bytes() // first.nbytes))
             self.ternary[(m, k, temp)] = [first] + [ternary.prepare(w, k, scale) for _ in range(sets - 1)]
+            # Layout bytes each path reads: the kernel layout (fp32), the int8 layout.
+            self.layout_bytes[(m, k)] = (first.nbytes, ternary.serialized_size(first, int8=True)
+                                         - ternary.serialized_size(first))
             log(f"cpukern ternary {m}x{k} {temp}: {sets} prepared set(s) of {first.nbytes >> 20} MiB")
         e, h, i = MOE["e"], MOE["h"], MOE["i"]
         bf = ml_dtypes.bfloat16
@@ -205,6 +222,11 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_start": os.getloadavg()[0]}
         row["probe_GB_s"] = probe(probe_bin)["read_GB_s"]
+        # The same probe repeated over each MoE T=1 working set (ggml's ops one at a time,
+        # cpukern's fused call): a set under ~4x the L3 is partly served from it.
+        for name, nbytes in moe_working_sets().items():
+            for th in (1, 2):
+                row[f"ws/{name}/t{th}"] = _ext.read_bandwidth(nbytes, th, 0.3) / 1e9
         for threads in (1, 2):
             log(f"round {r + 1}: ggml, {threads} thread(s)")
             for name, us in run_ggml(binary, shim, ggml_cases(types, ops, threads), threads, work).items():
@@ -230,18 +252,19 @@ def main(argv=None) -> int:
     print(f"\nmedians of {args.rounds} interleaved rounds; 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
           f"read probe " + ", ".join(f"{t} thr {v:.1f} GB/s" for t, v in bw.items()))
     print("\n| ternary | threads | weights | ggml TQ2_0 ms | cpukern fp32 ms | cpukern int8 ms | "
-          "int8 vs ggml | cpukern int8 GB/s (cold: of the all-core probe) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "fp32 vs ggml | int8 vs ggml | cpukern fp32 / int8 layout GB/s (cold: of the all-core probe) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, m, k, b, temp in TERNARY:
         for th in (1, 2):
             g = med[f"ggml/ternary_{name.replace(' ', '_').replace('=', '')}/t{th}"]
             f32 = med[f"cpukern/ternary_{name}/fp32/t{th}"]
             i8 = med[f"cpukern/ternary_{name}/int8/t{th}"]
-            nbytes = ck.ternary[(m, k, temp)][0].nbytes
-            gbs = nbytes / i8 / 1e6
-            frac = f" ({gbs / bw_all:.0%})" if temp == "cold" else " (hot)"
-            print(f"| {name} | {th} | {temp} | {g:.3f} | {f32:.3f} | {i8:.3f} | {g / i8:.2f}x | "
-                  f"{gbs:.1f}{frac} |")
+            rates = []
+            for ms, nbytes in zip((f32, i8), ck.layout_bytes[(m, k)]):
+                gbs = nbytes / ms / 1e6
+                rates.append(f"{gbs:.1f}" + (f" ({gbs / bw_all:.0%})" if temp == "cold" else ""))
+            print(f"| {name} | {th} | {temp} | {g:.3f} | {f32:.3f} | {i8:.3f} | {g / f32:.2f}x | "
+                  f"{g / i8:.2f}x | {' / '.join(rates)}{'' if temp == 'cold' else ' (hot)'} |")
     print("\n| MoE gpt-oss-20b | threads | format | ggml MUL_MAT_ID gate_up + down ms | cpukern fused_moe ms "
           "(ggml routing) | vs ggml | cpukern ms (random top-4) | weights GB/s, random (of the all-core probe) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -255,6 +278,20 @@ def main(argv=None) -> int:
             gbs = touched * expert[fmt] / cr / 1e6
             print(f"| T={t} | {th} | {fmt} | {g:.2f} | {c:.2f} | {g / c:.2f}x | {cr:.2f} | "
                   f"{gbs:.1f} ({gbs / bw_all:.0%}) |")
+    ws = moe_working_sets()
+    print("\nMoE T=1 bf16 at equal working sets: each timed call's weight bytes, the GB/s it read, "
+          "and the probe repeated over a buffer of that size (same rounds; a set under ~4x the L3 "
+          "is partly served from the L3 when repeated, as test-backend-ops perf repeats each op)")
+    print("\n| call | threads | weights MB | GB/s | probe GB/s at that size | of probe |")
+    print("|---|---|---|---|---|---|")
+    for th in (1, 2):
+        timed = {"ggml gate_up": med[f"ggml/moe_bf16_T1_gate_up/t{th}"],
+                 "ggml down": med[f"ggml/moe_bf16_T1_down/t{th}"],
+                 "cpukern fused": med[f"cpukern/moe_T1/bf16/ggml/t{th}"]}
+        for name, ms in timed.items():
+            gbs = ws[name] / ms / 1e6
+            pb = statistics.median(rd[f"ws/{name}/t{th}"] for rd in rounds)
+            print(f"| {name} | {th} | {ws[name] / 1e6:.0f} | {gbs:.1f} | {pb:.1f} | {gbs / pb:.0%} |")
     if args.json:
         path = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), args.json)
         with open(path, "w") as f:
