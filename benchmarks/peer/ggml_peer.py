@@ -150,9 +150,10 @@ class Cpukern:
             first = ternary.prepare(w, k, scale)
             sets = 1 if temp == "hot" else max(2, -(-3 * l3_bytes() // first.nbytes))
             self.ternary[(m, k, temp)] = [first] + [ternary.prepare(w, k, scale) for _ in range(sets - 1)]
-            # Layout bytes each path reads: the kernel layout (fp32), the int8 layout.
-            self.layout_bytes[(m, k)] = (first.nbytes, ternary.serialized_size(first, int8=True)
-                                         - ternary.serialized_size(first))
+            # Layout bytes each path reads: the kernel layout (fp32), the int8 layout (the
+            # same bytes where the variant's int8 kernel reads the kernel layout itself).
+            i8 = ternary.serialized_size(first, int8=True) - ternary.serialized_size(first)
+            self.layout_bytes[(m, k)] = (first.nbytes, i8 or first.nbytes)
             log(f"cpukern ternary {m}x{k} {temp}: {sets} prepared set(s) of {first.nbytes >> 20} MiB")
         e, h, i = MOE["e"], MOE["h"], MOE["i"]
         bf = ml_dtypes.bfloat16
