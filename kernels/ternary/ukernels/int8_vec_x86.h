@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/ternary/ukernels/stream_prefetch.h"
 
 #if INT8_VEC_BITS != 256 && INT8_VEC_BITS != 512
 #error "define INT8_VEC_BITS (256 or 512) before including int8_vec_x86.h"
@@ -12,14 +13,6 @@
 
 namespace cpukern::ternary {
 namespace {
-
-// A weight stream's software prefetch, this far ahead of the block being read: with the
-// hardware prefetcher alone the cold (DRAM) batch-1 GEMV overlapped decode and memory poorly
-// (Zen 5, 32768x14336: 1.2-1.4x faster with it; 1 KiB beat 2-8 KiB and L2-only hints).
-inline constexpr int64_t kStreamPrefetchBytes = 1024;
-inline void prefetch_ahead(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kStreamPrefetchBytes, _MM_HINT_T0);
-}
 
 #if INT8_VEC_BITS == 512
 using VI = __m512i;

@@ -22,6 +22,7 @@
 
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/layouts.h"
+#include "kernels/ternary/ukernels/stream_prefetch.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
 #if defined(CPUKERN_SIMDE)
@@ -42,9 +43,6 @@ namespace {
 constexpr int64_t kGroups = layouts::kLut27r16Cols / 3;  // groups of 3 columns per block
 constexpr int64_t kTabFloats = 32;  // table floats per group (27 used)
 constexpr int64_t kBlockTabFloats = kGroups * kTabFloats;
-// Software prefetch of each tile's stream, this far ahead (cold batch-1 GEMV on Zen 5:
-// about 1.15x faster than the hardware prefetcher alone; 1 KiB beat 0.5-4 KiB).
-constexpr int64_t kStreamPrefetchBytes = 1024;
 constexpr int64_t kChunk = 28;      // blocks per accuracy chunk (504 columns, 168 terms)
 // Blocks per pass over the row range: the activation tables of one pass for NB batch rows
 // (NB * kPass * 768 bytes) stay in L2 while every tile of the range streams its weights.
@@ -135,7 +133,7 @@ __attribute__((always_inline)) inline void chunk_kernel(const uint32_t* w, int64
     __m512i ix[NT];
     for (int t = 0; t < NT; ++t) {
       ix[t] = _mm512_loadu_si512(wt[t]);
-      _mm_prefetch(reinterpret_cast<const char*>(wt[t]) + kStreamPrefetchBytes, _MM_HINT_T0);
+      prefetch_ahead(wt[t]);
       wt[t] += 16;
     }
 #pragma GCC unroll 6

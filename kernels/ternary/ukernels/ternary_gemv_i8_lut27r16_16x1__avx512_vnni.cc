@@ -8,14 +8,16 @@
 // (one broadcast dword; its 4th byte meets the table's 0). sum_j w_j q_j =
 // sum_j (w_j + 1) q_j - sum_j q_j (the driver's xsum); int32 sums are exact, so the result
 // equals every other int8 kernel's bit for bit. The same skeleton as the fp32 kernel, with
-// the tables in registers instead of per-group activation tables: measured on Zen 5 (1
-// thread) 4096x14336 hot 0.26 ms vs the q2b256 kernel's 0.25-0.30 ms, and 32768x14336 cold
-// 2.6 ms vs 5.7 ms (it reads 1.78 bits per weight instead of 2.0, and its decode keeps up).
+// the tables in registers instead of per-group activation tables. Measured on Zen 5
+// (//benchmarks/ternary, 1 / 2 threads) against the q2b256 kernel: 32768x14336 cold 2.87 /
+// 1.61 ms vs 5.68 / 3.05 (it reads 1.78 bits per weight instead of 2.0, and its decode keeps
+// up), 4096x14336 B=16 hot 1.3x / 1.2x faster, B=1 hot about 15% slower (0.31 vs 0.27 ms).
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/layouts.h"
+#include "kernels/ternary/ukernels/stream_prefetch.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
 #if defined(CPUKERN_SIMDE)
@@ -32,8 +34,6 @@ namespace {
 constexpr int64_t kRows = layouts::kLut27r16Rows;  // rows per tile (lanes)
 constexpr int64_t kCols = layouts::kLut27r16Cols;  // columns per block (6 groups of 3)
 constexpr int kGroups = int(kCols / 3);
-// Each tile's stream is prefetched this far ahead (as the fp32 kernel does).
-constexpr int64_t kStreamPrefetchBytes = 1024;
 
 int64_t packed_size(int64_t m, int64_t k) { return layouts::lut27r16_size(m, k); }
 // Bytes per row inside whole tiles (the driver starts row ranges on tile boundaries).
@@ -54,17 +54,17 @@ inline int32_t load_dword(const int8_t* p) {
   return v;
 }
 
-// Where block `blk` of batch row b reads its activations: the shared buffer while the whole
-// 4-byte read of its last group lies inside the row's i8_kpad(k) zero-padded bytes, else a
-// zeroed local copy of the tail.
+// Where the blocks read their activations: blocks [0, nfull) the shared buffer (the whole
+// 4-byte read of their last group lies inside the row's i8_kpad(k) zero-padded bytes), the
+// rest a zeroed local copy of the tail.
 struct XBlocks {
-  const int8_t* x;
+  const int8_t* x;  // the shared buffer, batch rows xs apart
   int64_t xs;
   int64_t nfull;
-  const int8_t* tail;  // kTailBlocks blocks (+ 4 bytes) per batch row
+  const int8_t* tail;  // kTailBlocks blocks (+ 4 bytes) per batch row, tail_stride apart
   int64_t tail_stride;
-  const int8_t* at(int64_t blk, int b) const {
-    return blk < nfull ? x + b * xs + blk * kCols : tail + b * tail_stride + (blk - nfull) * kCols;
+  const int8_t* tail_at(int64_t blk, int b) const {
+    return tail + b * tail_stride + (blk - nfull) * kCols;
   }
 };
 // Blocks past the shared buffer: at most 2 (i8_kpad is a multiple of 256 >= k).
@@ -88,7 +88,7 @@ __attribute__((always_inline)) inline void tiles(const uint32_t* w, int64_t tile
     for (int t = 0; t < NT; ++t) {
       const uint32_t* p = w + t * tile_words + blk * 16;
       ix[t] = _mm512_loadu_si512(p);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetchBytes, _MM_HINT_T0);
+      prefetch_ahead(p);
     }
 #pragma GCC unroll 6
     for (int g = 0; g < kGroups; ++g) {
@@ -112,7 +112,7 @@ __attribute__((always_inline)) inline void tiles(const uint32_t* w, int64_t tile
     for (int b = 0; b < NB; ++b) xp[b] += kCols;
   }
   for (; blk < nblk; ++blk) {  // the zeroed tail copy
-    for (int b = 0; b < NB; ++b) xp[b] = xb.at(blk, b);
+    for (int b = 0; b < NB; ++b) xp[b] = xb.tail_at(blk, b);
     block(blk, xp);
   }
   for (int b = 0; b < NB; ++b) {
