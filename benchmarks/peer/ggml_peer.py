@@ -19,7 +19,8 @@ MUL_MAT_ID routing in test-backend-ops: every token goes to experts 0..topk-1 (s
 cpukern's MoE is timed with that routing ("ggml routing") and with random top-k routing.
 
 Shapes (issue 15): ternary 4096x14336 B=1 and B=16 hot, 32768x14336 B=1 cold (ggml TQ2_0,
-which quantizes x to int8, vs cpukern fp32 and int8 activations), 1 and 2 threads; the
+2.06 bits/weight, and TQ1_0, 1.69: both quantize x to int8; vs cpukern fp32 and int8
+activations), 1 and 2 threads; the
 gpt-oss-20b MoE layer (E=32, top-4, H=I=2880, swigluoai, biases) T=1 at 1 and 2 threads and
 T=64 at 2 threads: ggml's two MUL_MAT_ID expert GEMMs (gate_up, down; bf16 and MXFP4) vs
 cpukern's whole fused_moe (both GEMMs, activation, biases, weighted sum) in the same format.
@@ -51,6 +52,7 @@ from cpukern import _ext, moe, ternary
 from ggml_cli import build_shim, ggml_enums, ggml_source_commit, run_ggml, test_line
 
 
+TERNARY_TYPES = ("TQ2_0", "TQ1_0")  # ggml's ternary formats (TQ1_0 only where the build has it)
 TERNARY = [  # (name, M, K, B, temperature)
     ("4096x14336 B=1", 4096, 14336, 1, "hot"),
     ("4096x14336 B=16", 4096, 14336, 16, "hot"),
@@ -89,9 +91,11 @@ def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list
     mm, mmid = ops["GGML_OP_MUL_MAT"], ops["GGML_OP_MUL_MAT_ID"]
     lines = []
     for name, m, k, b, _ in TERNARY:
-        lines.append(test_line(mm, f32, [m, b, 1, 1],
-                               [(types["GGML_TYPE_TQ2_0"], [k, m, 1, 1]), (f32, [k, b, 1, 1])],
-                               "ternary_" + name.replace(" ", "_").replace("=", "")))
+        for tq in TERNARY_TYPES:
+            if f"GGML_TYPE_{tq}" in types:
+                lines.append(test_line(mm, f32, [m, b, 1, 1],
+                                       [(types[f"GGML_TYPE_{tq}"], [k, m, 1, 1]), (f32, [k, b, 1, 1])],
+                                       ggml_ternary_name(tq, name)))
     e, topk, h, i = MOE["e"], MOE["topk"], MOE["h"], MOE["i"]
     for t, th in MOE_CASES:
         if th != threads:
@@ -107,6 +111,10 @@ def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list
                                    [(ty, [i, h, e, 1]), (f32, [i, topk, t, 1]), (i32, [topk, t, 1, 1])],
                                    f"moe_{fmt.lower()}_T{t}_down"))
     return lines
+
+
+def ggml_ternary_name(tq: str, name: str) -> str:
+    return f"ternary_{tq.lower()}_" + name.replace(" ", "_").replace("=", "")
 
 
 def moe_working_sets() -> dict[str, int]:
@@ -252,20 +260,24 @@ def main(argv=None) -> int:
     bw_all = max(bw.values())  # the all-core figure: the most any thread count streamed
     print(f"\nmedians of {args.rounds} interleaved rounds; 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
           f"read probe " + ", ".join(f"{t} thr {v:.1f} GB/s" for t, v in bw.items()))
-    print("\n| ternary | threads | weights | ggml TQ2_0 ms | cpukern fp32 ms | cpukern int8 ms | "
-          "fp32 vs ggml | int8 vs ggml | cpukern fp32 / int8 layout GB/s (cold: of the all-core probe) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| ternary | threads | weights | ggml TQ2_0 ms | ggml TQ1_0 ms | cpukern fp32 ms | "
+          "cpukern int8 ms | fp32 vs TQ2_0 | int8 vs TQ2_0 | fp32 / int8 vs TQ1_0 | "
+          "cpukern fp32 / int8 layout GB/s (cold: of the all-core probe) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, m, k, b, temp in TERNARY:
         for th in (1, 2):
-            g = med[f"ggml/ternary_{name.replace(' ', '_').replace('=', '')}/t{th}"]
+            g = med[f"ggml/{ggml_ternary_name('TQ2_0', name)}/t{th}"]
+            g1 = med.get(f"ggml/{ggml_ternary_name('TQ1_0', name)}/t{th}")
             f32 = med[f"cpukern/ternary_{name}/fp32/t{th}"]
             i8 = med[f"cpukern/ternary_{name}/int8/t{th}"]
             rates = []
             for ms, nbytes in zip((f32, i8), ck.layout_bytes[(m, k)]):
                 gbs = nbytes / ms / 1e6
                 rates.append(f"{gbs:.1f}" + (f" ({gbs / bw_all:.0%})" if temp == "cold" else ""))
-            print(f"| {name} | {th} | {temp} | {g:.3f} | {f32:.3f} | {i8:.3f} | {g / f32:.2f}x | "
-                  f"{g / i8:.2f}x | {' / '.join(rates)}{'' if temp == 'cold' else ' (hot)'} |")
+            tq1 = (f"{g1:.3f}", f"{g1 / f32:.2f}x / {g1 / i8:.2f}x") if g1 else ("-", "-")
+            print(f"| {name} | {th} | {temp} | {g:.3f} | {tq1[0]} | {f32:.3f} | {i8:.3f} | "
+                  f"{g / f32:.2f}x | {g / i8:.2f}x | {tq1[1]} | "
+                  f"{' / '.join(rates)}{'' if temp == 'cold' else ' (hot)'} |")
     print("\n| MoE gpt-oss-20b | threads | format | ggml MUL_MAT_ID gate_up + down ms | cpukern fused_moe ms "
           "(ggml routing) | vs ggml | cpukern ms (random top-4) | weights GB/s, random (of the all-core probe) |")
     print("|---|---|---|---|---|---|---|---|")

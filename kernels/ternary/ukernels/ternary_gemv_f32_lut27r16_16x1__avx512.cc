@@ -130,6 +130,28 @@ __attribute__((always_inline)) inline void chunk_kernel(const uint32_t* w, int64
   tb[0] = tab;
   for (int b = 1; b < NB; ++b) tb[b] = tb[b - 1] + tab_floats;
   for (int64_t blk = 0; blk < nblk; ++blk) {
+    if constexpr (NB == 1) {
+      // The block's 6 tables stay in registers (12 zmm) and each tile runs its 6 lookups in
+      // turn: short live ranges. Group-major order (every tile's lookup of group g, then
+      // g + 1) let GCC hoist the lookups of later groups ahead of their adds and spill them
+      // (a stack store and reload per lookup).
+      __m512 T0[kGroups], T1[kGroups];
+      for (int g = 0; g < kGroups; ++g) {
+        T0[g] = _mm512_loadu_ps(tb[0] + kTabFloats * g);
+        T1[g] = _mm512_loadu_ps(tb[0] + kTabFloats * g + 16);
+      }
+      for (int t = 0; t < NT; ++t) {
+        __m512i ix = _mm512_loadu_si512(wt[t]);
+        prefetch_ahead(wt[t]);
+        wt[t] += 16;
+        for (int g = 0; g < kGroups; ++g) {
+          acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_permutex2var_ps(T0[g], ix, T1[g]));
+          if (g + 1 < kGroups) ix = _mm512_srli_epi32(ix, 5);
+        }
+      }
+      tb[0] += kBlockTabFloats;
+      continue;
+    }
     __m512i ix[NT];
     for (int t = 0; t < NT; ++t) {
       ix[t] = _mm512_loadu_si512(wt[t]);
@@ -169,7 +191,25 @@ __attribute__((always_inline)) inline void tiles_pass(const uint32_t* w, int64_t
                          first);
 }
 
-// All tiles of the range over one pass: NT tiles at a time, the rest by 4, 2, 1.
+// The range's last tiles (fewer than 2 S): S at a time where more than S - 1 remain, then
+// S / 2, ..., 1 (a partial last tile included).
+template <int S, int NB>
+__attribute__((always_inline)) inline void tail_tiles(const uint32_t* w, int64_t tile_words,
+                                                      const float* tab, int64_t tab_floats,
+                                                      int64_t nblk, float* y, int64_t ldy,
+                                                      int64_t left, bool first) {
+  if (left > 16 * (S - 1)) {
+    tiles_pass<S, NB>(w, tile_words, tab, tab_floats, nblk, y, ldy, left, first);
+    w += S * tile_words, y += 16 * S, left -= 16 * S;
+  }
+  if constexpr (S > 1)
+    if (left > 0) tail_tiles<S / 2, NB>(w, tile_words, tab, tab_floats, nblk, y, ldy, left, first);
+}
+
+// Powers of two below n (n >= 2).
+constexpr int floor_pow2(int n) { return n >= 16 ? 16 : n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
+
+// All tiles of the range over one pass: NT tiles at a time, the rest by 8, 4, 2, 1.
 template <int NT, int NB>
 __attribute__((always_inline)) inline void pass_loop(const F32Args* a, const uint32_t* w,
                                                      const float* tab, int64_t nblk,
@@ -183,21 +223,8 @@ __attribute__((always_inline)) inline void pass_loop(const F32Args* a, const uin
       tiles_pass<NT, NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left, first);
       continue;
     }
-    const uint32_t* w1 = w;
-    float* y1 = y;
-    int64_t l1 = left;
-    if (NT > 4 && l1 > 48) {
-      tiles_pass<(NT > 4 ? 4 : 1), NB>(w1, tile_words, tab, tab_floats, nblk, y1, a->ldy, l1,
+    tail_tiles<floor_pow2(NT - 1), NB>(w, tile_words, tab, tab_floats, nblk, y, a->ldy, left,
                                        first);
-      w1 += 4 * tile_words, y1 += 64, l1 -= 64;
-    }
-    if (NT > 2 && l1 > 16) {
-      tiles_pass<(NT > 2 ? 2 : 1), NB>(w1, tile_words, tab, tab_floats, nblk, y1, a->ldy, l1,
-                                       first);
-      w1 += 2 * tile_words, y1 += 32, l1 -= 32;
-    }
-    for (; l1 > 0; l1 -= 16, w1 += tile_words, y1 += 16)
-      tiles_pass<1, NB>(w1, tile_words, tab, tab_floats, nblk, y1, a->ldy, l1, first);
     break;
   }
 }
