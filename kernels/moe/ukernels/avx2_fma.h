@@ -11,11 +11,14 @@
 // at memory bandwidth.
 //
 // MXFP4 ("mxfp4p16", 4.25 bits per weight): per panel of 16 columns per block of 32 k, the 16
-// columns' e8m0 scales, then for each k pair j (0..15) the 16 columns' bytes j of their
-// blocks (each byte = the k, k+1 codes as stored on disk): 272 bytes. Decoded per k pair:
-// vpshufb maps the nibbles to int8 2e, vpmovsxbd + vcvtdq2ps make them fp32, and one multiply
-// by the column's 2**(s - 128) gives the exact weight (mxfp4.h) that the bf16 kernel would
-// have loaded.
+// columns' e8m0 scales, then per two k pairs (j, j + 1; j even) 32 bytes: columns 0-7's bytes
+// j, their bytes j + 1, columns 8-15's bytes j, their bytes j + 1 (a byte = the k, k+1 codes as
+// stored on disk): 272 bytes. One aligned 32-byte load then holds 4 k x 16 columns with each
+// 128-bit lane one column half, so the nibble split (an and, a shift) and the in-lane vpshufb
+// and unpacks give every k's codes without a lane-crossing shuffle. The exact per-weight
+// decode (Mxfp4Src): vpshufb maps the nibbles to int8 2e, vpmovsxbd + vcvtdq2ps make them
+// fp32, and one multiply by the column's 2**(s - 128) gives the exact weight (mxfp4.h) that
+// the bf16 kernel would have loaded.
 #pragma once
 #include <immintrin.h>
 
@@ -108,9 +111,13 @@ struct Mxfp4Src {
     _mm256_store_ps(fs + 8, factor(_mm_srli_si128(s, 8)));
   }
   const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
-  __m128i bytes(int64_t kk) const {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + (kk & 15) * 16));
+  // Bytes kk of the 16 columns, in column order (the layout's two 8-byte halves).
+  static __m128i pair_bytes(const uint8_t* blk, int64_t kk) {
+    const uint8_t* p = blk + 16 + (kk & 14) * 16 + (kk & 1) * 8;
+    return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16)));
   }
+  __m128i bytes(int64_t kk) const { return pair_bytes(blk, kk); }
   void decode(__m128i codes, __m256& v0, __m256& v1) const {
     const __m128i t = _mm_shuffle_epi8(table, codes);
     const float* f = launder_ptr(fs);
@@ -212,8 +219,9 @@ inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int6
 //    K < 2**28);
 //  - the block's scales within 2**+-32 (s in [95, 159]).
 // Anything else (non-finite or extreme activations, extreme scales) runs the exact per-weight
-// decode below for that block: the same bits, only slower. Accumulators hold the permuted
-// column order of the in-lane unpacks ([0-3 | 8-11], [4-7 | 12-15]), restored at the store.
+// decode below for that block: the same bits, only slower. Accumulators hold the column order
+// of the in-lane unpacks (even columns [0 2 4 6 | 8 10 12 14], odd [1 3 5 7 | 9 11 13 15]),
+// restored at the store.
 inline bool fast_rows_ok(const float* a, int64_t kp, int M, int64_t k) {
   if (k >= (int64_t(1) << 28)) return false;
   const __m256i abs = _mm256_set1_epi32(0x7fffffff);
@@ -237,11 +245,18 @@ inline bool fast_block_ok(const uint8_t* scales) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(s, _mm_set1_epi8(64)), s)) == 0xffff;
 }
 
-// [0-7 | 8-15] column vectors <-> the permuted pair ([0-3 | 8-11], [4-7 | 12-15]) (self-inverse).
-inline void swap_halves(__m256& x0, __m256& x1) {
-  const __m256 y0 = _mm256_permute2f128_ps(x0, x1, 0x20), y1 = _mm256_permute2f128_ps(x0, x1, 0x31);
-  x0 = y0;
-  x1 = y1;
+// Column vectors [0-7], [8-15] -> (even columns, odd columns) as above, and back.
+inline void to_even_odd(__m256& x0, __m256& x1) {
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256 p0 = _mm256_permutevar8x32_ps(x0, split), p1 = _mm256_permutevar8x32_ps(x1, split);
+  x0 = _mm256_permute2f128_ps(p0, p1, 0x20);
+  x1 = _mm256_permute2f128_ps(p0, p1, 0x31);
+}
+inline void from_even_odd(__m256& x0, __m256& x1) {
+  const __m256i merge = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 p0 = _mm256_permute2f128_ps(x0, x1, 0x20), p1 = _mm256_permute2f128_ps(x0, x1, 0x31);
+  x0 = _mm256_permutevar8x32_ps(p0, merge);
+  x1 = _mm256_permutevar8x32_ps(p1, merge);
 }
 
 template <int M, int NP, bool PF>
@@ -270,17 +285,17 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
       c0[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR) : _mm256_setzero_ps();
       c1[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR + 8) : _mm256_setzero_ps();
-      swap_halves(c0[j][r], c1[j][r]);
+      to_even_odd(c0[j][r], c1[j][r]);
     }
   };
   auto store_c = [&] {
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      swap_halves(c0[j][r], c1[j][r]);
+      from_even_odd(c0[j][r], c1[j][r]);
       _mm256_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
       _mm256_storeu_ps(c + r * ldc + j * kNR + 8, c1[j][r]);
     }
   };
-  // Per panel, 2**(+-(s - 127)) of the block's columns in the permuted order.
+  // Per panel, 2**(+-(s - 127)) of the block's columns in the accumulators' order.
   auto factors = [](const uint8_t* blk, int sign, __m256& f0, __m256& f1) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
     const __m256i e0 = _mm256_cvtepu8_epi32(s), e1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s, 8));
@@ -291,7 +306,7 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
     };
     f0 = bits(e0);
     f1 = bits(e1);
-    swap_halves(f0, f1);
+    to_even_odd(f0, f1);
   };
   load_c();
   for (int64_t b = 0; b < nb; ++b) {
@@ -314,32 +329,55 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
       }
     }
     const float* ab = a + 32 * b;
-    for (int kk = 0; kk < 16; ++kk) {
+    for (int kk = 0; kk < 16; kk += 2) {  // two k pairs: k = 2 kk .. 2 kk + 3
       if constexpr (PF)
         CPUKERN_UNROLL for (int j = 0; j < NP; ++j)
           _mm_prefetch(reinterpret_cast<const char*>(w + j * panel + b * kBB + 16 + kk * 16) + pf,
                        _MM_HINT_T0);
-      // Per panel: the even k's FMAs, then the odd k's (each element's chain in k order).
       CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-        const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(w + j * panel + b * kBB + 16 + kk * 16)));
-        const __m256i codes = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi16(x, 4)), cst(2));
-        const __m256i lo = _mm256_shuffle_epi8(cst(0), codes), hi = _mm256_shuffle_epi8(cst(1), codes);
-        // Pair words (even k low, odd k high) of columns [0-3 | 8-11] and [4-7 | 12-15].
-        const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
-        const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(u0, 16));
-        const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(u1, 16));
-        CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-          const __m256 ae = _mm256_broadcast_ss(ab + r * kp + 2 * kk);
-          c0[j][r] = _mm256_fmadd_ps(ae, e0, c0[j][r]);
-          c1[j][r] = _mm256_fmadd_ps(ae, e1, c1[j][r]);
-        }
-        const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(u0, cst(3)));
-        const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(u1, cst(3)));
-        CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-          const __m256 ao = _mm256_broadcast_ss(ab + r * kp + 2 * kk + 1);
-          c0[j][r] = _mm256_fmadd_ps(ao, o0, c0[j][r]);
-          c1[j][r] = _mm256_fmadd_ps(ao, o1, c1[j][r]);
+        const __m256i x = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w + j * panel + b * kBB + 16 + kk * 16));
+        // Even k's codes (bytes 0-7 of a lane: k = 2 kk, 8-15: 2 kk + 2), odd k's (+1).
+        const __m256i ce = _mm256_and_si256(x, cst(2));
+        const __m256i co = _mm256_and_si256(_mm256_srli_epi16(x, 4), cst(2));
+        // bf16 words of one k's 16 columns; shift / mask give the even / odd columns' fp32.
+        auto fma_k = [&](__m256i u, int k) __attribute__((always_inline)) {
+          const __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+          const __m256 o = _mm256_castsi256_ps(_mm256_and_si256(u, cst(3)));
+          CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+            const __m256 av = _mm256_broadcast_ss(ab + r * kp + k);
+            c0[j][r] = _mm256_fmadd_ps(av, e, c0[j][r]);
+            c1[j][r] = _mm256_fmadd_ps(av, o, c1[j][r]);
+          }
+        };
+        // Each element's chain in k order: 2 kk, 2 kk + 1, 2 kk + 2, 2 kk + 3.
+        // How many lookups stay live is chosen per row count by measurement (Zen 5): GCC's
+        // register allocation of the 16 ymm decides, not the uop count.
+        if constexpr (M <= 2 || M == 4) {  // each lookup once
+          const __m256i le = _mm256_shuffle_epi8(cst(0), ce), he = _mm256_shuffle_epi8(cst(1), ce);
+          const __m256i lo = _mm256_shuffle_epi8(cst(0), co), ho = _mm256_shuffle_epi8(cst(1), co);
+          fma_k(_mm256_unpacklo_epi8(le, he), 2 * kk);
+          fma_k(_mm256_unpacklo_epi8(lo, ho), 2 * kk + 1);
+          fma_k(_mm256_unpackhi_epi8(le, he), 2 * kk + 2);
+          fma_k(_mm256_unpackhi_epi8(lo, ho), 2 * kk + 3);
+        } else {
+          // 3 or 5 rows: per k, split the codes (from L1) and look them up again instead of
+          // holding the 4 lookups or both code registers (GCC spilled them).
+          const uint8_t* xb = w + j * panel + b * kBB + 16 + kk * 16;
+          auto words = [&](bool odd, bool high) __attribute__((always_inline)) {
+            // A fresh (volatile-laundered) pointer per k: GCC would merge the loads and keep
+            // the lookups live.
+            const uint8_t* q = xb;
+            asm volatile("" : "+r"(q));
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+            const __m256i c = _mm256_and_si256(odd ? _mm256_srli_epi16(v, 4) : v, cst(2));
+            const __m256i l = _mm256_shuffle_epi8(cst(0), c), h = _mm256_shuffle_epi8(cst(1), c);
+            return high ? _mm256_unpackhi_epi8(l, h) : _mm256_unpacklo_epi8(l, h);
+          };
+          fma_k(words(false, false), 2 * kk);
+          fma_k(words(true, false), 2 * kk + 1);
+          fma_k(words(false, true), 2 * kk + 2);
+          fma_k(words(true, true), 2 * kk + 3);
         }
       }
     }
@@ -416,9 +454,9 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   using W = uint8_t;
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
   // [k pair][16 columns] (low half = even k's bf16, high half = odd k's). Blocks whose 16
-  // scales all lie in [2, 252] (every nonzero weight a normal bf16): integer decode, 18 uops
-  // per k pair: vpmovzxbw + shift/or/and split the nibbles into (even, odd) code bytes, two
-  // vpshufb give the low and high bytes of each e2m1 value's bf16, and the scale is the
+  // scales all lie in [2, 252] (every nonzero weight a normal bf16): integer decode, 17 uops
+  // per k pair: and/shift/and + an unpack per 2 pairs split the nibbles into (even, odd) code
+  // bytes, two vpshufb give the low and high bytes of each e2m1 value's bf16, and the scale is the
   // exponent add (s - 127) << 7 (exact there; zero codes masked back to +0). Other blocks:
   // the exact fp32 multiply (Mxfp4Src, 26 uops), high halves kept.
   using Bf16 = Tile<Bf16Src>;
@@ -427,7 +465,7 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo)));
     const __m256i th =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi)));
-    const __m256i nib = _mm256_set1_epi16(0x0f0f), zero = _mm256_setzero_si256();
+    const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
     Mxfp4Src s(src);
     auto* d = reinterpret_cast<__m256i*>(dst);
     for (int64_t b = 0; b < nk; ++b) {
@@ -439,17 +477,26 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
         const __m256i aw = _mm256_slli_epi16(
             _mm256_sub_epi16(_mm256_cvtepu8_epi16(sc), _mm256_set1_epi16(127)), 7);
         const __m256i alo = _mm256_unpacklo_epi16(aw, aw), ahi = _mm256_unpackhi_epi16(aw, aw);
-        for (int kk = 0; kk < 16; ++kk) {
-          const __m256i w = _mm256_cvtepu8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + kk * 16)));
-          const __m256i codes = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)), nib);
-          const __m256i lo = _mm256_shuffle_epi8(tl, codes), hi = _mm256_shuffle_epi8(th, codes);
-          // Pair words of columns [0-3 | 8-11] and [4-7 | 12-15].
-          const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
-          const __m256i r0 = _mm256_andnot_si256(_mm256_cmpeq_epi16(u0, zero), _mm256_add_epi16(u0, alo));
-          const __m256i r1 = _mm256_andnot_si256(_mm256_cmpeq_epi16(u1, zero), _mm256_add_epi16(u1, ahi));
-          _mm256_storeu_si256(d + (b * 16 + kk) * 2, _mm256_permute2x128_si256(r0, r1, 0x20));
-          _mm256_storeu_si256(d + (b * 16 + kk) * 2 + 1, _mm256_permute2x128_si256(r0, r1, 0x31));
+        for (int kk = 0; kk < 16; kk += 2) {
+          // Two k pairs (layout above): per column half (lane), the even and odd k codes, then
+          // interleaved into each column's (even, odd) code bytes, columns in order.
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
+          const __m256i e = _mm256_and_si256(x, nib);
+          const __m256i o = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i codes = h ? _mm256_unpackhi_epi8(e, o) : _mm256_unpacklo_epi8(e, o);
+            const __m256i lo = _mm256_shuffle_epi8(tl, codes), hi = _mm256_shuffle_epi8(th, codes);
+            // Pair words of columns [0-3 | 8-11] and [4-7 | 12-15].
+            const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
+            const __m256i r0 =
+                _mm256_andnot_si256(_mm256_cmpeq_epi16(u0, zero), _mm256_add_epi16(u0, alo));
+            const __m256i r1 =
+                _mm256_andnot_si256(_mm256_cmpeq_epi16(u1, zero), _mm256_add_epi16(u1, ahi));
+            __m256i* out = d + (b * 16 + kk + h) * 2;
+            _mm256_storeu_si256(out, _mm256_permute2x128_si256(r0, r1, 0x20));
+            _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r0, r1, 0x31));
+          }
         }
         continue;
       }
@@ -469,8 +516,9 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   // [panel][block][16 scales, 16 pairs x 16 columns]: see the layout above.
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {  // code byte j of a column: row j of the panel
-    mxfp4::pack_panels<kNR>(blocks, scales, o, i, kStepW, dst,
-                            [](int col, int j) { return j * kNR + col; });
+    mxfp4::pack_panels<kNR>(blocks, scales, o, i, kStepW, dst, [](int col, int j) {
+      return (j / 2) * 32 + (col / 8) * 16 + (j % 2) * 8 + col % 8;
+    });
   }
 };
 
