@@ -48,10 +48,15 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   }
   check_arg(format != WeightFormat::kMxfp4 || i % 32 == 0, arg, "corrupted header (MXFP4 I)");
   check_arg(format != WeightFormat::kInt8 || i <= int8::kMaxK, arg, "corrupted header (int8 I)");
-  const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel);
+  const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
+                    layout = blob::name(h.layout);
   const Variant* row = nullptr;
   auto consider = [&](const Variant& r) {
-    if (!row && variant == r.name && ukernel == ukernel_for(r, format).name && r.supported()) row = &r;
+    // The layout word too: a micro-kernel whose byte order changed carries a new one, so a
+    // buffer of the old order is refused instead of misread.
+    const Ukernel& u = ukernel_for(r, format);
+    if (!row && variant == r.name && ukernel == u.name && layout == u.layout && r.supported())
+      row = &r;
   };
   for (const Variant& r : registry().variants()) consider(r);
   if (extra_rows)

@@ -10,7 +10,7 @@
 // panels per call instead, 8 independent chains, so the kernel streams weights as a bf16 GEMV
 // at memory bandwidth.
 //
-// MXFP4 ("mxfp4p16", 4.25 bits per weight): per panel of 16 columns per block of 32 k, the 16
+// MXFP4 ("mxfp4p16x4", 4.25 bits per weight): per panel of 16 columns per block of 32 k, the 16
 // columns' e8m0 scales, then per two k pairs (j, j + 1; j even) 32 bytes: columns 0-7's bytes
 // j, their bytes j + 1, columns 8-15's bytes j, their bytes j + 1 (a byte = the k, k+1 codes as
 // stored on disk): 272 bytes. One aligned 32-byte load then holds 4 k x 16 columns with each
@@ -78,7 +78,7 @@ struct Bf16Src {
   }
 };
 
-// MXFP4 weights in the mxfp4p16 layout (above), from the first block of the tile's K range.
+// MXFP4 weights in the mxfp4p16x4 layout (above), from the first block of the tile's K range.
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
   const uint8_t* w;

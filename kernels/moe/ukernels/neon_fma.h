@@ -43,8 +43,8 @@ struct Bf16Src {
 };
 
 // MXFP4 weights ("mxfp4p16": per panel per block of 32 k the 16 columns' scales, then per k
-// pair j the 16 columns' bytes j; the AVX2 kernel orders the bytes of two k pairs by column
-// half instead, for its 128-bit lanes). Decoded per k pair: tbl maps the nibbles
+// pair j the 16 columns' bytes j; the AVX2 kernel's "mxfp4p16x4" orders the bytes of two k
+// pairs by column half instead, for its 128-bit lanes). Decoded per k pair: tbl maps the nibbles
 // to the high bytes of their fp16 values, fcvtl widens to fp32, one multiply by 2**(s - 127)
 // gives the exact weight (mxfp4.h).
 struct Mxfp4Src {

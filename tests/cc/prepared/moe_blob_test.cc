@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
+#include "kernels/common/prepared_blob.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
@@ -120,6 +121,19 @@ TEST(MoeBlob, HeaderErrorsNameTheArgument) {
     try {
       from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, "reference", "w13");
       ADD_FAILURE() << "another variant's packing accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("w13: prepared for variant"), std::string::npos) << e.what();
+    }
+  }
+  {  // A layout word the micro-kernel does not write (a buffer of an older byte order of the
+     // same micro-kernel name): refused, not misread.
+    AlignedBuffer c = to_buffer(*w);
+    auto* h = reinterpret_cast<blob::Header*>(c.data<unsigned char>());
+    std::memset(h->layout, 0, sizeof(h->layout));
+    std::memcpy(h->layout, "older", 5);
+    try {
+      from_buffer(c.data<unsigned char>(), int64_t(c.size()), nullptr, false, "", "w13");
+      ADD_FAILURE() << "a packing of another layout accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("w13: prepared for variant"), std::string::npos) << e.what();
     }

@@ -5,7 +5,7 @@
 
 namespace cpukern::moe {
 
-const Ukernel moe_gemm_f32_f32_mxfp4p16_5x16__avx2_fma =
-    make_ukernel<avx2::Mxfp4Tile>("moe_gemm_f32_f32_mxfp4p16_5x16__avx2_fma", "mxfp4p16");
+const Ukernel moe_gemm_f32_f32_mxfp4p16x4_5x16__avx2_fma =
+    make_ukernel<avx2::Mxfp4Tile>("moe_gemm_f32_f32_mxfp4p16x4_5x16__avx2_fma", "mxfp4p16x4");
 
 }  // namespace cpukern::moe
