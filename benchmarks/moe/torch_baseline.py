@@ -12,7 +12,13 @@ interleaved round by round, best of N. Reports ms, TFLOP/s, GB/s of expert weigh
 (each distinct routed expert's w13 + w2 read once), process CPU time per call (best of N; the
 steadier number on a shared machine), the speedup over torch, and at T=1 the
 time over the time to read the touched weights once at the machine's read bandwidth, measured
-in the same run (streaming reductions over a 1 GiB array with 1 and n threads, best of N).
+in the same run with the project's all-core streaming-read probe (kernels/common/bandwidth.cc,
+as //benchmarks/bandwidth; 1 and n threads, best of N).
+
+Weights: every call reuses the same packed experts (hot). gpt-oss-20b's touched experts are
+199 MB at T=1 and 1.6 GB at T=64, both far over a 32 MB L3, so they stream from DRAM anyway;
+the smaller layers' T=1 sets (gemma-4 and Qwen3: 35-38 MB) sit near the L3 size. The header
+names the CPU (family/model) and its measured clock.
 
   PYTHONPATH=<dir with cpukern> python benchmarks/moe/torch_baseline.py \
       --layers gpt-oss-20b --t 1,64 --threads 1,2
@@ -26,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -46,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--no-torch", action="store_true", help="cpukern only")
     p.add_argument("--no-check", action="store_true", help="skip the torch vs cpukern comparison")
     p.add_argument("--bw-mib", type=int, default=1024, help="size of the bandwidth array (MiB)")
+    p.add_argument("--probe", default="bazel-out/k8-opt/bin/benchmarks/bandwidth/bandwidth",
+                   help="//benchmarks/bandwidth binary: the header then gives its measured clock")
     return p.parse_args(argv)
 
 
@@ -59,7 +69,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import cpukern  # noqa: E402
-from cpukern import moe  # noqa: E402
+from cpukern import _ext, moe  # noqa: E402
 
 LAYERS = {
     # name: (E, topk, H, I, activation, bias)
@@ -84,21 +94,9 @@ def best_time(fn, min_time, cpu=False):
 
 
 def read_bandwidth(threads, mib, reps):
-    """GB/s of a streaming read of an array far larger than the caches: the best of several
-    reductions (float32 sum and max, int64 max), best of reps each; a reduction that is itself
-    slower than memory would otherwise understate the bandwidth."""
-    a = torch.ones(mib * (1 << 20) // 4, dtype=torch.float32)
-    torch.set_num_threads(threads)
-    best = float("inf")
-    for f in (lambda: a.sum(), lambda: a.amax(), lambda: a.view(torch.int64).amax()):
-        f()
-        best = min(best, min(best_time(f, 0.0) for _ in range(reps)))
-    del a
-    return a_bytes(mib) / best * 1e-9
-
-
-def a_bytes(mib):
-    return mib * (1 << 20)
+    """GB/s of the project's streaming-read probe (every thread reading its share of a buffer
+    far larger than the caches), best of reps."""
+    return max(_ext.read_bandwidth(mib << 20, threads, 0.3) for _ in range(reps)) * 1e-9
 
 
 # ---- the eager PyTorch loop ----
@@ -158,6 +156,21 @@ def routing(name, t, seed):
     return x, torch.from_numpy(np.ascontiguousarray(wts)), torch.from_numpy(np.ascontiguousarray(ids))
 
 
+def cpu_model():
+    """CPU family / model / name from /proc/cpuinfo (the platform string elsewhere)."""
+    try:
+        fields = {}
+        for line in open("/proc/cpuinfo"):
+            if ":" in line:
+                k, v = (x.strip() for x in line.split(":", 1))
+                fields.setdefault(k, v)
+        if "cpu family" in fields:
+            return f"{fields.get('model name', '?')} (family {fields['cpu family']} model {fields.get('model', '?')})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def fmt(v, d=2):
     return f"{v:.{d}f}"
 
@@ -174,8 +187,12 @@ def main():
         variants = args.variants.split(",")
 
     cpu = cpukern.cpu_info()
-    print(f"# machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} logical CPUs, cpukern features: {' '.join(cpu.get('features', []))}")
+    print(f"# machine: {cpu_model()}, {os.cpu_count()} logical CPUs, L3 {cpu['l3_bytes'] >> 20} MiB, "
+          f"cpukern features: {' '.join(cpu.get('features', []))}")
+    if os.access(args.probe, os.X_OK):
+        m = json.loads(subprocess.run([args.probe, "--json"], check=True, capture_output=True,
+                                      text=True).stdout)
+        print(f"# clock (measured by {args.probe}): {m['clock_GHz_measured']:.2f} GHz")
     print(f"# torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
           f"--torch-isa {args.torch_isa}, mkldnn {torch.backends.mkldnn.is_available()}")
     print(f"# cpukern variants: {', '.join(variants)}; best of {args.reps} rounds, "
@@ -183,7 +200,7 @@ def main():
     bw = {}
     for n in ths:
         bw[n] = read_bandwidth(n, args.bw_mib, args.reps)
-        print(f"# read bandwidth, {n} thread(s): {bw[n]:.1f} GB/s (best streaming reduction, {args.bw_mib} MiB)")
+        print(f"# read bandwidth, {n} thread(s): {bw[n]:.1f} GB/s (all-core streaming-read probe, {args.bw_mib} MiB)")
     sys.stdout.flush()
 
     rows = []
