@@ -31,7 +31,7 @@ struct Zmm {
   static T load(const int8_t* p) { return _mm512_loadu_si512(p); }
   static T dpbusd(T acc, T u, T w) { return _mm512_dpbusd_epi32(acc, u, w); }
   static void store_minus_128x(int32_t* p, T c, T sum) {
-    _mm512_storeu_si512(p, _mm512_sub_epi32(c, _mm512_slli_epi32(sum, 7)));
+    _mm512_storeu_si512(p, _mm512_sub_epi32(c, cpukern_slli_epi32(sum, 7)));
   }
 };
 #endif

@@ -103,17 +103,6 @@ void L27_XPREP(const float* x, const F32Geometry* geo, void* dst) {
   }
 }
 
-// The lanes' next 5-bit codes: vpsrld by 5. Natively as maskz over all lanes (the same
-// instruction): GCC 12 flags _mm512_srli_epi32's undefined pass-through operand
-// (-Wmaybe-uninitialized) once the tile loop is inlined. SIMDe has no maskz form.
-inline __m512i next_code(__m512i ix) {
-#if defined(CPUKERN_SIMDE)
-  return _mm512_srli_epi32(ix, 5);
-#else
-  return _mm512_maskz_srli_epi32(__mmask16(0xFFFF), ix, 5);
-#endif
-}
-
 inline void store_rows(float* y, __m512 d, int64_t valid, bool first) {
   if (valid >= 16) {
     if (!first) d = _mm512_add_ps(d, _mm512_loadu_ps(y));
@@ -156,7 +145,7 @@ __attribute__((always_inline)) inline void chunk_kernel(const uint32_t* w, int64
         __m512i ix = _mm512_loadu_si512(wt[t]);
         for (int g = 0; g < kGroups; ++g) {
           acc[t][b] = _mm512_add_ps(acc[t][b], _mm512_permutex2var_ps(T0[g], ix, T1[g]));
-          if (g + 1 < kGroups) ix = next_code(ix);
+          if (g + 1 < kGroups) ix = cpukern_srli_epi32(ix, 5);  // the lanes' next codes
         }
       }
       tb[b] += kBlockTabFloats;

@@ -100,7 +100,7 @@ __attribute__((always_inline)) inline void tiles(const uint32_t* w, int64_t tile
         const __m512i u = _mm512_permutex2var_epi32(tab.lo, ix[t], tab.hi);
 #pragma GCC unroll 4
         for (int b = 0; b < NB; ++b) acc[t][b] = _mm512_dpbusd_epi32(acc[t][b], u, xv[b]);
-        if (g + 1 < kGroups) ix[t] = _mm512_srli_epi32(ix[t], 5);
+        if (g + 1 < kGroups) ix[t] = cpukern_srli_epi32(ix[t], 5);
       }
     }
   };

@@ -379,8 +379,11 @@ TEST(MoeRegistry, NamesAndDefault) {
   EXPECT_EQ(selected, 1);
   EXPECT_TRUE(has_ref);
   // The default is the highest-priority row this CPU runs (unless CPUKERN_ISA forces one).
-  for (const auto& v : vs)
-    if (v.selected && !std::getenv("CPUKERN_ISA")) EXPECT_EQ(v.priority, best) << v.name;
+  for (const auto& v : vs) {
+    if (v.selected && !std::getenv("CPUKERN_ISA")) {
+      EXPECT_EQ(v.priority, best) << v.name;
+    }
+  }
 }
 
 // The QEMU legs' CPU models select the AArch64 row their features call for: -cpu max (BF16,
