@@ -78,6 +78,13 @@ struct Bf16Src {
   }
 };
 
+// The even-k (low nibble) or odd-k (high nibble) codes of 32 bytes of the layout, one per byte.
+// The 16-bit shift moves each byte's high nibble down; `nib` (0x0f bytes) drops what the
+// neighbouring byte shifted in.
+inline __m256i split_codes(__m256i x, bool odd, __m256i nib) {
+  return _mm256_and_si256(odd ? _mm256_srli_epi16(x, 4) : x, nib);
+}
+
 // MXFP4 weights in the mxfp4p16x4 layout (above), from the first block of the tile's K range.
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
@@ -112,12 +119,11 @@ struct Mxfp4Src {
   }
   const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
   // Bytes kk of the 16 columns, in column order (the layout's two 8-byte halves).
-  static __m128i pair_bytes(const uint8_t* blk, int64_t kk) {
+  __m128i bytes(int64_t kk) const {
     const uint8_t* p = blk + 16 + (kk & 14) * 16 + (kk & 1) * 8;
     return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16)));
   }
-  __m128i bytes(int64_t kk) const { return pair_bytes(blk, kk); }
   void decode(__m128i codes, __m256& v0, __m256& v1) const {
     const __m128i t = _mm_shuffle_epi8(table, codes);
     const float* f = launder_ptr(fs);
@@ -335,11 +341,7 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
           _mm_prefetch(reinterpret_cast<const char*>(w + j * panel + b * kBB + 16 + kk * 16) + pf,
                        _MM_HINT_T0);
       CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-        const __m256i x = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(w + j * panel + b * kBB + 16 + kk * 16));
-        // Even k's codes (bytes 0-7 of a lane: k = 2 kk, 8-15: 2 kk + 2), odd k's (+1).
-        const __m256i ce = _mm256_and_si256(x, cst(2));
-        const __m256i co = _mm256_and_si256(_mm256_srli_epi16(x, 4), cst(2));
+        const uint8_t* xb = w + j * panel + b * kBB + 16 + kk * 16;
         // bf16 words of one k's 16 columns; shift / mask give the even / odd columns' fp32.
         auto fma_k = [&](__m256i u, int k) __attribute__((always_inline)) {
           const __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
@@ -354,6 +356,9 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
         // How many lookups stay live is chosen per row count by measurement (Zen 5): GCC's
         // register allocation of the 16 ymm decides, not the uop count.
         if constexpr (M <= 2 || M == 4) {  // each lookup once
+          // Even k's codes (bytes 0-7 of a lane: k = 2 kk, 8-15: 2 kk + 2), odd k's (+1).
+          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+          const __m256i ce = split_codes(x, false, cst(2)), co = split_codes(x, true, cst(2));
           const __m256i le = _mm256_shuffle_epi8(cst(0), ce), he = _mm256_shuffle_epi8(cst(1), ce);
           const __m256i lo = _mm256_shuffle_epi8(cst(0), co), ho = _mm256_shuffle_epi8(cst(1), co);
           fma_k(_mm256_unpacklo_epi8(le, he), 2 * kk);
@@ -363,14 +368,13 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
         } else {
           // 3 or 5 rows: per k, split the codes (from L1) and look them up again instead of
           // holding the 4 lookups or both code registers (GCC spilled them).
-          const uint8_t* xb = w + j * panel + b * kBB + 16 + kk * 16;
           auto words = [&](bool odd, bool high) __attribute__((always_inline)) {
             // A fresh (volatile-laundered) pointer per k: GCC would merge the loads and keep
             // the lookups live.
             const uint8_t* q = xb;
             asm volatile("" : "+r"(q));
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-            const __m256i c = _mm256_and_si256(odd ? _mm256_srli_epi16(v, 4) : v, cst(2));
+            const __m256i c = split_codes(v, odd, cst(2));
             const __m256i l = _mm256_shuffle_epi8(cst(0), c), h = _mm256_shuffle_epi8(cst(1), c);
             return high ? _mm256_unpackhi_epi8(l, h) : _mm256_unpacklo_epi8(l, h);
           };
@@ -482,8 +486,7 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
           // interleaved into each column's (even, odd) code bytes, columns in order.
           const __m256i x =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
-          const __m256i e = _mm256_and_si256(x, nib);
-          const __m256i o = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
+          const __m256i e = split_codes(x, false, nib), o = split_codes(x, true, nib);
           for (int h = 0; h < 2; ++h) {
             const __m256i codes = h ? _mm256_unpackhi_epi8(e, o) : _mm256_unpacklo_epi8(e, o);
             const __m256i lo = _mm256_shuffle_epi8(tl, codes), hi = _mm256_shuffle_epi8(th, codes);

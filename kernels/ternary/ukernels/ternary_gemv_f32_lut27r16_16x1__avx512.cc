@@ -187,7 +187,7 @@ __attribute__((always_inline)) inline void tail_tiles(const uint32_t* w, int64_t
     if (left > 0) tail_tiles<S / 2, NB>(w, tile_words, tab, tab_floats, nblk, y, ldy, left, first);
 }
 
-// Powers of two below n (n >= 2).
+// The largest power of two <= n, at most 16 (the tail step below an NT-tile step).
 constexpr int floor_pow2(int n) { return n >= 16 ? 16 : n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
 
 // All tiles of the range over one pass: NT tiles at a time, the rest by 8, 4, 2, 1.
