@@ -21,16 +21,18 @@
 //                   (every bf16 layout is [panel][k step][kNR][kKR] bf16, zero-padded);
 //                   MXFP4 tiles: uint8, k step = one 32-k block (kNR scales + 16 kNR bytes)
 //   kFormat         the weight format (pack for bf16, pack_mxfp4 for MXFP4)
-//   Bf16, decode_block(src, nk, dst)   optional (quantized tiles): the bf16 tile whose packed
-//                   layout decode_block writes; it decodes nk k steps of ONE panel (from src)
-//                   into nk * kKR / Bf16::kKR bf16 k steps of that layout, exactly the bf16 the
-//                   dequantized weights pack to. With several row blocks (prefill), the loop
-//                   then decodes each (panel, K block) once into a small per-call stack buffer
-//                   (one K block of kNP panels: 8-16 KiB, L1-resident; never a bf16 copy of the
-//                   weights) and runs the Bf16 tile over it for every row block: the same
-//                   operations on the same values as the bf16 kernel (bitwise equal results),
-//                   with the decode amortised over the row blocks. One row block (decode GEMV)
-//                   keeps the tile's in-register decode (weights stream once, no buffer).
+//   Decoded, decode_block(src, nk, dst)   optional (quantized tiles): the tile that runs over
+//                   decoded weights (a bf16 tile, or a tile over exact fp32 weights), and
+//                   decode_block, which decodes nk k steps of ONE panel (from src) into
+//                   nk * kKR / Decoded::kKR k steps of Decoded's packed layout (elements
+//                   Decoded::W), exactly the values the dequantized weights give. With several
+//                   row blocks (prefill), the loop then decodes each (panel, K block) once into
+//                   a small per-call stack buffer (one K block of kNP panels: 8-16 KiB,
+//                   L1-resident; never a copy of the weights) and runs the Decoded tile over it
+//                   for every row block: the same operations on the same values as the bf16
+//                   kernel (bitwise equal results), with the decode amortised over the row
+//                   blocks. One row block (decode GEMV) keeps the tile's in-register decode
+//                   (weights stream once, no buffer).
 // Batch invariance: every tile computes each output element as ONE fp32 accumulation chain,
 // sequential in k (continued across K blocks through C, which is exact), for every row count M
 // and panel count. A token's result therefore does not depend on how many rows share its
@@ -80,14 +82,14 @@ inline void tile_rows(int64_t mb, Args... args) {
 template <class T, class = void>
 struct has_decode : std::false_type {};
 template <class T>
-struct has_decode<T, std::void_t<typename T::Bf16>> : std::true_type {};
+struct has_decode<T, std::void_t<typename T::Decoded>> : std::true_type {};
 
 // Every row block of one (panel, K block) over the decoded buffer. Kept out of line: inlined
 // into decoded_gemm, GCC spilled the 5-row tile's accumulators (a store-forwarding chain per
 // k pair, 2x slower than the bf16 kernel's own loop).
 template <class B>
 [[gnu::noinline]] void decoded_rows(const typename B::A* a, int64_t m, int64_t lda, int64_t nk,
-                                    const bf16_t* buf, int64_t bpanel, int np, float* c,
+                                    const typename B::W* buf, int64_t bpanel, int np, float* c,
                                     int64_t ldc, bool accumulate) {
   for (int64_t rr = 0, mb; rr < m; rr += mb) {
     mb = B::rows(m - rr);
@@ -97,21 +99,21 @@ template <class B>
 }
 
 // Several row blocks over quantized weights: decode each (panel, K block) once into buf, then
-// the Bf16 tile for every row block (the K blocks and row blocks of blocked_gemm<Bf16>). Every
+// the Decoded tile for every row block (the K blocks and row blocks of blocked_gemm<Decoded>). Every
 // K block after the first accumulates into C (the sum continues, never restarts).
 template <class T>
 void decoded_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {
-  using B = typename T::Bf16;
+  using B = typename T::Decoded;
   static_assert(B::kNR == T::kNR && B::kNP == T::kNP && T::kKR % B::kKR == 0);
   static_assert(B::kBlockK && kKBlock % T::kKR == 0, "K blocks must match the bf16 kernel's");
-  static_assert(std::is_same_v<typename T::A, typename B::A> && std::is_same_v<typename B::W, bf16_t>);
-  constexpr int64_t r = T::kKR / B::kKR;  // bf16 k steps per quantized k step
+  static_assert(std::is_same_v<typename T::A, typename B::A>);
+  constexpr int64_t r = T::kKR / B::kKR;  // decoded k steps per quantized k step
   static_assert(T::kAStep == B::kAStep * r);
   constexpr int64_t kb = kKBlock / T::kKR, bpanel = kb * r * step_w<B>();
   // Per-call scratch of one K block (kNP panels of kKBlock k): the decoded weights live only
   // here, in L1, while the row blocks use them.
-  alignas(64) bf16_t buf[T::kNP * bpanel];
+  alignas(64) typename B::W buf[T::kNP * bpanel];
   const auto* a = static_cast<const typename T::A*>(a_packed);
   const auto* wb = static_cast<const typename T::W*>(w);
   const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);

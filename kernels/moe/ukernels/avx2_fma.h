@@ -49,6 +49,8 @@ inline const T* launder_ptr(const T* p) {
 // bf16 weights: the panel's 32-bit words [k pair][16 columns] (pack_kpairs<16>).
 struct Bf16Src {
   static constexpr int kPairsPerBlock = 0;
+  static constexpr bool kEvenOdd = false;  // weight vectors in column order
+  static constexpr int kMaxAcc = 10;       // accumulators next to the widened operands
   const uint32_t* w;
   __m256i hi_mask = _mm256_set1_epi32(int(0xffff0000u));
   explicit Bf16Src(const void* p) : w(static_cast<const uint32_t*>(p)) {}
@@ -85,9 +87,23 @@ inline __m256i split_codes(__m256i x, bool odd, __m256i nib) {
   return _mm256_and_si256(odd ? _mm256_srli_epi16(x, 4) : x, nib);
 }
 
+// 2**(s - 127) of a block's 16 columns (scales at blk): columns 0-7 in f0, 8-15 in f1; s = 0
+// gives the subnormal 2**-127 (mxfp4::scale_bits).
+inline void scale_factors(const uint8_t* blk, __m256& f0, __m256& f1) {
+  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+  const __m256i sub = _mm256_set1_epi32(0x00400000);
+  auto factor = [&](__m128i b8) {
+    return _mm256_castsi256_ps(_mm256_max_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(b8), 23), sub));
+  };
+  f0 = factor(s);
+  f1 = factor(_mm_srli_si128(s, 8));
+}
+
 // MXFP4 weights in the mxfp4p16x4 layout (above), from the first block of the tile's K range.
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
+  static constexpr bool kEvenOdd = false;
+  static constexpr int kMaxAcc = 10;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
   // 2**(s - 128) of columns 0-7, 8-15, kept in memory and read through a laundered pointer
@@ -104,18 +120,11 @@ struct Mxfp4Src {
   explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
   void block(int64_t b) {
     blk = w + b * kBlockBytes;
-    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-    const __m256i sub = _mm256_set1_epi32(0x00400000), half = _mm256_set1_epi32(1 << 23);
-    // 2**(s - 127) (s = 0: the subnormal 0x00400000), then halved (an exact exponent step or
-    // subnormal shift): 2**(s - 128).
-    auto factor = [&](__m128i b8) {
-      const __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(b8), 23);
-      const __m256 f = _mm256_castsi256_ps(_mm256_max_epi32(e, sub));
-      return _mm256_mul_ps(f, _mm256_castsi256_ps(_mm256_sub_epi32(
-                                  _mm256_castps_si256(_mm256_set1_ps(1.0f)), half)));
-    };
-    _mm256_store_ps(fs, factor(s));
-    _mm256_store_ps(fs + 8, factor(_mm_srli_si128(s, 8)));
+    // 2**(s - 127) halved (an exact exponent step or subnormal shift): 2**(s - 128).
+    __m256 f0, f1;
+    scale_factors(blk, f0, f1);
+    _mm256_store_ps(fs, _mm256_mul_ps(f0, _mm256_set1_ps(0.5f)));
+    _mm256_store_ps(fs + 8, _mm256_mul_ps(f1, _mm256_set1_ps(0.5f)));
   }
   const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
   // Bytes kk of the 16 columns, in column order (the layout's two 8-byte halves).
@@ -144,6 +153,42 @@ struct Mxfp4Src {
   }
 };
 
+// Decoded MXFP4 weights (Mxfp4Tile::decode_block): per k, 16 fp32 in the even/odd column
+// order below, k pair kk at w + 32 kk. The exact weight values, so the tile's FMAs read them
+// as memory operands with no widening per row block.
+struct F32Src {
+  static constexpr int kPairsPerBlock = 0;
+  static constexpr bool kEvenOdd = true;
+  static constexpr int kMaxAcc = 12;  // memory-operand FMAs: only the broadcast beside them
+  const float* w;
+  explicit F32Src(const void* p) : w(static_cast<const float*>(p)) {}
+  void block(int64_t) {}
+  const void* at(int64_t kk) const { return w + kk * 2 * kNR; }
+  void lo(int64_t kk, __m256& l0, __m256& l1) const {
+    l0 = _mm256_load_ps(w + kk * 2 * kNR);
+    l1 = _mm256_load_ps(w + kk * 2 * kNR + 8);
+  }
+  void hi(int64_t kk, __m256& h0, __m256& h1) const {
+    h0 = _mm256_load_ps(w + kk * 2 * kNR + kNR);
+    h1 = _mm256_load_ps(w + kk * 2 * kNR + kNR + 8);
+  }
+};
+
+// Column vectors [0-7], [8-15] -> (even columns [0 2 4 6 | 8 10 12 14], odd columns
+// [1 3 5 7 | 9 11 13 15]), the order of the in-lane bf16-word unpacks, and back.
+inline void to_even_odd(__m256& x0, __m256& x1) {
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256 p0 = _mm256_permutevar8x32_ps(x0, split), p1 = _mm256_permutevar8x32_ps(x1, split);
+  x0 = _mm256_permute2f128_ps(p0, p1, 0x20);
+  x1 = _mm256_permute2f128_ps(p0, p1, 0x31);
+}
+inline void from_even_odd(__m256& x0, __m256& x1) {
+  const __m256i merge = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 p0 = _mm256_permute2f128_ps(x0, x1, 0x20), p1 = _mm256_permute2f128_ps(x0, x1, 0x31);
+  x0 = _mm256_permutevar8x32_ps(p0, merge);
+  x1 = _mm256_permutevar8x32_ps(p1, merge);
+}
+
 // C[M][NP * 16] (= or +=) kh k pairs of A (M rows of stride kp) x the weights of NP panels
 // (src[j], each from a block start); PF: prefetch pf bytes ahead of the weights.
 // Every C element is one FMA chain in k order (c += a[2k] w[2k]; c += a[2k+1] w[2k+1]), the
@@ -157,6 +202,8 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src* src, float* c,
   CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
     c0[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR) : _mm256_setzero_ps();
     c1[j][r] = accumulate ? _mm256_loadu_ps(c + r * ldc + j * kNR + 8) : _mm256_setzero_ps();
+    if constexpr (Src::kEvenOdd)
+      if (accumulate) to_even_odd(c0[j][r], c1[j][r]);
   }
   for (int64_t kk = 0; kk < kh; ++kk) {
     if constexpr (PB > 0)
@@ -185,6 +232,7 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src* src, float* c,
     }
   }
   CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+    if constexpr (Src::kEvenOdd) from_even_odd(c0[j][r], c1[j][r]);
     _mm256_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
     _mm256_storeu_ps(c + r * ldc + j * kNR + 8, c1[j][r]);
   }
@@ -249,20 +297,6 @@ inline bool fast_block_ok(const uint8_t* scales) {
   const __m128i s = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)),
                                  _mm_set1_epi8(95));
   return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(s, _mm_set1_epi8(64)), s)) == 0xffff;
-}
-
-// Column vectors [0-7], [8-15] -> (even columns, odd columns) as above, and back.
-inline void to_even_odd(__m256& x0, __m256& x1) {
-  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m256 p0 = _mm256_permutevar8x32_ps(x0, split), p1 = _mm256_permutevar8x32_ps(x1, split);
-  x0 = _mm256_permute2f128_ps(p0, p1, 0x20);
-  x1 = _mm256_permute2f128_ps(p0, p1, 0x31);
-}
-inline void from_even_odd(__m256& x0, __m256& x1) {
-  const __m256i merge = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256 p0 = _mm256_permute2f128_ps(x0, x1, 0x20), p1 = _mm256_permute2f128_ps(x0, x1, 0x31);
-  x0 = _mm256_permutevar8x32_ps(p0, merge);
-  x1 = _mm256_permutevar8x32_ps(p1, merge);
 }
 
 template <int M, int NP, bool PF>
@@ -433,7 +467,8 @@ struct Tile : KpairsTile<kNR> {
                    float* c, int64_t ldc, bool accumulate, int64_t pf) {
     // nk k steps: k pairs (bf16) or blocks of 16 k pairs (MXFP4).
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    constexpr int G = M == 1 ? 4 : M == 2 ? 2 : 1;  // panels per call: 8 chains from 1-2 rows
+    // Panels per call: up to 4, as many as the accumulators allow (8 chains from 1-2 rows).
+    constexpr int G = 2 * M * 4 <= Src::kMaxAcc ? 4 : 2 * M * 2 <= Src::kMaxAcc ? 2 : 1;
     if constexpr (std::is_same_v<Src, Mxfp4Src>) {
       const auto* wq = reinterpret_cast<const uint8_t*>(w);
       if (fast_rows_ok(a, lda, M, 2 * kh)) {
@@ -456,63 +491,47 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr int kStepW = Mxfp4Src::kBlockBytes;
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
-  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
-  // [k pair][16 columns] (low half = even k's bf16, high half = odd k's). Blocks whose 16
-  // scales all lie in [2, 252] (every nonzero weight a normal bf16): integer decode, 17 uops
-  // per k pair: and/shift/and + an unpack per 2 pairs split the nibbles into (even, odd) code
-  // bytes, two vpshufb give the low and high bytes of each e2m1 value's bf16, and the scale is the
-  // exponent add (s - 127) << 7 (exact there; zero codes masked back to +0). Other blocks:
-  // the exact fp32 multiply (Mxfp4Src, 26 uops), high halves kept.
-  using Bf16 = Tile<Bf16Src>;
-  static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
+  // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the exact fp32 weights in
+  // F32Src's order, so the row blocks' FMAs take them as memory operands (the bf16 tile would
+  // widen every k pair again in each row block). Per two k pairs of 16 columns (128 weights):
+  // the nibble split (3 ops), 4 vpshufb (bf16 bytes of each e2m1 value), 4 unpacks (bf16 words),
+  // 8 shift/mask (fp32, even and odd columns), 8 multiplies by the columns' 2**(s - 127) (exact
+  // for every s < 255: two significant bits, exponent in fp32's range), 8 stores.
+  struct Decoded : Tile<F32Src> {
+    using W = float;
+    // The FMAs take the weights as memory operands, so 6 rows (12 accumulators) fit the 16
+    // registers; row blocks split the rows evenly (8 = 4 + 4: no latency-bound 2-row tail).
+    static constexpr int kMR = 6;
+    static int64_t rows(int64_t rem) {
+      const int64_t blocks = (rem + kMR - 1) / kMR;
+      return (rem + blocks - 1) / blocks;
+    }
+  };
+  static void decode_block(const uint8_t* src, int64_t nk, float* dst) {
     const __m256i tl =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo)));
     const __m256i th =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi)));
-    const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
-    Mxfp4Src s(src);
-    auto* d = reinterpret_cast<__m256i*>(dst);
+    const __m256i nib = _mm256_set1_epi8(0x0f), hi_mask = _mm256_set1_epi32(int(0xffff0000u));
     for (int64_t b = 0; b < nk; ++b) {
       const uint8_t* blk = src + b * Mxfp4Src::kBlockBytes;
-      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-      const __m128i sd = _mm_sub_epi8(sc, _mm_set1_epi8(2));  // s in [2, 252] <=> sd <= 250
-      if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(sd, _mm_set1_epi8(char(250))), sd)) ==
-          0xffff) {
-        const __m256i aw = _mm256_slli_epi16(
-            _mm256_sub_epi16(_mm256_cvtepu8_epi16(sc), _mm256_set1_epi16(127)), 7);
-        const __m256i alo = _mm256_unpacklo_epi16(aw, aw), ahi = _mm256_unpackhi_epi16(aw, aw);
-        for (int kk = 0; kk < 16; kk += 2) {
-          // Two k pairs (layout above): per column half (lane), the even and odd k codes, then
-          // interleaved into each column's (even, odd) code bytes, columns in order.
-          const __m256i x =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
-          const __m256i e = split_codes(x, false, nib), o = split_codes(x, true, nib);
-          for (int h = 0; h < 2; ++h) {
-            const __m256i codes = h ? _mm256_unpackhi_epi8(e, o) : _mm256_unpacklo_epi8(e, o);
-            const __m256i lo = _mm256_shuffle_epi8(tl, codes), hi = _mm256_shuffle_epi8(th, codes);
-            // Pair words of columns [0-3 | 8-11] and [4-7 | 12-15].
-            const __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
-            const __m256i r0 =
-                _mm256_andnot_si256(_mm256_cmpeq_epi16(u0, zero), _mm256_add_epi16(u0, alo));
-            const __m256i r1 =
-                _mm256_andnot_si256(_mm256_cmpeq_epi16(u1, zero), _mm256_add_epi16(u1, ahi));
-            __m256i* out = d + (b * 16 + kk + h) * 2;
-            _mm256_storeu_si256(out, _mm256_permute2x128_si256(r0, r1, 0x20));
-            _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r0, r1, 0x31));
-          }
+      __m256 f0, f1;
+      scale_factors(blk, f0, f1);
+      to_even_odd(f0, f1);
+      float* d = dst + b * mxfp4::kBlock * kNR;
+      for (int kk = 0; kk < 16; kk += 2) {  // codes of k = 2 kk .. 2 kk + 3 (mxfp4_gemv_tile)
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
+        const __m256i ce = split_codes(x, false, nib), co = split_codes(x, true, nib);
+        const __m256i le = _mm256_shuffle_epi8(tl, ce), he = _mm256_shuffle_epi8(th, ce);
+        const __m256i lo = _mm256_shuffle_epi8(tl, co), ho = _mm256_shuffle_epi8(th, co);
+        const __m256i u[4] = {_mm256_unpacklo_epi8(le, he), _mm256_unpacklo_epi8(lo, ho),
+                              _mm256_unpackhi_epi8(le, he), _mm256_unpackhi_epi8(lo, ho)};
+        for (int i = 0; i < 4; ++i) {
+          float* out = d + (2 * kk + i) * kNR;
+          _mm256_store_ps(out, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u[i], 16)), f0));
+          _mm256_store_ps(out + 8,
+                          _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u[i], hi_mask)), f1));
         }
-        continue;
-      }
-      s.block(b);
-      for (int kk = 0; kk < 16; ++kk) {
-        __m256 l0, l1, h0, h1;
-        s.load(kk, l0, l1, h0, h1);
-        auto words = [](__m256 lo, __m256 hi) {
-          return _mm256_blend_epi16(_mm256_srli_epi32(_mm256_castps_si256(lo), 16),
-                                    _mm256_castps_si256(hi), 0xAA);
-        };
-        _mm256_storeu_si256(d + (b * 16 + kk) * 2, words(l0, h0));
-        _mm256_storeu_si256(d + (b * 16 + kk) * 2 + 1, words(l1, h1));
       }
     }
   }

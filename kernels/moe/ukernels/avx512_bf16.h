@@ -380,7 +380,7 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
   static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   using W = uint8_t;
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words.
-  using Bf16 = Tile<Bf16Src>;
+  using Decoded = Tile<Bf16Src>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
     Mxfp4Src s(src);
     auto* d = reinterpret_cast<uint32_t*>(dst);

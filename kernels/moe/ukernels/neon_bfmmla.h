@@ -344,7 +344,7 @@ struct Mxfp4Tile : Tile<PJ, Mxfp4Src> {
   using W = uint8_t;
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's B operands
   // [k step][PJ column pairs][2][4] (the operands b() decodes in registers, stored).
-  using Bf16 = Tile<PJ>;
+  using Decoded = Tile<PJ>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
     Mxfp4Src<PJ> s(src, 0);
     auto* d = reinterpret_cast<bfloat16_t*>(dst);
