@@ -251,7 +251,7 @@ int register_ukernels() {
     if (!v.supported() || v.name == std::string("reference")) continue;
     for (const char* f : {"bf16", "mxfp4", "int8"}) {
       const std::string pre = "ukernel/" + std::string(v.name) + "/" + f;
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 12, 16})
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16})
         benchmark::RegisterBenchmark(
             (pre + "/m:" + std::to_string(m) + "/k:2880/cols:128").c_str(), run_ukernel,
             v.name, f, m, 2880, 128)

@@ -50,7 +50,6 @@ inline const T* launder_ptr(const T* p) {
 struct Bf16Src {
   static constexpr int kPairsPerBlock = 0;
   static constexpr bool kEvenOdd = false;  // weight vectors in column order
-  static constexpr int kMaxAcc = 10;       // accumulators next to the widened operands
   const uint32_t* w;
   __m256i hi_mask = _mm256_set1_epi32(int(0xffff0000u));
   explicit Bf16Src(const void* p) : w(static_cast<const uint32_t*>(p)) {}
@@ -103,7 +102,6 @@ inline void scale_factors(const uint8_t* blk, __m256& f0, __m256& f1) {
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 16 + 16 * 16;
   static constexpr bool kEvenOdd = false;
-  static constexpr int kMaxAcc = 10;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
   // 2**(s - 128) of columns 0-7, 8-15, kept in memory and read through a laundered pointer
@@ -159,7 +157,6 @@ struct Mxfp4Src {
 struct F32Src {
   static constexpr int kPairsPerBlock = 0;
   static constexpr bool kEvenOdd = true;
-  static constexpr int kMaxAcc = 12;  // memory-operand FMAs: only the broadcast beside them
   const float* w;
   explicit F32Src(const void* p) : w(static_cast<const float*>(p)) {}
   void block(int64_t) {}
@@ -467,8 +464,7 @@ struct Tile : KpairsTile<kNR> {
                    float* c, int64_t ldc, bool accumulate, int64_t pf) {
     // nk k steps: k pairs (bf16) or blocks of 16 k pairs (MXFP4).
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    // Panels per call: up to 4, as many as the accumulators allow (8 chains from 1-2 rows).
-    constexpr int G = 2 * M * 4 <= Src::kMaxAcc ? 4 : 2 * M * 2 <= Src::kMaxAcc ? 2 : 1;
+    constexpr int G = M == 1 ? 4 : M == 2 ? 2 : 1;  // panels per call: 8 chains from 1-2 rows
     if constexpr (std::is_same_v<Src, Mxfp4Src>) {
       const auto* wq = reinterpret_cast<const uint8_t*>(w);
       if (fast_rows_ok(a, lda, M, 2 * kh)) {
