@@ -1,10 +1,18 @@
-// A move-only, 64-byte aligned, zero-initialised byte buffer.
+// A move-only, 64-byte aligned, zero-initialised byte buffer. Buffers of kHugeFrom bytes or
+// more (prepared weights) start on a 2 MiB boundary and are advised as transparent huge pages
+// on Linux: weights streamed from DRAM then cross no 4 KiB page boundary, where the hardware
+// prefetchers stop, and need no 4 KiB TLB walks (gpt-oss-20b MoE at T=1, weights cold, 1
+// thread on Zen 5: 2-9% faster). CPUKERN_HUGEPAGES=0 turns it off (read once). At most one
+// partly used 2 MiB page per buffer is the cost.
 #pragma once
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace cpukern {
 
@@ -48,22 +56,39 @@ class AlignedBuffer {
   T* data() const { return static_cast<T*>(p_); }
   size_t size() const { return n_; }
 
+  static constexpr size_t kHugePage = size_t(2) << 20, kHugeFrom = size_t(4) << 20;
+
  private:
-  // `bytes` rounded up to 64, zero from `zero_from` to the rounded end.
   void release() {
     if (owned_) std::free(p_);
     p_ = nullptr;
     n_ = 0;
     owned_ = true;
   }
+  // `bytes` rounded up to 64, zero from `zero_from` to the rounded end.
   void allocate(size_t bytes, size_t zero_from) {
     release();
     if (bytes == 0) return;
     const size_t rounded = (bytes + 63) / 64 * 64;
-    p_ = std::aligned_alloc(64, rounded);
+    if (rounded >= kHugeFrom && huge_pages_enabled()) {
+      const size_t whole = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+      p_ = std::aligned_alloc(kHugePage, whole);
+#if defined(__linux__)
+      if (p_) madvise(p_, whole, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
+    } else {
+      p_ = std::aligned_alloc(64, rounded);
+    }
     if (!p_) throw std::bad_alloc();
     std::memset(static_cast<char*>(p_) + zero_from, 0, rounded - zero_from);
     n_ = bytes;
+  }
+  static bool huge_pages_enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("CPUKERN_HUGEPAGES");
+      return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
   }
 
   void* p_ = nullptr;

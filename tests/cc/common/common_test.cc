@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <random>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/aligned_buffer.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/limits.h"
@@ -307,3 +310,45 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
 
 }  // namespace
 }  // namespace cpukern
+
+// Small buffers: 64-byte aligned. Prepared-weight sizes: 2 MiB aligned and, natively on Linux
+// x86, advised as huge pages (the "hg" VmFlag of the mapping in /proc/self/smaps), unless
+// CPUKERN_HUGEPAGES=0. Every byte zero either way.
+bool advised_huge(const void* p) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return false;
+  char line[512];
+  bool inside = false, hg = false;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      inside = a >= lo && a < hi;
+    } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+      hg = std::strstr(line, " hg") != nullptr;
+      break;
+    }
+  }
+  std::fclose(f);
+  return hg;
+}
+
+TEST(AlignedBuffer, AlignmentZeroingAndHugePageAdvice) {
+  const char* env = std::getenv("CPUKERN_HUGEPAGES");
+  const bool huge = !(env && std::string(env) == "0");
+  for (size_t n : {size_t(1), size_t(100), cpukern::AlignedBuffer::kHugeFrom - 64,
+                   cpukern::AlignedBuffer::kHugeFrom, cpukern::AlignedBuffer::kHugeFrom * 3 + 7}) {
+    cpukern::AlignedBuffer b(n);
+    ASSERT_EQ(b.size(), n);
+    const auto addr = reinterpret_cast<uintptr_t>(b.data());
+    const bool big = n >= cpukern::AlignedBuffer::kHugeFrom;
+    EXPECT_EQ(addr % (big && huge ? cpukern::AlignedBuffer::kHugePage : 64), 0u) << n;
+    const auto* c = b.data<unsigned char>();
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; ++i) nonzero += c[i] != 0;
+    EXPECT_EQ(nonzero, 0u) << n;
+#if defined(__linux__) && defined(__x86_64__)
+    EXPECT_EQ(advised_huge(b.data()), big && huge) << n;
+#endif
+  }
+}
