@@ -99,8 +99,9 @@ template <class B>
 }
 
 // Several row blocks over quantized weights: decode each (panel, K block) once into buf, then
-// the Decoded tile for every row block (the K blocks and row blocks of blocked_gemm<Decoded>). Every
-// K block after the first accumulates into C (the sum continues, never restarts).
+// the Decoded tile for every row block (the K blocks and row blocks of
+// blocked_gemm<Decoded>). Every K block after the first accumulates into C (the sum
+// continues, never restarts).
 template <class T>
 void decoded_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {

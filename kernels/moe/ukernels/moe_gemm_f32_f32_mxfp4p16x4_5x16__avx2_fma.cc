@@ -1,5 +1,6 @@
-// AVX2 + FMA micro-kernel on MXFP4 weights: the bf16 kernel's tile (avx2_fma.h) with the
-// weights decoded in registers (vpshufb table -> int8 2e -> fp32, times 2**(s - 128)).
+// AVX2 + FMA micro-kernel on MXFP4 weights (avx2_fma.h): the bf16 kernel's FMA order, the
+// weights decoded in registers for one row block (vpshufb tables -> fp32) and, for several,
+// once per K block into exact fp32 weights that a 6x16 tile reads as FMA operands.
 #include "kernels/moe/ukernels/avx2_fma.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
