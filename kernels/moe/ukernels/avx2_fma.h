@@ -86,6 +86,16 @@ inline __m256i split_codes(__m256i x, bool odd, __m256i nib) {
   return _mm256_and_si256(odd ? _mm256_srli_epi16(x, 4) : x, nib);
 }
 
+// The bf16 words of k = 2 kk + i (i = 0..3) of 16 columns, from the 32 layout bytes x of k
+// pairs kk, kk + 1: the codes split, looked up in tl / th (each e2m1 value's bf16 low / high
+// byte) and interleaved (lane h: columns 8h .. 8h + 7). Called for i = 0..3 on one x, the
+// splits and lookups are computed once (pure operations).
+inline __m256i code_words(__m256i x, int i, __m256i tl, __m256i th, __m256i nib) {
+  const __m256i c = split_codes(x, i & 1, nib);
+  const __m256i l = _mm256_shuffle_epi8(tl, c), h = _mm256_shuffle_epi8(th, c);
+  return i & 2 ? _mm256_unpackhi_epi8(l, h) : _mm256_unpacklo_epi8(l, h);
+}
+
 // 2**(s - 127) of a block's 16 columns (scales at blk): columns 0-7 in f0, 8-15 in f1; s = 0
 // gives the subnormal 2**-127 (mxfp4::scale_bits).
 inline void scale_factors(const uint8_t* blk, __m256& f0, __m256& f1) {
@@ -389,30 +399,20 @@ inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_
         if constexpr (M <= 2 || M == 4) {  // each lookup once
           // Even k's codes (bytes 0-7 of a lane: k = 2 kk, 8-15: 2 kk + 2), odd k's (+1).
           const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-          const __m256i ce = split_codes(x, false, cst(2)), co = split_codes(x, true, cst(2));
-          const __m256i le = _mm256_shuffle_epi8(cst(0), ce), he = _mm256_shuffle_epi8(cst(1), ce);
-          const __m256i lo = _mm256_shuffle_epi8(cst(0), co), ho = _mm256_shuffle_epi8(cst(1), co);
-          fma_k(_mm256_unpacklo_epi8(le, he), 2 * kk);
-          fma_k(_mm256_unpacklo_epi8(lo, ho), 2 * kk + 1);
-          fma_k(_mm256_unpackhi_epi8(le, he), 2 * kk + 2);
-          fma_k(_mm256_unpackhi_epi8(lo, ho), 2 * kk + 3);
+          const __m256i tl = cst(0), th = cst(1), nib = cst(2);
+          CPUKERN_UNROLL for (int i = 0; i < 4; ++i)
+            fma_k(code_words(x, i, tl, th, nib), 2 * kk + i);
         } else {
           // 3 or 5 rows: per k, split the codes (from L1) and look them up again instead of
           // holding the 4 lookups or both code registers (GCC spilled them).
-          auto words = [&](bool odd, bool high) __attribute__((always_inline)) {
+          CPUKERN_UNROLL for (int i = 0; i < 4; ++i) {
             // A fresh (volatile-laundered) pointer per k: GCC would merge the loads and keep
             // the lookups live.
             const uint8_t* q = xb;
             asm volatile("" : "+r"(q));
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-            const __m256i c = split_codes(v, odd, cst(2));
-            const __m256i l = _mm256_shuffle_epi8(cst(0), c), h = _mm256_shuffle_epi8(cst(1), c);
-            return high ? _mm256_unpackhi_epi8(l, h) : _mm256_unpacklo_epi8(l, h);
-          };
-          fma_k(words(false, false), 2 * kk);
-          fma_k(words(true, false), 2 * kk + 1);
-          fma_k(words(false, true), 2 * kk + 2);
-          fma_k(words(true, true), 2 * kk + 3);
+            fma_k(code_words(v, i, cst(0), cst(1), cst(2)), 2 * kk + i);
+          }
         }
       }
     }
@@ -517,16 +517,12 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
       float* d = dst + b * mxfp4::kBlock * kNR;
       for (int kk = 0; kk < 16; kk += 2) {  // codes of k = 2 kk .. 2 kk + 3 (mxfp4_gemv_tile)
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
-        const __m256i ce = split_codes(x, false, nib), co = split_codes(x, true, nib);
-        const __m256i le = _mm256_shuffle_epi8(tl, ce), he = _mm256_shuffle_epi8(th, ce);
-        const __m256i lo = _mm256_shuffle_epi8(tl, co), ho = _mm256_shuffle_epi8(th, co);
-        const __m256i u[4] = {_mm256_unpacklo_epi8(le, he), _mm256_unpacklo_epi8(lo, ho),
-                              _mm256_unpackhi_epi8(le, he), _mm256_unpackhi_epi8(lo, ho)};
         for (int i = 0; i < 4; ++i) {
+          const __m256i u = code_words(x, i, tl, th, nib);
           float* out = d + (2 * kk + i) * kNR;
-          _mm256_store_ps(out, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u[i], 16)), f0));
+          _mm256_store_ps(out, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u, 16)), f0));
           _mm256_store_ps(out + 8,
-                          _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u[i], hi_mask)), f1));
+                          _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u, hi_mask)), f1));
         }
       }
     }
