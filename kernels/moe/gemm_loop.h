@@ -192,6 +192,10 @@ void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
 // A new ISA's int8 tile (e.g. NEON SDOT on the "qc8wp16x4" order of int8_generic.h) is one
 // such traits struct in one file; the sums are exact integers, so it may split and reorder them
 // freely (no batch-invariance constraint) and still equal the reference bit for bit.
+// How far ahead in each panel's stream the int8 tiles prefetch (both x86 int8 tiles: gpt-oss-20b
+// at T=1 on Zen 5 ran 1.1x faster with it than with the hardware prefetcher alone).
+constexpr int64_t kInt8PrefetchBytes = 2048;
+
 namespace {  // internal linkage: put_a is compiled per ISA
 struct Int8TileDefaults : TileDefaults {
   static constexpr WeightFormat kFormat = WeightFormat::kInt8;

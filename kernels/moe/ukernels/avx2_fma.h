@@ -306,9 +306,12 @@ inline bool fast_block_ok(const uint8_t* scales) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(s, _mm_set1_epi8(64)), s)) == 0xffff;
 }
 
+// Out of line: inlined into blocked_gemm, GCC spilled the 4- and 5-row tiles' accumulators
+// (1.5x slower; the 1-3 row tiles were unaffected).
 template <int M, int NP, bool PF>
-inline void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb, const uint8_t* w,
-                            int64_t panel, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+[[gnu::noinline]] void mxfp4_gemv_tile(const float* a, int64_t kp, int64_t nb,
+                                       const uint8_t* w, int64_t panel, float* c, int64_t ldc,
+                                       bool accumulate, int64_t pf) {
   constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
   // kConst: the bf16 low and high bytes of each code's e2m1 value (code 8, -0, as +0 like
   // kTwice), the nibble mask, the high-half mask.

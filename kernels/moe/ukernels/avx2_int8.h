@@ -31,6 +31,8 @@ inline void int8_tile(const int16_t* a, int64_t lda, int64_t ks, const int8_t* w
   for (int64_t kk = 0; kk < ks; ++kk) {
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
       const int8_t* wk = w + j * panel + kk * 32;
+      if (kk % 2 == 0)  // one prefetch per 64-byte line
+        _mm_prefetch(reinterpret_cast<const char*>(wk) + kInt8PrefetchBytes, _MM_HINT_T0);
       const __m256i w0 =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk)));
       const __m256i w1 =
