@@ -96,16 +96,28 @@ inline __m256i code_words(__m256i x, int i, __m256i tl, __m256i th, __m256i nib)
   return i & 2 ? _mm256_unpackhi_epi8(l, h) : _mm256_unpacklo_epi8(l, h);
 }
 
-// 2**(s - 127) of a block's 16 columns (scales at blk): columns 0-7 in f0, 8-15 in f1; s = 0
-// gives the subnormal 2**-127 (mxfp4::scale_bits).
-inline void scale_factors(const uint8_t* blk, __m256& f0, __m256& f1) {
-  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+// 2**(u - 127) of 16 bytes u (u = 0 gives the subnormal 2**-127, mxfp4::scale_bits): bytes
+// 0-7 in f0, 8-15 in f1.
+inline void pow2_bytes(__m128i u, __m256& f0, __m256& f1) {
   const __m256i sub = _mm256_set1_epi32(0x00400000);
   auto factor = [&](__m128i b8) {
     return _mm256_castsi256_ps(_mm256_max_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(b8), 23), sub));
   };
-  f0 = factor(s);
-  f1 = factor(_mm_srli_si128(s, 8));
+  f0 = factor(u);
+  f1 = factor(_mm_unpackhi_epi64(u, u));
+}
+
+// 2**(s - 127) of a block's 16 columns (scales at blk): columns 0-7 in f0, 8-15 in f1.
+inline void scale_factors(const uint8_t* blk, __m256& f0, __m256& f1) {
+  pow2_bytes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), f0, f1);
+}
+
+// pow2_bytes of 16 columns' bytes in the accumulators' even/odd column order (to_even_odd
+// below): one byte shuffle instead of four dword shuffles per pair.
+inline void pow2_even_odd(__m128i u, __m256& f0, __m256& f1) {
+  pow2_bytes(
+      _mm_shuffle_epi8(u, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)),
+      f0, f1);
 }
 
 // MXFP4 weights in the mxfp4p16x4 layout (above), from the first block of the tile's K range.
@@ -271,7 +283,8 @@ inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int6
 // with each accumulator divided by its column's block scale S = 2**(s - 127) for the block,
 // so the weights enter as the unscaled e2m1 values, decoded straight to fp32 (two vpshufb
 // tables give each value's bf16 bytes, a shift or a mask widens them): no int->float
-// conversion and no multiply per weight, 2 multiplies per accumulator per 32-k block instead.
+// conversion and no multiply per weight, one multiply per accumulator per 32-k block instead
+// (from one block's scale to the next: by 2**(s_prev - s)), and one at the end.
 // Scaling by a power of two commutes with every rounding while no value leaves fp32's normal
 // range or needs bits below its subnormal step, so the results equal the bf16 kernel's bit
 // for bit. fast_rows_ok and fast_block_ok admit exactly the inputs where that holds:
@@ -345,24 +358,33 @@ template <int M, int NP, bool PF>
       _mm256_storeu_ps(c + r * ldc + j * kNR + 8, c1[j][r]);
     }
   };
-  // Per panel, 2**(+-(s - 127)) of the block's columns in the accumulators' order.
-  auto factors = [](const uint8_t* blk, int sign, __m256& f0, __m256& f1) {
-    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-    const __m256i e0 = _mm256_cvtepu8_epi32(s), e1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s, 8));
-    const __m256i one = _mm256_set1_epi32(127);
-    auto bits = [&](__m256i e) {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(
-          sign > 0 ? e : _mm256_sub_epi32(_mm256_add_epi32(one, one), e), 23));
-    };
-    f0 = bits(e0);
-    f1 = bits(e1);
-    to_even_odd(f0, f1);
+  // The accumulators' domain: true values (C), or divided by the scales of the previous fast
+  // block (at panel offset `scaled`); moving to the next block's domain is one multiply by
+  // 2**(s_prev - s), exact whenever the two steps through C are (its result is the same value).
+  int64_t scaled = -1;
+  auto rescale = [&](int64_t from, int64_t to) {  // block offsets, -1: C (s = 127)
+    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      auto scales = [&](int64_t at) {
+        return at < 0 ? _mm_set1_epi8(127)
+                      : _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j * panel + at));
+      };
+      // 127 + s_from - s_to: in [63, 191] (s in [95, 159] or 127), no byte wraps.
+      __m256 f0, f1;
+      pow2_even_odd(_mm_sub_epi8(_mm_add_epi8(scales(from), _mm_set1_epi8(127)), scales(to)), f0,
+                    f1);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
+        c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
+      }
+    }
   };
   load_c();
   for (int64_t b = 0; b < nb; ++b) {
     bool fast = true;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= fast_block_ok(w + j * panel + b * kBB);
     if (!fast) {  // the exact decode for this block, through C
+      if (scaled >= 0) rescale(scaled, -1);
+      scaled = -1;
       store_c();
       auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
       fma_tile<M, NP, false>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
@@ -370,14 +392,8 @@ template <int M, int NP, bool PF>
       load_c();
       continue;
     }
-    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-      __m256 f0, f1;
-      factors(w + j * panel + b * kBB, -1, f0, f1);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
-        c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
-      }
-    }
+    rescale(scaled, b * kBB);
+    scaled = b * kBB;
     const float* ab = a + 32 * b;
     for (int kk = 0; kk < 16; kk += 2) {  // two k pairs: k = 2 kk .. 2 kk + 3
       if constexpr (PF)
@@ -419,15 +435,8 @@ template <int M, int NP, bool PF>
         }
       }
     }
-    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-      __m256 f0, f1;
-      factors(w + j * panel + b * kBB, +1, f0, f1);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
-        c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
-      }
-    }
   }
+  if (scaled >= 0) rescale(scaled, -1);
   store_c();
 }
 
@@ -515,8 +524,7 @@ struct Mxfp4Tile : Tile<Mxfp4Src> {
     for (int64_t b = 0; b < nk; ++b) {
       const uint8_t* blk = src + b * Mxfp4Src::kBlockBytes;
       __m256 f0, f1;
-      scale_factors(blk, f0, f1);
-      to_even_odd(f0, f1);
+      pow2_even_odd(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), f0, f1);
       float* d = dst + b * mxfp4::kBlock * kNR;
       for (int kk = 0; kk < 16; kk += 2) {  // codes of k = 2 kk .. 2 kk + 3 (mxfp4_gemv_tile)
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + kk * 16));
