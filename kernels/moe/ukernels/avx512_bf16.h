@@ -200,14 +200,15 @@ inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int6
 // The MXFP4 decode GEMV's fast path (as in avx2_fma.h): each accumulator is divided by its
 // column's block scale S = 2**(s - 127) for the block, so the weights enter unscaled: their
 // bf16 pair words come from two vpshufb tables and one unpack (no int->float conversion and
-// no multiply per weight), and 2 multiplies per accumulator per 32-k block rescale. Scaling
-// by a power of two commutes with every rounding while nothing is subnormal or overflows in
-// either domain; vdpbf16ps also flushes subnormal inputs and results (DAZ, FTZ), so the window
-// keeps every nonzero value normal in both: activations 0 or 2**-40 <= |a| <= 2**32 and the
-// block's scales in [95, 159] (every value is a multiple of 2**-80 in the bf16 kernel's domain,
-// of 2**-112 in the scaled one; every sum stays below 1.5 * 2**126 in both for K < 2**28,
-// since |a e S| <= 6 * 2**64 and 1/S <= 2**32). Other blocks or rows run the exact decode
-// above (same bits, slower). Accumulators hold the unpacks' column order
+// no multiply per weight), and one multiply per accumulator per 32-k block rescales (from one
+// block's scale to the next, and back at the end). Scaling by a power of two commutes with
+// every rounding while nothing is subnormal or overflows in either domain; vdpbf16ps also
+// flushes subnormal inputs and results (DAZ, FTZ), so the window keeps every nonzero value
+// normal in both: activations 0 or 2**-40 <= |a| <= 2**32 and the block's scales in
+// [95, 159] (every value is a multiple of 2**-80 in the bf16 kernel's domain, of 2**-112 in
+// the scaled one; every sum stays below 1.5 * 2**126 in both for K < 2**28, since
+// |a e S| <= 6 * 2**64 and 1/S <= 2**32). Other blocks or rows run the exact decode above
+// (same bits, slower). Accumulators hold the unpacks' column order
 // ([0-3 | 8-11 | 16-19 | 24-27], [4-7 | 12-15 | 20-23 | 28-31]), restored at the store.
 namespace mxfp4_fast {
 
@@ -250,15 +251,19 @@ inline void from_unpack_order(__m512& x0, __m512& x1) {
   permute_pair(x0, x1, i0, 8);
 }
 
-// 2**(sign * (s - 127)) of the block's 32 columns, in the unpack order.
-inline void factors(const uint8_t* blk, int sign, __m512& f0, __m512& f1) {
-  auto bits = [&](__m128i s) {
-    const __m512i e = _mm512_cvtepu8_epi32(s), bias = _mm512_set1_epi32(127);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        sign > 0 ? e : _mm512_sub_epi32(_mm512_add_epi32(bias, bias), e), 23));
+// 2**(s_from - s_to) of the 32 columns, in the unpack order; a null block is C (s = 127).
+// In the window both are in [95, 159] or 127, so 127 + s_from - s_to is in [63, 191].
+inline void step_factors(const uint8_t* from, const uint8_t* to, __m512& f0, __m512& f1) {
+  auto scales = [](const uint8_t* blk) {
+    return blk ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)) : _mm256_set1_epi8(127);
   };
-  f0 = bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-  f1 = bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+  const __m256i u =
+      _mm256_sub_epi8(_mm256_add_epi8(scales(from), _mm256_set1_epi8(127)), scales(to));
+  auto pow2 = [](__m128i b16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b16), 23));
+  };
+  f0 = pow2(_mm256_castsi256_si128(u));
+  f1 = pow2(_mm256_extracti128_si256(u, 1));
   to_unpack_order(f0, f1);
 }
 
@@ -286,10 +291,14 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
       _mm512_storeu_ps(c + r * ldc + j * kNR + 16, c1[j][r]);
     }
   };
-  auto rescale = [&](int64_t b, int sign) {
+  // The accumulators' domain: C, or divided by the scales of the previous fast block (offset
+  // `scaled`); the next block's domain is one multiply away (as in avx2_fma.h).
+  int64_t scaled = -1;
+  auto rescale = [&](int64_t from, int64_t to) {  // block offsets, -1: C
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
+      auto blk = [&](int64_t at) { return at < 0 ? nullptr : w + j * panel + at; };
       __m512 f0, f1;
-      factors(w + j * panel + b * kBB, sign, f0, f1);
+      step_factors(blk(from), blk(to), f0, f1);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         c0[j][r] = _mm512_mul_ps(c0[j][r], f0);
         c1[j][r] = _mm512_mul_ps(c1[j][r], f1);
@@ -301,6 +310,8 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
     bool fast = true;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= block_ok(w + j * panel + b * kBB);
     if (!fast) {  // the exact decode for this block, through C
+      if (scaled >= 0) rescale(scaled, -1);
+      scaled = -1;
       store_c();
       auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
       dp_tile<M, NP>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
@@ -308,7 +319,8 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
       load_c();
       continue;
     }
-    rescale(b, -1);
+    rescale(scaled, b * kBB);
+    scaled = b * kBB;
     const bf16_t* ab = a + 32 * b;
     for (int kk = 0; kk < 16; ++kk) {
       CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
@@ -327,8 +339,8 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
         }
       }
     }
-    rescale(b, +1);
   }
+  if (scaled >= 0) rescale(scaled, -1);
   store_c();
 }
 
