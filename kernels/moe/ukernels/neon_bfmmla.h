@@ -160,6 +160,7 @@ void kernel(const bfloat16_t* a, Src src, int64_t ks, float* c, int64_t ldc, int
 // nothing is subnormal or overflows in either domain; BFMMLA flushes subnormals, so the
 // window keeps every nonzero value normal in both (the AVX-512 one): activations 0 or
 // 2**-40 <= |a| <= 2**32, block scales in [95, 159]. Other blocks run kernel() (exact).
+// Between fast blocks the accumulators go from one block's scale to the next in one multiply.
 namespace mxfp4_fast {
 
 // Every bf16 of the first rp row pairs of an A block (k steps of 4 row pairs x 8 bf16), over
@@ -186,12 +187,14 @@ inline bool block_ok(const uint8_t* scales) {
   return ok;
 }
 
-// Per column pair jp of a panel: [f(2jp), f(2jp+1), f(2jp), f(2jp+1)], f = 2**(sign (s - 127)).
+// Per column pair jp of a panel: [f(2jp), f(2jp+1), f(2jp), f(2jp+1)], f = 2**(s_from - s_to)
+// of the scales of two blocks (null: C, s = 127); in the window the exponent stays in [63, 191].
 template <int PJ>
-inline void factors(const uint8_t* scales, int sign, float32x4_t (&f)[PJ]) {
+inline void step_factors(const uint8_t* from, const uint8_t* to, float32x4_t (&f)[PJ]) {
+  auto s = [](const uint8_t* blk, int i) { return blk ? int32_t(blk[i]) : 127; };
   CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp) {
-    const int32_t e0 = sign > 0 ? scales[2 * jp] : 254 - scales[2 * jp];
-    const int32_t e1 = sign > 0 ? scales[2 * jp + 1] : 254 - scales[2 * jp + 1];
+    const int32_t e0 = 127 + s(from, 2 * jp) - s(to, 2 * jp);
+    const int32_t e1 = 127 + s(from, 2 * jp + 1) - s(to, 2 * jp + 1);
     const int32x2_t e = vshl_n_s32(vset_lane_s32(e1, vdup_n_s32(e0), 1), 23);
     f[jp] = vreinterpretq_f32_s32(vcombine_s32(e, e));
   }
@@ -220,10 +223,14 @@ void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, fl
   const uint8x16_t tlo = vld1q_u8(mxfp4::kBf16Lo), thi = vld1q_u8(mxfp4::kBf16Hi);
   float32x4_t acc[RP][NJ];
   load_acc(acc, c, ldc, mrows, accumulate);
-  auto rescale = [&](const uint8_t* blk, int sign) {
+  // The accumulators' domain: C, or divided by the scales of the previous fast block
+  // (`scaled`); the next block's domain is one multiply away (as in avx2_fma.h).
+  const uint8_t* scaled = nullptr;
+  auto rescale = [&](const uint8_t* from, const uint8_t* to) {  // blocks; null: C
     CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) {
+      auto at = [&](const uint8_t* blk) { return blk ? blk + pn * panel : nullptr; };
       float32x4_t f[PJ];
-      factors<PJ>(blk + pn * panel, sign, f);
+      step_factors<PJ>(at(from), at(to), f);
       CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
         CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp)
           acc[q][pn * PJ + jp] = vmulq_f32(acc[q][pn * PJ + jp], f[jp]);
@@ -234,13 +241,16 @@ void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, fl
     bool fast = true;
     CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) fast &= block_ok<PJ>(blk + pn * panel);
     if (!fast) {  // the exact decode for this block, through C
+      if (scaled) rescale(scaled, nullptr);
+      scaled = nullptr;
       store_acc(acc, c, ldc, mrows);
       bfmmla::kernel<RP, NJ, PJ>(a + bi * 8 * 32, Mxfp4Src<PJ>(blk, panel), 8, c, ldc, mrows,
                                  true);
       load_acc(acc, c, ldc, mrows, true);
       continue;
     }
-    rescale(blk, -1);
+    rescale(scaled, blk);
+    scaled = blk;
     for (int k = 0; k < 8; ++k) {
       const bfloat16_t* ak = a + (bi * 8 + k) * 32;
       bfloat16x8_t av[RP];
@@ -253,8 +263,8 @@ void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, fl
             acc[q][pn * PJ + jp] = vbfmmlaq_f32(acc[q][pn * PJ + jp], av[q], b[jp]);
       }
     }
-    rescale(blk, +1);
   }
+  if (scaled) rescale(scaled, nullptr);
   store_acc(acc, c, ldc, mrows);
 }
 
