@@ -4,11 +4,12 @@
 //   fma            the 32 FMAs alone (8 accumulators, 4 each: the latency of the chains)
 //   decode         the decode alone: per panel one 32-byte load, the nibble split (vpsrlw,
 //                  2 vpand), 4 vpshufb, 4 vpunpck*bw, 4 vpslld + 4 vpand (fp32 widening)
-//   decode+fma     both, each FMA taking its decoded operand (the kernel's dependencies)
+//   decode+fma     both, each FMA taking its decoded operand (the kernel's dependencies; the
+//                  k order inside a panel aside)
 //   independent    both, the FMAs on ready registers (the mix's throughput alone)
 // Reported as cycles per 256 weights at the measured clock. The README's "MXFP4 performance
 // (avx2 variant)" reads them: when decode+fma is far above fma, the decode's shuffles and
-// shifts share pipes with the FMAs, and no decode order reaches 3x over bf16 at T=1.
+// shifts share pipes with the FMAs, and this mix bounds the 1-row GEMV's weights per cycle.
 // `./bazelw run //benchmarks/model:pipes`
 #include <benchmark/benchmark.h>
 
