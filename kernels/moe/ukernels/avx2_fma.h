@@ -362,7 +362,8 @@ template <int M, int NP, bool PF>
   // block (at panel offset `scaled`); moving to the next block's domain is one multiply by
   // 2**(s_prev - s), exact whenever the two steps through C are (its result is the same value).
   int64_t scaled = -1;
-  auto rescale = [&](int64_t from, int64_t to) {  // block offsets, -1: C (s = 127)
+  auto move_to = [&](int64_t to) {  // a block offset, or -1: C (s = 127)
+    if (scaled < 0 && to < 0) return;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
       auto scales = [&](int64_t at) {
         return at < 0 ? _mm_set1_epi8(127)
@@ -370,21 +371,21 @@ template <int M, int NP, bool PF>
       };
       // 127 + s_from - s_to: in [63, 191] (s in [95, 159] or 127), no byte wraps.
       __m256 f0, f1;
-      pow2_even_odd(_mm_sub_epi8(_mm_add_epi8(scales(from), _mm_set1_epi8(127)), scales(to)), f0,
-                    f1);
+      pow2_even_odd(_mm_sub_epi8(_mm_add_epi8(scales(scaled), _mm_set1_epi8(127)), scales(to)),
+                    f0, f1);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         c0[j][r] = _mm256_mul_ps(c0[j][r], f0);
         c1[j][r] = _mm256_mul_ps(c1[j][r], f1);
       }
     }
+    scaled = to;
   };
   load_c();
   for (int64_t b = 0; b < nb; ++b) {
     bool fast = true;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= fast_block_ok(w + j * panel + b * kBB);
     if (!fast) {  // the exact decode for this block, through C
-      if (scaled >= 0) rescale(scaled, -1);
-      scaled = -1;
+      move_to(-1);
       store_c();
       auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
       fma_tile<M, NP, false>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
@@ -392,8 +393,7 @@ template <int M, int NP, bool PF>
       load_c();
       continue;
     }
-    rescale(scaled, b * kBB);
-    scaled = b * kBB;
+    move_to(b * kBB);
     const float* ab = a + 32 * b;
     for (int kk = 0; kk < 16; kk += 2) {  // two k pairs: k = 2 kk .. 2 kk + 3
       if constexpr (PF)
@@ -436,7 +436,7 @@ template <int M, int NP, bool PF>
       }
     }
   }
-  if (scaled >= 0) rescale(scaled, -1);
+  move_to(-1);
   store_c();
 }
 

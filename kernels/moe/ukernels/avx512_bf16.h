@@ -294,24 +294,25 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
   // The accumulators' domain: C, or divided by the scales of the previous fast block (offset
   // `scaled`); the next block's domain is one multiply away (as in avx2_fma.h).
   int64_t scaled = -1;
-  auto rescale = [&](int64_t from, int64_t to) {  // block offsets, -1: C
+  auto move_to = [&](int64_t to) {  // a block offset, or -1: C
+    if (scaled < 0 && to < 0) return;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
       auto blk = [&](int64_t at) { return at < 0 ? nullptr : w + j * panel + at; };
       __m512 f0, f1;
-      step_factors(blk(from), blk(to), f0, f1);
+      step_factors(blk(scaled), blk(to), f0, f1);
       CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
         c0[j][r] = _mm512_mul_ps(c0[j][r], f0);
         c1[j][r] = _mm512_mul_ps(c1[j][r], f1);
       }
     }
+    scaled = to;
   };
   load_c();
   for (int64_t b = 0; b < nb; ++b) {
     bool fast = true;
     CPUKERN_UNROLL for (int j = 0; j < NP; ++j) fast &= block_ok(w + j * panel + b * kBB);
     if (!fast) {  // the exact decode for this block, through C
-      if (scaled >= 0) rescale(scaled, -1);
-      scaled = -1;
+      move_to(-1);
       store_c();
       auto src = sources<Mxfp4Src>(w + b * kBB, panel, std::make_index_sequence<NP>());
       dp_tile<M, NP>(a + 32 * b, kp, 16, src.data(), c, ldc, true, 0);
@@ -319,8 +320,7 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
       load_c();
       continue;
     }
-    rescale(scaled, b * kBB);
-    scaled = b * kBB;
+    move_to(b * kBB);
     const bf16_t* ab = a + 32 * b;
     for (int kk = 0; kk < 16; ++kk) {
       CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
@@ -340,7 +340,7 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
       }
     }
   }
-  if (scaled >= 0) rescale(scaled, -1);
+  move_to(-1);
   store_c();
 }
 

@@ -226,31 +226,31 @@ void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, fl
   // The accumulators' domain: C, or divided by the scales of the previous fast block
   // (`scaled`); the next block's domain is one multiply away (as in avx2_fma.h).
   const uint8_t* scaled = nullptr;
-  auto rescale = [&](const uint8_t* from, const uint8_t* to) {  // blocks; null: C
+  auto move_to = [&](const uint8_t* to) {  // a block, or null: C
+    if (!scaled && !to) return;
     CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) {
       auto at = [&](const uint8_t* blk) { return blk ? blk + pn * panel : nullptr; };
       float32x4_t f[PJ];
-      step_factors<PJ>(at(from), at(to), f);
+      step_factors<PJ>(at(scaled), at(to), f);
       CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
         CPUKERN_UNROLL for (int jp = 0; jp < PJ; ++jp)
           acc[q][pn * PJ + jp] = vmulq_f32(acc[q][pn * PJ + jp], f[jp]);
     }
+    scaled = to;
   };
   for (int64_t bi = 0; bi < nb; ++bi) {
     const uint8_t* blk = w + bi * kBB;
     bool fast = true;
     CPUKERN_UNROLL for (int pn = 0; pn < NPN; ++pn) fast &= block_ok<PJ>(blk + pn * panel);
     if (!fast) {  // the exact decode for this block, through C
-      if (scaled) rescale(scaled, nullptr);
-      scaled = nullptr;
+      move_to(nullptr);
       store_acc(acc, c, ldc, mrows);
       bfmmla::kernel<RP, NJ, PJ>(a + bi * 8 * 32, Mxfp4Src<PJ>(blk, panel), 8, c, ldc, mrows,
                                  true);
       load_acc(acc, c, ldc, mrows, true);
       continue;
     }
-    rescale(scaled, blk);
-    scaled = blk;
+    move_to(blk);
     for (int k = 0; k < 8; ++k) {
       const bfloat16_t* ak = a + (bi * 8 + k) * 32;
       bfloat16x8_t av[RP];
@@ -264,7 +264,7 @@ void kernel(const bfloat16_t* a, const uint8_t* w, int64_t panel, int64_t nb, fl
       }
     }
   }
-  if (scaled) rescale(scaled, nullptr);
+  move_to(nullptr);
   store_acc(acc, c, ldc, mrows);
 }
 
