@@ -25,16 +25,21 @@ inline constexpr uint8_t kNaNScale = 255;
 
 // 2 * e2m1 value of each code, as int8 (exact small integers).
 inline constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// Each code's e2m1 value as fp32 (code 8: -0), for 16-entry float lookups (vpermps).
+alignas(64) inline constexpr float kValue[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                 4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                 -2.0f, -3.0f, -4.0f, -6.0f};
 // The high byte of the fp16 encoding of each code's value (the low byte is zero).
 inline constexpr uint8_t kF16Hi[16] = {0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46,
                                        0x80, 0xB8, 0xBC, 0xBE, 0xC0, 0xC2, 0xC4, 0xC6};
 
-// The low and high bytes of the bf16 encoding of each code's value, code 8 (-0) as +0 (the
-// unscaled-weight fast paths of the AVX2 and AVX-512 decode GEMVs, the AVX2 prefill decode).
+// The low and high bytes of the bf16 encoding of each code's value, code 8 as -0 (the
+// x86 decodes and the BFMMLA fast path: every decode gives exactly value(), the sign of a
+// zero weight included, which decides the sign of a zero sum).
 inline constexpr uint8_t kBf16Lo[16] = {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
                                         0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0};
 inline constexpr uint8_t kBf16Hi[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
-                                        0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
+                                        0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
 
 // Bits of the fp32 2**(s - 127) (s = 0: the subnormal 2**-127).
 inline uint32_t scale_bits(uint8_t s) { return s ? uint32_t(s) << 23 : 0x00400000u; }
@@ -46,9 +51,9 @@ inline float scale_f32(uint8_t s) {
 }
 
 // The exact value of code c (0..15) under scale s (0..254), as fp32 (inf where it overflows).
-// Code 8 is -0 (the AVX2 / AVX-512 tiles and the NEON fast path decode it as +0: a zero
-// weight's product is then +0 instead of -0, which changes no sum, as the accumulators start at
-// +0 and never become -0).
+// Code 8 is -0, in every decode too: a zero weight's product keeps its sign, and a sum can be
+// -0 (a flushed underflow on BF16 dot products, or C = -0 when accumulating), so +0 for it
+// would change the sign of such a zero result.
 inline float value(uint8_t code, uint8_t s) {
   return std::copysign(float(kTwice[code & 15]) * 0.5f * scale_f32(s), (code & 8) ? -1.0f : 1.0f);
 }

@@ -16,9 +16,9 @@
 // stored on disk): 272 bytes. One aligned 32-byte load then holds 4 k x 16 columns with each
 // 128-bit lane one column half, so the nibble split (an and, a shift) and the in-lane vpshufb
 // and unpacks give every k's codes without a lane-crossing shuffle. The exact per-weight
-// decode (Mxfp4Src): vpshufb maps the nibbles to int8 2e, vpmovsxbd + vcvtdq2ps make them
-// fp32, and one multiply by the column's 2**(s - 128) gives the exact weight (mxfp4.h) that
-// the bf16 kernel would have loaded.
+// decode (Mxfp4Src): two vpshufb give each code's bf16 bytes (-0 for code 8), an unpack and
+// a widening shift make them fp32, and one multiply by the column's 2**(s - 127) gives the
+// exact weight (mxfp4.h value()) that the bf16 kernel would have loaded.
 #pragma once
 #include <immintrin.h>
 
@@ -126,12 +126,14 @@ struct Mxfp4Src {
   static constexpr bool kEvenOdd = false;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
-  // 2**(s - 128) of columns 0-7, 8-15, kept in memory and read through a laundered pointer
+  // 2**(s - 127) of columns 0-7, 8-15, kept in memory and read through a laundered pointer
   // as vmulps memory operands: the one-row GEMV's 8 accumulators (the bf16 kernel's sum order)
-  // + table + operands then fit the 16 registers (held in registers, GCC spilled two
+  // + tables + operands then fit the 16 registers (held in registers, GCC spilled two
   // accumulators instead: a store-forwarding chain per step, ~2x slower).
   alignas(32) float fs[16];
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kTwice));
+  // The bf16 low and high bytes of each code's e2m1 value (-0 for code 8, as dequantize).
+  const __m128i tlo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Lo));
+  const __m128i thi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kBf16Hi));
   static __m128i nib() {
     alignas(16) static const uint8_t k[16] = {15, 15, 15, 15, 15, 15, 15, 15,
                                               15, 15, 15, 15, 15, 15, 15, 15};
@@ -140,11 +142,10 @@ struct Mxfp4Src {
   explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
   void block(int64_t b) {
     blk = w + b * kBlockBytes;
-    // 2**(s - 127) halved (an exact exponent step or subnormal shift): 2**(s - 128).
     __m256 f0, f1;
     scale_factors(blk, f0, f1);
-    _mm256_store_ps(fs, _mm256_mul_ps(f0, _mm256_set1_ps(0.5f)));
-    _mm256_store_ps(fs + 8, _mm256_mul_ps(f1, _mm256_set1_ps(0.5f)));
+    _mm256_store_ps(fs, f0);
+    _mm256_store_ps(fs + 8, f1);
   }
   const void* at(int64_t kk) const { return w + (kk / 16) * kBlockBytes + 16 + (kk % 16) * 16; }
   // Bytes kk of the 16 columns, in column order (the layout's two 8-byte halves).
@@ -153,12 +154,16 @@ struct Mxfp4Src {
     return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16)));
   }
+  // The e2m1 values of 16 codes (bf16 words widened to fp32, the sign of -0 kept) times
+  // 2**(s - 127): exact for every s < 255 (two significant bits, subnormals included).
   void decode(__m128i codes, __m256& v0, __m256& v1) const {
-    const __m128i t = _mm_shuffle_epi8(table, codes);
+    const __m128i l = _mm_shuffle_epi8(tlo, codes), h = _mm_shuffle_epi8(thi, codes);
+    auto fp32 = [](__m128i words) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(words), 16));
+    };
     const float* f = launder_ptr(fs);
-    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(t)), _mm256_load_ps(f));
-    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(t, 8))),
-                       _mm256_load_ps(f + 8));
+    v0 = _mm256_mul_ps(fp32(_mm_unpacklo_epi8(l, h)), _mm256_load_ps(f));
+    v1 = _mm256_mul_ps(fp32(_mm_unpackhi_epi8(l, h)), _mm256_load_ps(f + 8));
   }
   void lo(int64_t kk, __m256& l0, __m256& l1) const {
     decode(_mm_and_si128(bytes(kk), nib()), l0, l1);
@@ -326,16 +331,16 @@ template <int M, int NP, bool PF>
                                        const uint8_t* w, int64_t panel, float* c, int64_t ldc,
                                        bool accumulate, int64_t pf) {
   constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
-  // kConst: the bf16 low and high bytes of each code's e2m1 value (code 8, -0, as +0 like
-  // kTwice), the nibble mask, the high-half mask.
+  // kConst: the bf16 low and high bytes of each code's e2m1 value (mxfp4::kBf16Lo / kBf16Hi),
+  // the nibble mask, the high-half mask.
   // The tables and masks, 32 bytes each, are re-read from L1 through a laundered pointer
   // (loads are cheap): held in registers next to the 8 accumulators, GCC spilled two
   // accumulators (a store-forwarding chain per k pair).
   alignas(32) static const uint8_t kConst[4][32] = {
       {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
        0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0},
-      {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0,
-       0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x00, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0},
+      {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0,
+       0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0},
       {15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
        15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15},
       {0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff,

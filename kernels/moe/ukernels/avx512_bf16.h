@@ -94,20 +94,19 @@ struct Bf16Src {
 
 // MXFP4 weights ("mxfp4p32": per panel per block of 32 k, the 32 columns' scales, then per k
 // pair j the 32 columns' bytes j: 544 bytes). Decoded per k pair to the bf16 pair words the
-// bf16 kernel loads: vpshufb -> int8 2e -> fp32 x 2**(s - 128) (exact) -> the high halves.
+// bf16 kernel loads: vpermps looks each code's e2m1 value up as fp32 (code 8: -0), times
+// 2**(s - 127) (exact) -> the high halves.
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 32 + 16 * 32;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
-  __m512 f0, f1;  // 2**(s - 128) of columns 0-15, 16-31
-  const __m256i table =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4::kTwice)));
+  __m512 f0, f1;  // 2**(s - 127) of columns 0-15, 16-31
+  const __m512 values = _mm512_load_ps(mxfp4::kValue);
   const __m256i nib = _mm256_set1_epi8(0x0f);
   explicit Mxfp4Src(const void* p) : w(static_cast<const uint8_t*>(p)) {}
   static __m512 factor(__m128i s) {
     const __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(s), 23);
-    const __m512 f = _mm512_castsi512_ps(_mm512_max_epi32(e, _mm512_set1_epi32(0x00400000)));
-    return _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
+    return _mm512_castsi512_ps(_mm512_max_epi32(e, _mm512_set1_epi32(0x00400000)));
   }
   void block(int64_t b) {
     blk = w + b * kBlockBytes;
@@ -117,14 +116,15 @@ struct Mxfp4Src {
   const char* at(int64_t kk) const {
     return reinterpret_cast<const char*>(w + (kk / 16) * kBlockBytes + 32 + (kk % 16) * 32);
   }
-  static __m512i bits(__m128i t, __m512 f) {
-    return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(t)), f));
+  // The weights of 16 codes (one per byte) under the factors f, as fp32 bits.
+  __m512i bits(__m128i codes, __m512 f) const {
+    return _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), values), f));
   }
   void pair(int64_t kk, __m512i& w0, __m512i& w1) const {
     const __m256i b =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + (kk & 15) * 32));
-    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(b, nib));
-    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(b, 4), nib));
+    const __m256i lo = _mm256_and_si256(b, nib), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
     const __mmask32 odd = 0xAAAAAAAAu;
     // (even k's bf16, odd k's bf16) per column: the fp32 values are exact in bf16.
     w0 = _mm512_mask_mov_epi16(_mm512_srli_epi32(bits(_mm256_castsi256_si128(lo), f0), 16), odd,

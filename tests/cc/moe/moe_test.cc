@@ -278,8 +278,9 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
   const Ukernel& uk = v.ukernel;
   std::mt19937 rng(7);
-  // 301: past one K block, a partial last block; o 37 and 45: even and odd panel counts.
-  for (int64_t o : {37, 45})
+  // 301: past one K block, a partial last block; o 37 and 61 from panel 1: 2 and 3 panels
+  // (even and odd counts at NR = 16; tiles that take 2 panels per call get a 1-panel tail).
+  for (int64_t o : {37, 61})
   for (int64_t k : {45, 301})
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
@@ -624,7 +625,7 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
   const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
   const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);
   std::mt19937 rng(11);
-  for (int64_t o : {37, 45})
+  for (int64_t o : {37, 61})
   for (int64_t k : {32, 288, 544})
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
@@ -640,8 +641,14 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
       std::vector<float> c1(size_t(m * ldc), 0.5f), c2 = c1;
       bk.gemm(ap.data(), m, k, wb.data(), p0, p1, c1.data(), ldc, acc);
       mk.gemm(ap.data(), m, k, wm.data(), p0, p1, c2.data(), ldc, acc);
-      ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4))
-          << "o=" << o << " k=" << k << " m=" << m << " accumulate=" << acc;
+      for (size_t q = 0; q < c1.size(); ++q) {
+        uint32_t b1, b2;
+        std::memcpy(&b1, &c1[q], 4);
+        std::memcpy(&b2, &c2[q], 4);
+        ASSERT_EQ(b1, b2) << "o=" << o << " k=" << k << " m=" << m << " accumulate=" << acc
+                          << " C[" << q / ldc << "][" << q % ldc << "]: bf16 " << c1[q]
+                          << ", MXFP4 " << c2[q];
+      }
     }
   }
 }
@@ -1140,6 +1147,9 @@ TEST(Mxfp4, ValuesQuantizeAndDequantize) {
       else
         EXPECT_EQ(double(got), want) << c << " " << s;
       EXPECT_EQ(bf16_to_f32(f32_to_bf16(got)), got) << "exact in bf16: " << c << " " << s;
+      // Codes 8-15 are negative, code 8 the zero -0 (what every decode must give too).
+      EXPECT_EQ(std::signbit(got), c >= 8) << c << " " << s;
+      EXPECT_EQ(got, mxfp4::kValue[c] * mxfp4::scale_f32(uint8_t(s))) << c << " " << s;
     }
   // quantize(dequantize(q)) == q for finite blocks; quantize picks the OCP scale.
   std::mt19937 rng(5);

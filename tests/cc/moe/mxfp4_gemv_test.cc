@@ -96,15 +96,12 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
       std::vector<float> c1(size_t(m * ldc), 0.25f), c2 = c1;
       bk.gemm(ap.data(), m, k, wb.data(), 0, p1, c1.data(), ldc, acc);
       mk.gemm(ap.data(), m, k, wm.data(), 0, p1, c2.data(), ldc, acc);
-      // Bitwise, except the sign of a zero and of a NaN: e2m1 code 8 (-0) dequantizes to -0
-      // but the x86 tiles and the NEON fast path decode it as +0, so with products that
-      // underflow (kind 5) an element can be -0 in one and +0 in the other (in the exact decode
-      // too); and a NaN activation times a negative weight keeps or flips its sign depending on
-      // whether the compiler negates the product or the weight (IEEE leaves a NaN's sign
-      // unspecified).
+      // Bitwise, zero signs included (every decode gives code 8 as -0, as dequantize does),
+      // except the sign of a NaN: a NaN activation times a negative weight keeps or flips its
+      // sign depending on whether the compiler negates the product or the weight (IEEE leaves
+      // a NaN's sign unspecified).
       for (size_t q = 0; q < c1.size(); ++q)
-        if ((c1[q] == 0.0f && c2[q] == 0.0f) || (std::isnan(c1[q]) && std::isnan(c2[q])))
-          c2[q] = c1[q];
+        if (std::isnan(c1[q]) && std::isnan(c2[q])) c2[q] = c1[q];
       ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4))
           << "o=" << o << " k=" << k << " m=" << m << " rows kind " << kind
           << " accumulate=" << acc;
