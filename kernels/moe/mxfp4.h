@@ -54,9 +54,7 @@ inline float scale_f32(uint8_t s) {
 // Code 8 is -0, in every decode too: a zero weight's product keeps its sign, and a sum can be
 // -0 (a flushed underflow on BF16 dot products, or C = -0 when accumulating), so +0 for it
 // would change the sign of such a zero result.
-inline float value(uint8_t code, uint8_t s) {
-  return std::copysign(float(kTwice[code & 15]) * 0.5f * scale_f32(s), (code & 8) ? -1.0f : 1.0f);
-}
+inline float value(uint8_t code, uint8_t s) { return kValue[code & 15] * scale_f32(s); }
 // The code at index j (0..31) of a 16-byte block.
 inline uint8_t code_at(const uint8_t* block, int j) {
   return (block[j >> 1] >> ((j & 1) * 4)) & 15;

@@ -331,22 +331,26 @@ template <int M, int NP, bool PF>
                                        const uint8_t* w, int64_t panel, float* c, int64_t ldc,
                                        bool accumulate, int64_t pf) {
   constexpr int64_t kBB = Mxfp4Src::kBlockBytes;
-  // kConst: the bf16 low and high bytes of each code's e2m1 value (mxfp4::kBf16Lo / kBf16Hi),
-  // the nibble mask, the high-half mask.
+  // kConst: the bf16 low and high bytes of each code's e2m1 value (mxfp4::kBf16Lo / kBf16Hi in
+  // both lanes), the nibble mask, the high-half mask.
   // The tables and masks, 32 bytes each, are re-read from L1 through a laundered pointer
   // (loads are cheap): held in registers next to the 8 accumulators, GCC spilled two
   // accumulators (a store-forwarding chain per k pair).
-  alignas(32) static const uint8_t kConst[4][32] = {
-      {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
-       0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0, 0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0},
-      {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0,
-       0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0},
-      {15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-       15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15},
-      {0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff,
-       0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff}};
+  struct alignas(32) Consts {
+    uint8_t t[4][32];
+  };
+  static constexpr Consts kConst = [] {
+    Consts k{};
+    for (int i = 0; i < 32; ++i) {
+      k.t[0][i] = mxfp4::kBf16Lo[i % 16];
+      k.t[1][i] = mxfp4::kBf16Hi[i % 16];
+      k.t[2][i] = 15;
+      k.t[3][i] = i % 4 >= 2 ? 0xff : 0;  // the high 16 bits of each dword
+    }
+    return k;
+  }();
   auto cst = [](int i) {
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(launder_ptr(kConst[i])));
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(launder_ptr(kConst.t[i])));
   };
   __m256 c0[NP][M], c1[NP][M];
   auto load_c = [&] {
