@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/common/unroll.h"
 #include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
@@ -100,7 +101,7 @@ __attribute__((always_inline)) inline void chunk_kernel(const uint32_t* w, int64
       in[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt[t] + 8));
       wt[t] += 16;
     }
-#pragma GCC unroll 10
+CPUKERN_UNROLL_BY(10)
     for (int g = 0; g < kGroups; ++g) {
       for (int b = 0; b < NB; ++b) {
         const __m256 T = _mm256_loadu_ps(tb[b] + 8 * g);

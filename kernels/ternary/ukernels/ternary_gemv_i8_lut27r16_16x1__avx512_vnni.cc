@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/common/simd_x86.h"
+#include "kernels/common/unroll.h"
 #include "kernels/ternary/ukernels/layouts.h"
 #include "kernels/ternary/ukernels/stream_prefetch.h"
 #include "kernels/ternary/ukernels/ukernels.h"
@@ -77,28 +78,28 @@ __attribute__((always_inline)) inline void tiles(const uint32_t* w, int64_t tile
                                                  const Table& tab, const int32_t* xsum,
                                                  int32_t* y, int64_t ldy, int64_t valid) {
   __m512i acc[NT][NB];
-#pragma GCC unroll 8
+CPUKERN_UNROLL_BY(8)
   for (int t = 0; t < NT; ++t)
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int b = 0; b < NB; ++b) acc[t][b] = _mm512_setzero_si512();
   // One block: its NT tiles' codes x the NB rows' activations at xp[b].
   auto block = [&](int64_t blk, const int8_t* const* xp) __attribute__((always_inline)) {
     __m512i ix[NT];
-#pragma GCC unroll 8
+CPUKERN_UNROLL_BY(8)
     for (int t = 0; t < NT; ++t) {
       const uint32_t* p = w + t * tile_words + blk * 16;
       ix[t] = _mm512_loadu_si512(p);
       prefetch_ahead(p);
     }
-#pragma GCC unroll 6
+CPUKERN_UNROLL_BY(6)
     for (int g = 0; g < kGroups; ++g) {
       __m512i xv[NB];
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
       for (int b = 0; b < NB; ++b) xv[b] = _mm512_set1_epi32(load_dword(xp[b] + 3 * g));
-#pragma GCC unroll 8
+CPUKERN_UNROLL_BY(8)
       for (int t = 0; t < NT; ++t) {
         const __m512i u = _mm512_permutex2var_epi32(tab.lo, ix[t], tab.hi);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
         for (int b = 0; b < NB; ++b) acc[t][b] = _mm512_dpbusd_epi32(acc[t][b], u, xv[b]);
         if (g + 1 < kGroups) ix[t] = cpukern_srli_epi32(ix[t], 5);
       }

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common/unroll.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear::lookup_impl {
@@ -36,12 +37,12 @@ template <class V, int g, int P0, int NP, int NB>
 CPUKERN_WL_INLINE void fused_group(const typename V::ivec* ch, const float* const (&tab)[NB],
                                    typename V::vec (&a)[NB][2 * NP]) {
   constexpr int kTab = 3 * V::kE;
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
   for (int p = 0; p < NP; ++p) {
     const typename V::ivec w = V::load(ch + P0 + p);
     const typename V::ivec pos = V::template shift<V::kG * g>(w);
     const typename V::ivec neg = V::template shift<V::kNegShift + V::kG * g>(w);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int b = 0; b < NB; ++b) {
       const float* t = tab[b] + g * kTab;
       a[b][2 * p] = V::lookup(a[b][2 * p], pos, neg, t + kTabA[P0 + p] * V::kE);
@@ -119,11 +120,11 @@ void fused(const Call& c) {
 template <class V, int g, int NT, int NB>
 CPUKERN_WL_INLINE void gemv_groups(const typename V::ivec (&wv)[NT], const float* const (&tab)[NB],
                                    typename V::vec (&a)[NT][NB]) {
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
   for (int t = 0; t < NT; ++t) {
     const typename V::ivec pos = V::template shift<V::kG * g>(wv[t]);
     const typename V::ivec neg = V::template shift<V::kNegShift + V::kG * g>(wv[t]);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int b = 0; b < NB; ++b)
       a[t][b] = V::lookup(a[t][b], pos, neg, tab[b] + g * 3 * V::kE);
   }

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/common/unroll.h"
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
 
 namespace cpukern::widely_linear::signed_impl {
@@ -91,7 +92,7 @@ CPUKERN_WL_INLINE void build_signed(const float* gt, int64_t ng, float* D) {
 // Byte offsets (code * 64) of groups [0, NG) of one chunk-block for R rows: idx[(g*4+p)*R + r].
 template <class V, int g, int NGC>
 CPUKERN_WL_INLINE void codes_chunk(const typename V::ivec* ch, int32_t* idx) {
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
   for (int p = 0; p < 4; ++p) {
     const typename V::ivec w = V::load(ch + p);
     V::store_i(idx + ((g * 4 + p) << V::kLogR), V::template code_off<V::kG * g>(w));

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/unroll.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
@@ -105,10 +106,10 @@ CPUKERN_WL_INLINE void fused_group(const uint32x4_t (&wd)[NP], const float* cons
   float32x4_t x[NB][3];
   for (int b = 0; b < NB; ++b)
     for (int s = 0; s < 3; ++s) x[b][s] = vld1q_f32(xs[b][s] + 4 * g);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
   for (int p = 0; p < NP; ++p) {
     const Code k = decode<g>(wd[p], kc);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int b = 0; b < NB; ++b) {
       a[b][2 * p] = step(a[b][2 * p], k, x[b][kXA[P0 + p]]);
       a[b][2 * p + 1] = step(a[b][2 * p + 1], k, x[b][kXB[P0 + p]]);
@@ -179,10 +180,10 @@ CPUKERN_WL_INLINE void gemv_group(const uint32x4_t (&wd)[NR], const float* const
                                   const Consts& kc, float32x4_t (&a)[NR][NB]) {
   float32x4_t x[NB];
   for (int b = 0; b < NB; ++b) x[b] = vld1q_f32(xs[b] + 4 * g);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
   for (int r = 0; r < NR; ++r) {
     const Code k = decode<g>(wd[r], kc);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int b = 0; b < NB; ++b) a[r][b] = step(a[r][b], k, x[b]);
   }
   if constexpr (g < 3) gemv_group<g + 1, NR, NB>(wd, xs, kc, a);

@@ -9,6 +9,7 @@
 // With 3-4 batch rows the planes are visited in two passes (U, then W) so the 2*NP*NB
 // accumulators fit in registers; each accumulator's order of additions is unchanged.
 // No multiply in the inner loop (addressing by pointer/index increments).
+#include "kernels/common/unroll.h"
 #include "kernels/widely_linear/ukernels/t2p16_avx512.h"
 
 namespace cpukern::widely_linear {
@@ -32,10 +33,10 @@ CPUKERN_WL_INLINE void row_pass(const char* row0, const Call& c, float* const (&
     for (int s = 0; s < 4; ++s) src[b][s] = c.x[b].src[s];
   const int64_t words = c.loc.inner;
   for (int64_t j = 0, col = 0; j < words; ++j, col += 16) {
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int q = 0; q < NP; ++q) {
       const Masks k = decode(pl[q][j]);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
       for (int b = 0; b < NB; ++b) {
         a[b][2 * q] = step(a[b][2 * q], k, _mm512_load_ps(src[b][kSrcA[P0 + q]] + col));
         a[b][2 * q + 1] = step(a[b][2 * q + 1], k, _mm512_load_ps(src[b][kSrcB[P0 + q]] + col));

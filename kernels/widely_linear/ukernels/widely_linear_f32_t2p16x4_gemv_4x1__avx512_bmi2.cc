@@ -2,6 +2,7 @@
 // (pext masks, masked add/sub), AVX-512F + BMI2, over the same bytes as the fused kernel.
 // NR rows x NB batch rows of independent accumulators (4x1, 2x2, 1x3, 1x4); each row and
 // batch row summed in the fused kernel's order, so fused and unfused results are identical.
+#include "kernels/common/unroll.h"
 #include "kernels/widely_linear/ukernels/t2p16_avx512.h"
 
 namespace cpukern::widely_linear {
@@ -21,10 +22,10 @@ CPUKERN_WL_INLINE void pass(const char* row0, const Call& c, float* const (&dots
   for (int64_t j = 0, col = 0; j < words; ++j, col += 16) {
     __m512 x[NB];
     for (int b = 0; b < NB; ++b) x[b] = _mm512_load_ps(src[b] + col);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
     for (int r = 0; r < NR; ++r) {
       const Masks k = decode(w[r][j]);
-#pragma GCC unroll 4
+CPUKERN_UNROLL_BY(4)
       for (int b = 0; b < NB; ++b) a[r][b] = step(a[r][b], k, x[b]);
     }
   }
