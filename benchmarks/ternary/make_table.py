@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Runs the ternary GEMV google benchmark and numpy's fp32 W @ x in one session and prints
-the README's markdown tables (best of N repetitions, Gweights/s = M*K*B per second): the hot
-rows (same weights every call) against numpy, then the cold rows (weights streamed) with their
-fraction of the all-core read probe.
+the markdown tables of docs/performance/ternary.md (best of N repetitions, Gweights/s = M*K*B
+per second): the hot rows (same weights every call) against numpy, then the cold rows (weights
+streamed) with their fraction of the all-core read probe.
 
 Usage (after `./bazelw build //benchmarks/ternary`):
   /root/.cache/cpukern/venv/bin/python benchmarks/ternary/make_table.py \

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""numpy fp32 W @ x on the ternary benchmark shapes: the dense baseline of the README table.
+"""numpy fp32 W @ x on the ternary benchmark shapes: the dense baseline of the
+docs/performance/ternary.md tables.
 
 Usage: OPENBLAS_NUM_THREADS=T python numpy_baseline.py [--reps N] [--shapes MxK,...] [--batches 1,16]
 Prints one JSON object per (shape, batch): best-of-N seconds and Gweights/s (M*K*B / s).

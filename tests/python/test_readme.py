@@ -1,28 +1,49 @@
-"""Every ```python block of README.md runs as written against the built package (the big
-shapes shrunk; files the snippets name are written here first)."""
+"""Every ```python block of README.md and docs/**/*.md runs as written against the built package
+(the big shapes shrunk; files the snippets name are written here first). A block is known by
+its page and the heading above it."""
 import pathlib
 import re
 
 import numpy as np
 import pytest
 
-# The runfiles copy (tests/python/BUILD data), two levels above this file.
-README = pathlib.Path(__file__).parent.parent.parent / "README.md"
+# The runfiles copy (tests/python/BUILD data: //:README.md and //docs:all_md), two levels above
+# this file.
+ROOT = pathlib.Path(__file__).parent.parent.parent
+
+
+def pages():
+    docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
+    assert docs, f"no docs/**/*.md under {ROOT}"
+    return ["README.md"] + docs
 
 
 def blocks():
-    text = README.read_text()
-    return {m.start(): m.group(1) for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)}
+    """[(page, heading, source)] of every ```python block, in page order. Headings are the
+    markdown ones outside fenced blocks (a `# comment` inside a sh block is not a heading)."""
+    found = []
+    for page in pages():
+        heading, fence, body = None, None, None
+        for line in (ROOT / page).read_text().split("\n"):
+            if fence is None:
+                if line.startswith("```"):
+                    fence = line
+                    body = [] if line.strip() == "```python" else None
+                elif re.match(r"#+ ", line):
+                    heading = re.sub(r"^#+ ", "", line).strip()
+            elif line.startswith("```"):
+                if body is not None:
+                    found.append((page, heading, "\n".join(body) + "\n"))
+                fence, body = None, None
+            elif body is not None:
+                body.append(line)
+        assert fence is None, f"{page}: unclosed code block {fence!r}"
+    return found
 
 
-def heading_of(start):
-    text = README.read_text()[:start]
-    return re.findall(r"^#+ (.*)$", text, re.M)[-1]
-
-
-def block(heading):
-    found = [b for s, b in blocks().items() if heading_of(s).startswith(heading)]
-    assert len(found) == 1, (heading, len(found))
+def block(page, heading):
+    found = [src for p, h, src in blocks() if p == page and h.startswith(heading)]
+    assert len(found) == 1, (page, heading, len(found))
     return found[0]
 
 
@@ -33,13 +54,20 @@ def shrink(src, sizes):
 
 
 def test_every_python_block_is_covered():
-    assert sorted(heading_of(s) for s in blocks()) == sorted(
-        ["Python API", "Importing ternary checkpoints (`cpukern.convert`)",
-         "MXFP4 MoE experts (gpt-oss's format)", "PyTorch"])
+    assert sorted((p, h) for p, h, _ in blocks()) == sorted([
+        ("README.md", "Python API"),
+        ("docs/formats/checkpoints.md", "Importing ternary checkpoints (`cpukern.convert`)"),
+        ("docs/formats/mxfp4.md", "MXFP4 MoE experts (gpt-oss's format)"),
+        ("docs/formats/int8.md", "int8 MoE experts (W8A8)"),
+        ("docs/formats/prepared_weights.md", "Prepared weights as bytes (`to_bytes` / `from_buffer`)"),
+        ("docs/formats/prepared_weights.md",
+         "PyTorch: the prepared layout is a plain tensor (vLLM's convention)"),
+        ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
+    ])
 
 
 def test_python_api_block():
-    src = shrink(block("Python API"), {4096: 128, 14336: 1024})
+    src = shrink(block("README.md", "Python API"), {4096: 128, 14336: 1024})
     *body, last = src.rstrip("\n").split("\n\n")   # the last paragraph shows the error
     g = {}
     exec("\n\n".join(body), g)
@@ -63,9 +91,16 @@ def test_mxfp4_block(tmp_path, monkeypatch):
                   pre + "down_proj_scales": s2, pre + "down_proj_bias": bf(E, H)},
                  "model-00001.safetensors")
     g = {}  # the block defines every name it uses
-    exec(block("MXFP4"), g)
+    exec(block("docs/formats/mxfp4.md", "MXFP4"), g)
     assert g["y"].shape == (g["T"], g["H"])
     assert sorted(g["layer"]) == ["activation", "w13", "w13_bias", "w2", "w2_bias"]
+
+
+def test_int8_block():
+    g = {}  # the block defines every name it uses
+    exec(block("docs/formats/int8.md", "int8 MoE experts"), g)
+    assert g["y"].shape == (g["T"], g["H"])
+    assert g["w_f32"].dtype == np.float32
 
 
 def test_convert_block(tmp_path, monkeypatch):
@@ -78,12 +113,28 @@ def test_convert_block(tmp_path, monkeypatch):
     w.add_tensor("blk.0.ffn_up.weight", q, raw_shape=q.shape, raw_dtype=qt)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     g = {}
-    exec(block("Importing ternary checkpoints"), g)
+    exec(block("docs/formats/checkpoints.md", "Importing ternary checkpoints"), g)
     assert g["fc"].in_features == 512 and g["fc"].out_features == 32
+
+
+def test_prepared_bytes_block(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the block writes layer0.npy
+    g = {}
+    exec(block("docs/formats/prepared_weights.md", "Prepared weights as bytes"), g)
+    assert g["w2"].is_view and g["y"].shape == (256,)
+
+
+def test_prepared_torch_block(tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="torch is not installed here")
+    monkeypatch.chdir(tmp_path)  # the block writes layer.pt
+    g = {}
+    exec(shrink(block("docs/formats/prepared_weights.md", "PyTorch: the prepared layout"),
+                {4096: 256}), g)
+    assert tuple(g["y"].shape) == (4, 256)
 
 
 def test_pytorch_block():
     pytest.importorskip("torch", reason="torch is not installed here")
     g = {}
-    exec(shrink(block("PyTorch"), {2560: 256, 6912: 512}), g)
+    exec(shrink(block("docs/pytorch.md", "PyTorch"), {2560: 256, 6912: 512}), g)
     assert tuple(g["y"].shape) == (4, 512)
