@@ -23,15 +23,53 @@ std::string get_name(const char (&field)[N]) {
   return std::string(field, strnlen(field, N));
 }
 
-template <size_t N>
-bool terminated(const char (&field)[N]) {
-  return std::memchr(field, 0, N) != nullptr;
-}
-
 inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full,
                    kP3 = 0x165667B19E3779F9ull;
 inline uint64_t round(uint64_t acc, uint64_t v) { return rotl(acc + v * kP2, 31) * kP1; }
+
+// The checksum's state: four lanes over 32-byte blocks, then a byte-wise tail. Feeding
+// blocks in several calls (the header copy, then the payload) equals one call over their
+// concatenation.
+struct Lanes {
+  uint64_t a[4] = {kP1 + kP2, kP2, 0, 0 - kP1};
+  void blocks(const unsigned char* p, uint64_t n) {  // n % 32 == 0
+    for (uint64_t i = 0; i + 32 <= n; i += 32)
+      for (int l = 0; l < 4; ++l) {
+        uint64_t v;
+        std::memcpy(&v, p + i + 8 * l, 8);
+        a[l] = round(a[l], v);
+      }
+  }
+  // The last n % 32 bytes at p, `total` the bytes fed in all.
+  uint64_t finish(const unsigned char* p, uint64_t n, uint64_t total) const {
+    uint64_t h = rotl(a[0], 1) + rotl(a[1], 7) + rotl(a[2], 12) + rotl(a[3], 18) + total;
+    for (uint64_t i = 0; i < n; ++i) h = rotl(h ^ (uint64_t(p[i]) * kP3), 11) * kP1;
+    h ^= h >> 33;
+    h *= kP2;
+    h ^= h >> 29;
+    return h;
+  }
+};
+static_assert(sizeof(Header) % 32 == 0, "the header is whole checksum blocks");
+
+// Every byte of a name field after its first NUL is 0 (and there is a NUL).
+template <size_t N>
+bool clean_name(const char (&field)[N]) {
+  const char* nul = static_cast<const char*>(std::memchr(field, 0, N));
+  if (!nul) return false;
+  for (const char* c = nul; c < field + N; ++c)
+    if (*c) return false;
+  return true;
+}
+
+template <size_t N>
+bool all_zero(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < N; ++i)
+    if (b[i]) return false;
+  return true;
+}
 
 }  // namespace
 
@@ -69,28 +107,30 @@ Header make_header(const char* op, const std::string& variant, const std::string
 }
 
 void finish(Header h, unsigned char* buf) {
-  h.checksum = checksum(buf + h.header_bytes, h.total_bytes - h.header_bytes);
+  h.checksum = 0;
+  h.checksum = blob_checksum(h, buf);
   std::memcpy(buf, &h, sizeof h);
 }
 
 uint64_t checksum(const unsigned char* p, uint64_t n) {
-  uint64_t a[4] = {kP1 + kP2, kP2, 0, 0 - kP1};
-  uint64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int l = 0; l < 4; ++l) {
-      uint64_t v;
-      std::memcpy(&v, p + i + 8 * l, 8);
-      a[l] = round(a[l], v);
-    }
-  uint64_t h = rotl(a[0], 1) + rotl(a[1], 7) + rotl(a[2], 12) + rotl(a[3], 18) + n;
-  for (; i < n; ++i) h = rotl(h ^ (uint64_t(p[i]) * kP3), 11) * kP1;
-  h ^= h >> 33;
-  h *= kP2;
-  h ^= h >> 29;
-  return h;
+  Lanes l;
+  const uint64_t whole = n / 32 * 32;
+  l.blocks(p, whole);
+  return l.finish(p + whole, n - whole, n);
 }
 
-Header parse(const unsigned char* buf, int64_t size, const char* op, const std::string& arg) {
+uint64_t blob_checksum(const Header& h, const unsigned char* buf) {
+  Header z = h;
+  z.checksum = 0;
+  Lanes l;
+  l.blocks(reinterpret_cast<const unsigned char*>(&z), sizeof z);
+  const unsigned char* p = buf + sizeof(Header);
+  const uint64_t n = h.total_bytes - sizeof(Header), whole = n / 32 * 32;
+  l.blocks(p, whole);
+  return l.finish(p + whole, n - whole, sizeof(Header) + n);
+}
+
+Header parse(const unsigned char* buf, int64_t size, const OpFormat& fmt, const std::string& arg) {
   check_arg(buf != nullptr || size == 0, arg, "must not be null");
   check_arg(size >= int64_t(sizeof(Header)), arg,
             "expected a prepared-weight buffer (at least " + s(sizeof(Header)) +
@@ -105,37 +145,69 @@ Header parse(const unsigned char* buf, int64_t size, const char* op, const std::
   std::memcpy(&h, buf, sizeof h);
   check_arg(std::memcmp(h.magic, kMagic, sizeof kMagic) == 0, arg,
             "not a cpukern prepared-weight buffer (bad magic)");
+  check_arg(h.version != 1, arg,
+            "prepared-weight format version 1 is no longer read (its checksum did not cover the "
+            "header); this build reads version " + s(kVersion) +
+                ": export the weights again (to_bytes / state_dict) with this cpukern");
   check_arg(h.version == kVersion, arg,
             "prepared-weight format version " + s(h.version) + " is not supported (this build reads " +
                 s(kVersion) + ")");
-  check_arg(h.header_bytes == sizeof(Header), arg, "corrupted header (header size " + s(h.header_bytes) + ")");
-  check_arg(terminated(h.op) && terminated(h.variant) && terminated(h.ukernel) &&
-                terminated(h.layout) && terminated(h.format),
-            arg, "corrupted header (unterminated name)");
-  check_arg(get_name(h.op) == op, arg,
-            std::string("expected prepared weights of ") + op + ", got ones of '" + get_name(h.op) + "'");
+  const std::string bad = "corrupted header (";
+  check_arg(h.header_bytes == sizeof(Header), arg, bad + "header size " + s(h.header_bytes) + ")");
+  check_arg(clean_name(h.op) && clean_name(h.variant) && clean_name(h.ukernel) &&
+                clean_name(h.layout) && clean_name(h.format),
+            arg, bad + "a name that is not NUL-terminated and zero-padded)");
+  check_arg(get_name(h.op) == fmt.op, arg,
+            std::string("expected prepared weights of ") + fmt.op + ", got ones of '" +
+                get_name(h.op) + "'");
   check_arg(h.total_bytes == uint64_t(size), arg,
             "header says " + s(h.total_bytes) + " bytes, the buffer has " + std::to_string(size) +
                 " (truncated or padded)");
-  check_arg(h.sections <= uint32_t(kMaxSections), arg, "corrupted header (section count)");
+  check_arg(h.reserved == 0 && all_zero<sizeof h.pad>(h.pad), arg, bad + "reserved bytes not 0)");
+  for (int i = fmt.dims; i < kMaxDims; ++i)
+    check_arg(h.dims[i] == 0, arg, bad + "dim " + s(uint64_t(i)) + " set; " + fmt.op + " has " +
+                                       s(uint64_t(fmt.dims)) + ")");
+  check_arg(h.sections == uint32_t(fmt.sections), arg,
+            bad + s(h.sections) + " sections; " + fmt.op + " writes " + s(uint64_t(fmt.sections)) +
+                ")");
+  for (int i = fmt.sections; i < kMaxSections; ++i)
+    check_arg(h.section[i].offset == 0 && h.section[i].size == 0, arg,
+              bad + "unused section entry " + s(uint64_t(i)) + " set)");
+  // The sections exactly where plan() puts them: in order, each at the padded end of the one
+  // before (the first right after the header), empty ones at offset 0, the buffer ending at
+  // the last one's padded end. The specific checks first, for their messages.
+  uint64_t at = sizeof(Header);  // where the next non-empty section starts
   for (uint32_t i = 0; i < h.sections; ++i) {
     const Section& sec = h.section[i];
-    if (sec.size == 0) continue;
+    const std::string which = "section " + s(i) + " at " + s(sec.offset) + " + " + s(sec.size) +
+                              " bytes";
+    if (sec.size == 0) {
+      check_arg(sec.offset == 0, arg, bad + which + ": an empty section has offset 0)");
+      continue;
+    }
     uint64_t end;
-    const bool ok = sec.offset % kAlign == 0 && sec.offset >= h.header_bytes &&
-                    !__builtin_add_overflow(sec.offset, sec.size, &end) && end <= h.total_bytes;
-    check_arg(ok, arg, "corrupted header (section " + s(i) + " at " + s(sec.offset) + " + " +
-                           s(sec.size) + " bytes is outside the " + s(h.total_bytes) +
-                           "-byte buffer or misaligned)");
+    check_arg(!__builtin_add_overflow(sec.offset, sec.size, &end) && end <= h.total_bytes, arg,
+              bad + which + " is outside the " + s(h.total_bytes) + "-byte buffer)");
+    check_arg(sec.offset % kAlign == 0, arg, bad + which + " is not 64-byte aligned)");
+    check_arg(sec.offset >= h.header_bytes, arg, bad + which + " overlaps the header)");
+    check_arg(sec.offset >= at, arg,
+              bad + which + " overlaps or precedes the section before it, which ends at " +
+                  s(at) + ")");
+    check_arg(sec.offset == at, arg,
+              bad + which + " leaves a gap after the section before it, which ends at " + s(at) +
+                  ")");
+    at = end + (kAlign - end % kAlign) % kAlign;  // end <= total_bytes: no overflow
   }
+  check_arg(h.total_bytes == at, arg,
+            bad + "the buffer ends at " + s(h.total_bytes) +
+                ", its last section's padded end is at " + s(at) + ")");
   return h;
 }
 
-void verify_payload(const Header& h, const unsigned char* buf, const std::string& arg) {
-  const uint64_t got = checksum(buf + h.header_bytes, h.total_bytes - h.header_bytes);
-  check_arg(got == h.checksum, arg,
-            "payload checksum mismatch (the prepared bytes were changed or corrupted after "
-            "they were written)");
+void verify_checksum(const Header& h, const unsigned char* buf, const std::string& arg) {
+  check_arg(blob_checksum(h, buf) == h.checksum, arg,
+            "checksum mismatch (the header or payload bytes were changed or corrupted after they "
+            "were written)");
 }
 
 const unsigned char* section(const Header& h, const unsigned char* buf, int i, int64_t expected,

@@ -2,12 +2,25 @@
 // a fixed little-endian header + 64-byte aligned payload sections. Ops (ternary,
 // widely_linear, moe) write it from their prepared objects and view it back zero-copy.
 //
-// Safety contract: parse() validates the header against the buffer's size in O(1) (magic,
-// version, every section inside the buffer with overflow-checked arithmetic, 64-byte
-// alignment, NUL-terminated names) and throws InvalidArgument naming the caller's argument.
-// The op then checks the dims and each section's exact size against what its kernels read,
-// so for ANY payload bytes the kernels stay in bounds. The payload checksum is verified only
-// when asked (verify_payload): O(bytes), at import time, never per call.
+// Safety contract (format version 2):
+//  - parse() validates the header against itself and the buffer's size in O(1), and throws
+//    InvalidArgument naming the caller's argument for any inconsistency: magic, version,
+//    header size, every name NUL-terminated and zero-padded, the op and its number of dims
+//    and sections, unused dims / section entries / reserved / pad all zero, and the sections
+//    exactly where serialize puts them (each at a multiple of 64 at or after the header, in
+//    order, not overlapping, inside the buffer with overflow-checked arithmetic, the buffer
+//    ending at the last one's padded end).
+//  - The op then checks its dims' ranges and each section's exact size against what its
+//    kernels read (section(): every section goes through it), so for ANY payload bytes the
+//    kernels stay in bounds and the sections are where the header says.
+//  - The checksum covers the header (every field, the checksum field read as zero) and the
+//    payload; it is verified only when asked (verify_checksum, the imports' `verify`): O(bytes),
+//    at import time, never per call. Under verify, any change to the bytes is refused (up to
+//    a 64-bit checksum collision), so a header edit can never make an import re-prepare for
+//    another variant or read a section elsewhere.
+//  - Version 1 buffers (whose checksum covered only the payload) are refused, with or
+//    without verify: their header cannot be verified, and this format is not a storage
+//    format across releases (export them again from the weights).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,7 +30,7 @@
 namespace cpukern::blob {
 
 inline constexpr char kMagic[8] = {'C', 'P', 'U', 'K', 'P', 'R', 'E', 'P'};
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 1: the checksum covered only the payload
 inline constexpr int kMaxSections = 8;
 inline constexpr int kMaxDims = 8;
 inline constexpr int64_t kAlign = 64;
@@ -39,9 +52,9 @@ struct Header {
   char format[16];        // op-specific payload format ("", "bf16", "mxfp4", ...)
   int64_t dims[kMaxDims];  // op-specific shapes (documented by each op)
   uint64_t total_bytes;    // the whole buffer
-  uint64_t checksum;       // of bytes [header_bytes, total_bytes) (see checksum())
+  uint64_t checksum;       // of the header (this field as 0), then [header_bytes, total_bytes)
   uint32_t sections;       // used entries of section[]
-  uint32_t reserved;
+  uint32_t reserved;       // 0
   Section section[kMaxSections];
   char pad[448 - 8 - 4 - 4 - 16 - 32 - 96 - 32 - 16 - 8 * kMaxDims - 8 - 8 - 4 - 4 -
            16 * kMaxSections];
@@ -65,16 +78,41 @@ void finish(Header h, unsigned char* buf);
 
 // 64-bit checksum of n bytes (order-sensitive; four independent lanes, ~several GB/s).
 uint64_t checksum(const unsigned char* p, uint64_t n);
+// The checksum a header stores: of the header with its checksum field zeroed, then of the
+// payload [header_bytes, total_bytes) at buf (one pass; h is already parsed or being made).
+uint64_t blob_checksum(const Header& h, const unsigned char* buf);
 
-// O(1) validation of buf (size bytes) as a blob of `op`; throws naming `arg`. The returned
-// header is a copy (the caller's bytes may change afterwards without affecting it).
-Header parse(const unsigned char* buf, int64_t size, const char* op, const std::string& arg);
-// Throws naming `arg` if the payload's checksum differs from the header's.
-void verify_payload(const Header& h, const unsigned char* buf, const std::string& arg);
+// What an op's blobs look like: its name, how many dims and section entries it writes.
+struct OpFormat {
+  const char* op;
+  int dims;      // dims[dims..] are 0
+  int sections;  // Header::sections == sections; entries past it are 0
+};
 
-// Section i of a parsed header: its pointer, after checking its exact expected size.
+// O(1) validation of buf (size bytes) as a blob of `fmt` (see the safety contract above);
+// throws naming `arg`. The returned header is a copy (the caller's bytes may change afterwards
+// without affecting it).
+Header parse(const unsigned char* buf, int64_t size, const OpFormat& fmt, const std::string& arg);
+// Throws naming `arg` if the checksum of the header and payload differs from the stored one.
+void verify_checksum(const Header& h, const unsigned char* buf, const std::string& arg);
+
+// Section i of a parsed header: its pointer (nullptr when empty), after checking its exact
+// expected size. Every section of every import goes through here.
 const unsigned char* section(const Header& h, const unsigned char* buf, int i, int64_t expected,
                              const std::string& arg, const char* what);
+
+// How an import treats a buffer (every op's from_buffer takes one; Row: the op's Variant).
+template <class Row>
+struct ImportOptions {
+  bool verify = false;           // verify the checksum (header and payload): O(bytes)
+  std::string isa;               // "" = the variant that made it (else the default), or this one
+  int threads = 0;               // for preparing again (0 = the default)
+  std::string arg = "buffer";    // the argument errors name
+  bool allow_reprepare = true;   // false: a buffer of another variant is an error (per-call
+                                 // paths never prepare; MoE packings can never be unpacked)
+  bool* reprepared = nullptr;    // set to whether it prepared again
+  const std::vector<Row>* extra_rows = nullptr;  // rows besides the registry's (tests: SIMDe)
+};
 
 // NUL-terminated name fields as strings.
 std::string name(const char (&field)[16]);

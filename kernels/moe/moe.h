@@ -9,6 +9,7 @@
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/bf16.h"
+#include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 
 namespace cpukern::moe {
@@ -69,5 +70,20 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out);
 
 std::vector<VariantInfo> list_variants();
+
+// ---- serialised form (kernels/common/prepared_blob.h; serialize.cc) ------------------------
+// op "moe"; format "bf16" | "mxfp4" | "int8"; dims = {e, o, i}; one section: the packed
+// experts as prepack wrote them. MoE packings cannot be unpacked, so a buffer for a variant
+// this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
+// threads are not used): prepack again from the expert weights.
+using ImportOptions = blob::ImportOptions<cpukern::Variant<Ukernel>>;
+int64_t serialized_size(const PackedExperts& w);
+void serialize(const PackedExperts& w, unsigned char* out, int64_t size);
+// O(1) header validation against `size` (InvalidArgument naming opts.arg), the checksum of
+// header and payload when opts.verify; the result views the buffer (zero-copy) and holds
+// `owner` until it is destroyed. opts.extra_rows: rows besides the registry's (tests: SIMDe).
+std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts);
 
 }  // namespace cpukern::moe

@@ -17,7 +17,9 @@
 namespace cpukern::ternary {
 namespace {
 
-constexpr const char* kOp = "ternary";
+// dims {m, k, group_size, has_scale}; sections: the fp32 layout, the scales, the int8 layout;
+// format: the int8 layout's word when that section is written, else "".
+constexpr blob::OpFormat kOp{"ternary", 4, 3};
 enum Dim { kM, kK, kGroup, kHasScale };
 enum Sec { kF32Layout, kScale, kI8Layout };
 
@@ -67,7 +69,7 @@ void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned c
             "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
   const void* i8_src = i8 ? w.i8_data(threads) : nullptr;  // may pack now
   const int64_t dims[4] = {w.m, w.k, w.group_size, w.has_scale() ? 1 : 0};
-  const blob::Header h = blob::make_header(kOp, w.isa, v.ukernel.f32.name, v.ukernel.f32.layout,
+  const blob::Header h = blob::make_header(kOp.op, w.isa, v.ukernel.f32.name, v.ukernel.f32.layout,
                                            i8 ? v.ukernel.i8.layout : "", dims, 4, plan);
   std::memset(out, 0, size_t(plan.total));  // header gaps and section padding
   const void* src[3] = {w.layout(), w.scales(), i8_src};
@@ -80,10 +82,8 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
                                                    std::shared_ptr<const void> owner,
                                                    const ImportOptions& opts) {
   const std::string& arg = opts.arg;
-  const std::string& isa = opts.isa;
-  const std::vector<Variant>* extra_rows = opts.extra_rows;
-  bool* reprepared = opts.reprepared;
   const blob::Header h = blob::parse(buf, size, kOp, arg);
+  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
   const int64_t m = h.dims[kM], k = h.dims[kK], g = h.dims[kGroup], has_scale = h.dims[kHasScale];
   check_arg(m >= 0 && k >= 0 && k <= limits::kMaxElements && m <= limits::kMaxElements, arg,
             "corrupted header (shape " + s(m) + " x " + s(k) + ")");
@@ -96,19 +96,31 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
   // The scales' size first (O(1)): it bounds the group count that sizing a grouped layout
   // walks (group scales are required whenever there are weights).
   const int64_t nscale = scale_floats(m, k, g, has_scale == 1);
-  blob::section(h, buf, kScale, 4 * nscale, arg, "scales");
-  if (opts.verify) blob::verify_payload(h, buf, arg);
+  const float* sc = reinterpret_cast<const float*>(
+      blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
+  // The int8 layout's exact size, whichever path follows (re-preparing drops it).
+  const std::string i8_layout = blob::name(h.format);
+  int64_t i8_bytes = 0;
+  if (!i8_layout.empty()) {
+    const layouts::SizeFn i8_size = layouts::size_fn(i8_layout.c_str());
+    check_arg(i8_size != nullptr, arg, "corrupted header (int8 layout '" + i8_layout + "')");
+    i8_bytes = layout_bytes(i8_size, m, k, g);
+  }
+  const unsigned char* i8_src = blob::section(h, buf, kI8Layout, i8_bytes, arg, "int8 layout");
 
   // The row that made it, if this build has it and this CPU runs it.
   const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
   const auto [made_by, want] = blob::import_rows(
-      h, registry(), extra_rows, isa,
+      h, registry(), opts.extra_rows, opts.isa,
       [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.f32.name && lo == r.ukernel.f32.layout;
       });
 
   if (want == made_by) {  // zero-copy view
     const Variant& v = *made_by;
+    check_arg(i8_layout.empty() || (!same_layout(v) && i8_layout == v.ukernel.i8.layout), arg,
+              "corrupted header (int8 layout '" + i8_layout + "', the variant reads '" +
+                  (same_layout(v) ? std::string("its fp32 layout") : v.ukernel.i8.layout) + "')");
     auto w = std::make_shared<PreparedWeights>();
     w->variant = &v;
     w->isa = v.name;
@@ -119,20 +131,12 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
     w->layout_view = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
     w->layout_view_bytes = f32_bytes;
     if (!w->layout_view) w->layout_view = buf;  // an empty layout: never read
-    w->scale_view = reinterpret_cast<const float*>(
-        blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
-    const uint64_t i8_size = h.sections > kI8Layout ? h.section[kI8Layout].size : 0;
-    if (i8_size && !same_layout(v)) {
-      check_arg(blob::name(h.format) == v.ukernel.i8.layout, arg,
-                "corrupted header (int8 layout '" + blob::name(h.format) + "', the variant reads '" +
-                    v.ukernel.i8.layout + "')");
+    w->scale_view = sc;
+    if (i8_src)  // the row's own size too (the same layout word: the same size)
       w->i8_view = blob::section(h, buf, kI8Layout, layout_bytes(v.ukernel.i8.packed_size, m, k, g),
                                  arg, "int8 layout");
-    } else {
-      blob::section(h, buf, kI8Layout, 0, arg, "int8 layout");
-    }
     w->owner = std::move(owner);
-    if (reprepared) *reprepared = false;
+    if (opts.reprepared) *opts.reprepared = false;
     return w;
   }
 
@@ -152,7 +156,6 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
             "it again from the packed weights");
   const int64_t f32_bytes = layout_bytes(size_fn, m, k, g);
   const unsigned char* src = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
-  const float* sc = reinterpret_cast<const float*>(blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
   const int64_t words = words_for(k);
   std::vector<uint32_t> packed(size_t(m * words));
   if (m > 0 && k > 0) {
@@ -170,7 +173,7 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
       for (int64_t gi = 0; gi < groups; ++gi) row_major[size_t(r * groups + gi)] = sc[gi * m + r];
     sc = row_major.data();
   }
-  if (reprepared) *reprepared = true;
+  if (opts.reprepared) *opts.reprepared = true;
   try {
     return prepare_variant(*want, packed.data(), m, k, sc, opts.threads, g);
   } catch (const InvalidArgument& e) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
+#include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 #include "kernels/common/ternary_codes.h"
 
@@ -107,21 +108,14 @@ void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned c
                int64_t size);
 
 // Weights from a serialised buffer (size bytes at buf, 64-byte aligned). The header is
-// validated in O(1) against the size (errors name opts.arg), the payload checksum when
-// opts.verify. When the buffer's variant runs on this CPU (and opts.isa is "" or that
-// variant), the result VIEWS the buffer (zero-copy; `owner` keeps it alive). Otherwise
-// (prepared on another CPU, or another isa forced) the layout is unpacked to the public words,
-// validated and prepared again for opts.isa ("" = default), unless !opts.allow_reprepare (an
-// error then). A layout this build cannot unpack gives InvalidArgument naming opts.arg.
-struct ImportOptions {
-  bool verify = false;
-  std::string isa;
-  int threads = 0;
-  std::string arg = "buffer";
-  bool allow_reprepare = true;
-  bool* reprepared = nullptr;                       // set to whether it prepared again
-  const std::vector<Variant>* extra_rows = nullptr;  // rows besides the registry's (tests)
-};
+// validated in O(1) against itself and the size (errors name opts.arg), the checksum of
+// header and payload when opts.verify. When the buffer's variant runs on this CPU (and
+// opts.isa is "" or that variant), the result VIEWS the buffer (zero-copy; `owner` keeps it
+// alive). Otherwise (prepared on another CPU, or another isa forced) the layout is unpacked to
+// the public words, validated and prepared again for opts.isa ("" = default) with
+// opts.threads, unless !opts.allow_reprepare (an error then). A layout this build cannot
+// unpack gives InvalidArgument naming opts.arg.
+using ImportOptions = blob::ImportOptions<Variant>;
 std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
                                                    std::shared_ptr<const void> owner,
                                                    const ImportOptions& opts);

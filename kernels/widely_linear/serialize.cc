@@ -13,7 +13,7 @@
 namespace cpukern::widely_linear {
 namespace {
 
-constexpr const char* kOp = "widely_linear";
+constexpr blob::OpFormat kOp{"widely_linear", 3, 2};
 enum Dim { kStages, kN, kM };
 enum Sec { kLayout, kScales };
 
@@ -40,7 +40,7 @@ void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
   const int64_t dims[3] = {layer.stages, layer.n, layer.m};
   const Ukernel& uk = layer.variant->ukernel;
   const blob::Header h =
-      blob::make_header(kOp, layer.isa, uk.name, uk.layout->name, "", dims, 3, plan);
+      blob::make_header(kOp.op, layer.isa, uk.name, uk.layout->name, "", dims, 3, plan);
   std::memset(out, 0, size_t(plan.total));
   std::memcpy(out + plan.section[kLayout].offset, layer.layout(), size_t(sizes[kLayout]));
   std::memcpy(out + plan.section[kScales].offset, layer.scale_data(), size_t(sizes[kScales]));
@@ -48,23 +48,23 @@ void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
 }
 
 std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner, bool verify,
-                                                 const std::string& isa, const std::string& arg,
-                                                 bool allow_reprepare,
-                                                 const std::vector<Variant>* extra_rows) {
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts) {
+  const std::string& arg = opts.arg;
   const blob::Header h = blob::parse(buf, size, kOp, arg);
+  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
   const int64_t stages = h.dims[kStages], n = h.dims[kN], m = h.dims[kM];
   const bool dims_ok = stages >= 1 && n >= 1 && m >= 1 && stages <= limits::kMaxElements &&
                        n <= limits::kMaxElements && m <= limits::kMaxElements;
   check_arg(dims_ok, arg,
             "corrupted header (stages " + s(stages) + ", n " + s(n) + ", m " + s(m) + ")");
   checked_mul(checked_mul(stages * 4, n, arg.c_str()), ternary_codes::words_for(m) * 16, arg.c_str());
-  if (verify) blob::verify_payload(h, buf, arg);
+  check_arg(blob::name(h.format).empty(), arg, "corrupted header (format '" + blob::name(h.format) + "')");
   const Dims d{stages, n, m, ternary_codes::words_for(m)};
 
   const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
   const auto [made_by, want] = blob::import_rows(
-      h, registry(), extra_rows, isa,
+      h, registry(), opts.extra_rows, opts.isa,
       [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.name && lo == r.ukernel.layout->name;
       });
@@ -85,9 +85,10 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
     layer->scales_view =
         reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
     layer->owner = std::move(owner);
+    if (opts.reprepared) *opts.reprepared = false;
     return layer;
   }
-  check_arg(allow_reprepare, arg,
+  check_arg(opts.allow_reprepare, arg,
             "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
                 (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
                 "; import it once with from_buffer");
@@ -101,6 +102,7 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
       blob::section(h, buf, kLayout, int64_t(from->packed_size(d)), arg, "layout"));
   const auto* scales =
       reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
+  if (opts.reprepared) *opts.reprepared = true;
   try {
     return prepare_with(*want, planes, scales, true, stages, n, d.words, m);
   } catch (const InvalidArgument& e) {

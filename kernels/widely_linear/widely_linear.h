@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
+#include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 
 namespace cpukern::widely_linear {
@@ -61,14 +62,14 @@ std::vector<VariantInfo> list_variants();
 int64_t serialized_size(const PreparedLayer& layer);
 void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size);
 // A layer from a serialised buffer (64-byte aligned): the header is validated in O(1) against
-// the size (errors name `arg`), the payload checksum when verify. A variant this CPU runs (and
-// isa "" or that one): a zero-copy view (`owner` keeps the buffer alive). Otherwise, when
-// allow_reprepare and the layout is the public one (t2p16x4), prepared again for `isa`;
-// other layouts cannot be unpacked: InvalidArgument naming `arg`.
+// itself and the size (errors name opts.arg), the checksum of header and payload when
+// opts.verify. A variant this CPU runs (and opts.isa "" or that one): a zero-copy view (`owner`
+// keeps the buffer alive). Otherwise, when opts.allow_reprepare and the layout is the public
+// one (t2p16x4), prepared again for opts.isa; other layouts cannot be unpacked:
+// InvalidArgument naming opts.arg.
+using ImportOptions = blob::ImportOptions<Variant>;
 std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner, bool verify,
-                                                 const std::string& isa, const std::string& arg,
-                                                 bool allow_reprepare = true,
-                                                 const std::vector<Variant>* extra_rows = nullptr);
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts);
 
 }  // namespace cpukern::widely_linear

@@ -7,6 +7,11 @@ forces per op).
 
 logging.getLogger("cpukern") reports, at INFO, which variant each op selected and why (once
 per op and selection); CPUKERN_VERBOSE=1 prints those records to stderr.
+
+CPUKERN_HUGEPAGES (read once, at the first large scratch allocation): "0", "off", "no" or
+"false" keep 4 KiB pages; "1", "on", "yes", "true" or unset allow transparent huge pages (the
+default); case and surrounding blanks do not matter. Any other value is a RuntimeWarning at
+import and leaves the default.
 """
 
 from __future__ import annotations
@@ -104,6 +109,26 @@ def _check_isa_env() -> None:
                           f"{', '.join(names)}", RuntimeWarning, stacklevel=3)
 
 
+_HUGEPAGES_VALUES = {"0": "0", "off": "0", "no": "0", "false": "0",
+                     "1": "1", "on": "1", "yes": "1", "true": "1"}
+
+
+def _check_hugepages_env() -> None:
+    """CPUKERN_HUGEPAGES: the documented spellings mapped to the "0" / "1" the kernels read
+    (rewritten in the environment before any kernel runs); anything else is a warning."""
+    v = os.environ.get("CPUKERN_HUGEPAGES")
+    if v is None:
+        return
+    canonical = _HUGEPAGES_VALUES.get(v.strip().lower())
+    if canonical is None:
+        warnings.warn(f"CPUKERN_HUGEPAGES={v!r}: expected 0/off/no/false or 1/on/yes/true; huge "
+                      f"pages stay allowed (the default)", RuntimeWarning, stacklevel=3)
+        canonical = "1"
+    if canonical != v:
+        os.environ["CPUKERN_HUGEPAGES"] = canonical
+
+
+_check_hugepages_env()
 _check_isa_env()
 _log.configure_from_env()
 

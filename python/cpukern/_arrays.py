@@ -117,17 +117,58 @@ def _mapping_writeable(start: int, end: int) -> bool:
     return False
 
 
-def _torch_writeable(t: Any) -> bool:
-    """torch has no read-only flag: memory torch allocated (a resizable storage) is writeable;
-    memory it only wraps (from_numpy, frombuffer, DLPack, a mapped file) is looked up in the
+def _torch_writeable(t: Any) -> tuple[bool, str]:
+    """(writeable, why not). torch has no read-only flag: memory torch allocated (a resizable
+    storage, shared memory included) is writeable; memory it only wraps (torch.from_numpy,
+    torch.frombuffer, DLPack) may belong to an immutable object (a read-only numpy array, a
+    bytes object) and is refused; a file torch mapped (torch.from_file) is looked up in the
     process's mappings, so that out= over a read-only mapping is a TypeError, not a SIGSEGV."""
     if t.numel() == 0:
-        return True
+        return True, ""
     storage = t.untyped_storage()
     if storage.resizable():
-        return True
+        return True, ""
     start = t.data_ptr()
-    return _mapping_writeable(start, start + t.numel() * t.element_size())
+    if not _mapping_writeable(start, start + t.numel() * t.element_size()):
+        return False, "its memory is mapped read-only"
+    try:
+        mapped = storage.filename is not None
+    except (AttributeError, RuntimeError):
+        mapped = False
+    if mapped:
+        return True, ""
+    return False, ("it wraps memory torch did not allocate (torch.from_numpy, torch.frombuffer, "
+                   "DLPack), whose read-only state torch does not record: pass the numpy array "
+                   "itself, or a tensor from torch.empty")
+
+
+def _lazy_bits(a: Any) -> str:
+    """'a lazily negated' / 'a lazily conjugated' for a torch view whose values are not its
+    memory's (x._neg_view(), x.conj()), else ''."""
+    if getattr(a, "is_neg", None) is not None and a.is_neg():
+        return "a lazily negated"
+    if getattr(a, "is_conj", None) is not None and a.is_conj():
+        return "a lazily conjugated"
+    return ""
+
+
+def native(a: Any, name: str = "array") -> Any:
+    """What the extension is handed for an array argument: a numpy array as it is; a torch
+    tensor as a DLPack capsule of it (torch._C._to_dlpack: no copy, no side effect on the
+    tensor; the capsule keeps the tensor alive). Both conversions are C code, so the
+    extension's own argument conversion runs no Python bytecode (Tensor.__dlpack__ is Python),
+    in which a thread that CPython is finalising could be stopped with C++ frames on its stack
+    (the process would abort). None stays None. A lazily negated or conjugated tensor is a
+    TypeError (DLPack would export its memory, not its values)."""
+    if a is None or isinstance(a, np.ndarray) or not is_torch(a):
+        return a
+    import torch
+
+    lazy = _lazy_bits(a)
+    if lazy:
+        raise TypeError(f"{name}: expected a tensor whose memory holds its values, got {lazy} "
+                        f"{describe(a)} (call .resolve_neg() / .resolve_conj() first)")
+    return torch._C._to_dlpack(a)
 
 
 def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] = None,
@@ -139,6 +180,10 @@ def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] 
     the wrong number of dimensions.
     """
     a = require_array(a, name)
+    lazy = _lazy_bits(a) if is_torch(a) else ""
+    if lazy:  # the kernels would read the memory (DLPack exports it), not the values
+        raise TypeError(f"{name}: expected a tensor whose memory holds its values, got {lazy} "
+                        f"{describe(a)} (call .resolve_neg() / .resolve_conj() first){_COPY_HINT}")
     contiguous = _contiguous(a)
     if not _dtype_ok(a, dtype) or not contiguous:
         raise TypeError(f"{name}: expected a C-contiguous {dtype} CPU array, got "
@@ -148,8 +193,12 @@ def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] 
         raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
     if any(s > MAX_ELEMS for s in shape_of(a)):  # only a zero-size array can be this large
         raise ValueError(f"{name}: expected dimensions of at most {MAX_ELEMS}, got {describe(a)}")
-    if writeable and not (_torch_writeable(a) if is_torch(a) else a.flags.writeable):
-        raise TypeError(f"{name}: expected a writeable array, got a read-only {describe(a)}")
+    if writeable:
+        ok, why = _torch_writeable(a) if is_torch(a) else (bool(a.flags.writeable), "")
+        if not ok:
+            raise TypeError(f"{name}: expected a writeable array, got "
+                            + (f"a {describe(a)} that may be read-only ({why})" if why else
+                               f"a read-only {describe(a)}"))
     if dtype == "bfloat16" and not is_torch(a):
         return a.view(np.uint16)
     return a
@@ -242,6 +291,37 @@ def threads_arg(threads: Any) -> int:
     if threads is None:
         return 0
     return c_int(threads, "threads", 32)
+
+
+def method_of(cls: type, name: str, fn: Any) -> None:
+    """Sets fn as method `name` of one of the extension's classes, named as the class's own
+    (so that the stubs list it with the class). Methods that call Python are defined this way
+    rather than in the extension: a binding that runs Python code could be ended there by
+    interpreter exit, with C++ frames on its stack."""
+    import functools
+    import inspect
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    method.__module__ = cls.__module__
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__name__}.{name}"
+    sig = inspect.signature(fn)
+    params = [p.replace(annotation=inspect.Parameter.empty) if i == 0 else p
+              for i, p in enumerate(sig.parameters.values())]
+    method.__signature__ = sig.replace(parameters=params, return_annotation="object")
+    setattr(cls, name, method)
+
+
+def name_arg(name: Any, arg: str = "name") -> str:
+    """The name an error message gives a buffer: a str without NUL characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"{arg}: expected a str, got {type(name).__name__}")
+    if "\x00" in name:
+        raise ValueError(f"{arg}: expected a name without NUL characters, got {name!r}")
+    return name
 
 
 def isa_arg(isa: Any) -> str:

@@ -62,12 +62,12 @@ class TernaryWeights:
     def int8_ready(self) -> bool:
         """True when act='int8' needs no packing (the int8 layout exists)."""
 
-    def to_bytes(self, int8: bool = False) -> object:
-        """cpukern.ternary.to_bytes(self, int8=int8)."""
+    def __repr__(self) -> str: ...
 
     def __reduce__(self) -> object: ...
 
-    def __repr__(self) -> str: ...
+    def to_bytes(self, int8: bool = False) -> object:
+        """cpukern.ternary.to_bytes(self, int8=int8)."""
 
 def ternary_serialized_size(weights: TernaryWeights, int8: bool) -> int: ...
 
@@ -113,12 +113,12 @@ class WidelyLinearWeights:
         True when the layout views a serialised buffer (from_buffer, zero-copy).
         """
 
-    def to_bytes(self) -> object:
-        """cpukern.ternary.to_bytes(self)."""
+    def __repr__(self) -> str: ...
 
     def __reduce__(self) -> object: ...
 
-    def __repr__(self) -> str: ...
+    def to_bytes(self) -> object:
+        """cpukern.ternary.to_bytes(self)."""
 
 def widely_linear_serialized_size(layer: WidelyLinearWeights) -> int: ...
 
@@ -158,6 +158,8 @@ class PackedExperts:
     def nbytes(self) -> int: ...
 
     def __repr__(self) -> str: ...
+
+    def __reduce__(self) -> object: ...
 
 def moe_variants() -> list: ...
 

@@ -27,6 +27,7 @@ from typing import Any, Optional
 import ml_dtypes
 import numpy as np
 
+from cpukern import _safetensors as _st
 from cpukern import io as _io
 from cpukern import ternary as _ternary
 
@@ -106,9 +107,27 @@ def _float_copy(name: str, a: np.ndarray) -> np.ndarray:
     raise TypeError(f"tensor {name!r}: cannot convert dtype {a.dtype}")
 
 
+def _bitnet_scale(src: Any, sname: str, raw: np.ndarray) -> np.float32:
+    """1 / weight_scale in float32 from a BitNet per-tensor ``weight_scale``: one value, finite,
+    nonzero, with a finite reciprocal (1e-45 would give an infinite scale)."""
+    ws = np.asarray(raw).astype(np.float32).reshape(-1)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        inv = np.float32(1.0) / ws[0] if ws.shape == (1,) else np.float32("nan")
+    if ws.shape != (1,) or not np.isfinite(ws[0]) or ws[0] == 0 or not np.isfinite(inv):
+        raise ValueError(f"{_st.where(src)}: tensor {sname!r}: expected one finite nonzero "
+                         f"per-tensor scale with a finite reciprocal in float32, got shape "
+                         f"{tuple(np.shape(raw))} values {ws[:4]}")
+    return np.float32(inv)
+
+
 def convert_bitnet(src: str | os.PathLike, dst: str | os.PathLike, *,
                    skip_unsupported: bool = False) -> dict[str, str]:
-    """Hugging Face BitNet safetensors file -> cpukern file. Returns name -> what was done."""
+    """Hugging Face BitNet safetensors file -> cpukern file. Returns name -> what was done.
+
+    The file is read by cpukern's one safetensors reader (regular files only, never blocking,
+    the header validated); every error is a ValueError naming the file and the tensor. The
+    file is mapped while this runs (it must not be truncated meanwhile); nothing written
+    depends on it."""
     tensors, _ = _io.read_safetensors(src)
     out: dict[str, Any] = {}
     ks: dict[str, int] = {}
@@ -119,13 +138,13 @@ def convert_bitnet(src: str | os.PathLike, dst: str | os.PathLike, *,
             continue
         sname = name[: -len(".weight")] + ".weight_scale" if name.endswith(".weight") else None
         if a.dtype == np.uint8 and sname in tensors:
-            w = bitnet_unpack(a)
-            ws = np.asarray(tensors[sname]).astype(np.float32).reshape(-1)
-            if ws.shape != (1,) or not np.isfinite(ws[0]) or ws[0] == 0:
-                raise ValueError(f"tensor {sname!r}: expected one finite nonzero per-tensor scale, "
-                                 f"got shape {tuple(np.shape(tensors[sname]))} values {ws[:4]}")
+            inv = _bitnet_scale(src, sname, tensors[sname])
+            try:
+                w = bitnet_unpack(a)
+            except ValueError as e:
+                raise ValueError(f"{_st.where(src)}: tensor {name!r}: {e}") from None
             out[name] = _ternary.pack(w)
-            out[scale_name(name)] = np.full(w.shape[0], np.float32(1.0) / ws[0], np.float32)
+            out[scale_name(name)] = np.full(w.shape[0], inv, np.float32)
             ks[name] = w.shape[1]
             report[name] = f"ternary {w.shape} per-tensor scale"
         else:
@@ -140,55 +159,141 @@ def convert_bitnet(src: str | os.PathLike, dst: str | os.PathLike, *,
     return report
 
 
+def _gguf_where(src: Any) -> str:
+    return f"GGUF file {os.fspath(src)!r}"
+
+
+def _gguf_tensor_of(exc: BaseException) -> Optional[str]:
+    """The name of the tensor the gguf reader was building when it raised (its local
+    ``tensor_name``), if any."""
+    tb = exc.__traceback__
+    name = None
+    while tb is not None:
+        v = tb.tb_frame.f_locals.get("tensor_name")
+        if isinstance(v, str):
+            name = v
+        tb = tb.tb_next
+    return name
+
+
+def _gguf_error(src: Any, exc: BaseException, tensor: Optional[str] = None) -> ValueError:
+    tensor = tensor if tensor is not None else _gguf_tensor_of(exc)
+    at = f": tensor {tensor!r:.80}" if tensor is not None else ""
+    return ValueError(f"{_gguf_where(src)}{at}: malformed ({type(exc).__name__}: {str(exc):.200})")
+
+
+def _gguf_ternary(src: Any, name: str, kind: str, shape: tuple,
+                  data: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """(packed rows, float32 scales (M, K/256), K) of one TQ1_0 / TQ2_0 tensor, validated first:
+    2-D, K a positive multiple of 256, exactly M * K/256 blocks of the type's size, finite
+    fp16 scales."""
+    at = f"{_gguf_where(src)}: tensor {name!r}"
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f"{at}: expected a 2-D {kind} matrix with M, K >= 1, got {shape}")
+    m, k = shape
+    if k % QK:
+        raise ValueError(f"{at}: {kind} rows hold whole blocks of {QK} weights, got K = {k}")
+    row = k // QK * _TQ_BLOCK_BYTES[kind]
+    data = np.asarray(data)
+    if data.dtype != np.uint8 or data.size != m * row:
+        raise ValueError(f"{at}: {kind} {shape} needs {m} x {k // QK} blocks of "
+                         f"{_TQ_BLOCK_BYTES[kind]} bytes = {m * row} bytes, the file gives "
+                         f"{data.size} {data.dtype} values")
+    try:
+        w, d = tq_unpack(data.reshape(m, row), kind, k)
+    except ValueError as e:
+        raise ValueError(f"{at}: {e}") from None
+    bad = ~np.isfinite(d)
+    if bad.any():
+        r, b = (int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"{at}: fp16 block scale {d[r, b]} (not finite) at row {r}, block {b}")
+    return _ternary.pack(w), d, k
+
+
+# the dtype the gguf package gives each float type's data (BF16: its bytes)
+_GGUF_FLOATS = {"F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+                "BF16": np.dtype(np.uint8)}
+
+
+def _gguf_float(src: Any, name: str, kind: str, shape: tuple, data: Any) -> np.ndarray:
+    """A float tensor, its element count checked against the shape."""
+    at = f"{_gguf_where(src)}: tensor {name!r}"
+    a = np.asarray(data)
+    want = _GGUF_FLOATS[kind]
+    n = int(np.prod(shape, dtype=object))
+    if a.dtype != want or a.size != n * (2 if kind == "BF16" else 1):
+        raise ValueError(f"{at}: {kind} {shape} needs {n} values, the file gives {a.size} "
+                         f"{a.dtype} values")
+    if kind == "BF16":
+        a = np.ascontiguousarray(a).view(ml_dtypes.bfloat16)
+    return np.ascontiguousarray(a.reshape(shape))
+
+
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, *,
                  skip_unsupported: bool = False) -> dict[str, str]:
     """GGUF file -> cpukern file: TQ1_0 / TQ2_0 tensors become packed rows with their per-256
-    fp16 scales kept exactly (group_size 256); F32/F16/BF16 tensors are copied."""
+    fp16 scales kept exactly (group_size 256); F32/F16/BF16 tensors are copied.
+
+    Only a regular file is read (never blocking). Every tensor is validated before use (shape,
+    block count, finite fp16 scales), and every error, the gguf package's included, is a
+    ValueError naming the file and, where known, the tensor. The file is mapped while this runs
+    (it must not be truncated meanwhile); nothing written depends on it."""
     try:
         import gguf
     except ImportError as e:  # pragma: no cover - the test environment has it
         raise ImportError("cpukern.convert: reading GGUF needs the 'gguf' package "
                           "(pip install cpukern[gguf])") from e
-    reader = gguf.GGUFReader(os.fspath(src))
+    fd, _size = _st.open_regular(src, "GGUF file")
+    try:
+        # The descriptor checked above, reopened by path (/proc/self/fd): the file read is the
+        # one checked, even if `src` is replaced meanwhile.
+        proc = f"/proc/self/fd/{fd}"
+        try:
+            reader = gguf.GGUFReader(proc if os.path.exists(proc) else os.fspath(src))
+        except Exception as e:  # the gguf package raises ValueError, KeyError, IndexError, ...
+            raise _gguf_error(src, e) from None
+    finally:
+        os.close(fd)
     t = gguf.GGMLQuantizationType
     out: dict[str, Any] = {}
     ks: dict[str, int] = {}
     groups: dict[str, int] = {}
     report: dict[str, str] = {}
     for tensor in reader.tensors:
-        name, kind = tensor.name, tensor.tensor_type
-        shape = tuple(int(s) for s in reversed(tensor.shape))  # ggml lists ne0 (columns) first
-        if kind in (t.TQ1_0, t.TQ2_0):
-            if len(shape) != 2:
-                raise ValueError(f"tensor {name!r}: expected a 2-D {kind.name} matrix, got {shape}")
-            m, k = shape
-            w, d = tq_unpack(np.asarray(tensor.data).reshape(m, -1), kind.name, k)
-            out[name] = _ternary.pack(w)
-            out[scale_name(name)] = d
-            ks[name] = k
-            groups[name] = QK
-            report[name] = f"ternary {shape} {kind.name}, scale per {QK}"
-        elif kind in (t.F32, t.F16, t.BF16):
-            a = np.asarray(tensor.data)
-            if kind == t.BF16:
-                a = a.view(ml_dtypes.bfloat16)
-            out[name] = np.ascontiguousarray(a.reshape(shape))
-            report[name] = f"copied {kind.name} {shape}"
-        elif skip_unsupported:
-            report[name] = f"skipped ({kind.name})"
-        else:
-            raise ValueError(f"tensor {name!r}: GGUF type {kind.name} is not ternary or float "
-                             f"(convert with skip_unsupported=True to leave it out)")
+        name = tensor.name
+        try:
+            kind = t(tensor.tensor_type)
+            shape = tuple(int(s) for s in reversed(tensor.shape))  # ggml lists ne0 (columns) first
+            if kind in (t.TQ1_0, t.TQ2_0):
+                packed, d, k = _gguf_ternary(src, name, kind.name, shape, tensor.data)
+                out[name], out[scale_name(name)] = packed, d
+                ks[name] = k
+                groups[name] = QK
+                report[name] = f"ternary {shape} {kind.name}, scale per {QK}"
+            elif kind in (t.F32, t.F16, t.BF16):
+                out[name] = _gguf_float(src, name, kind.name, shape, tensor.data)
+                report[name] = f"copied {kind.name} {shape}"
+            elif skip_unsupported:
+                report[name] = f"skipped ({kind.name})"
+            else:
+                raise ValueError(f"{_gguf_where(src)}: tensor {name!r}: GGUF type {kind.name} is "
+                                 f"not ternary or float (convert with skip_unsupported=True to "
+                                 f"leave it out)")
+        except ValueError as e:
+            if str(e).startswith(_gguf_where(src)):
+                raise
+            raise _gguf_error(src, e, name) from None
+        except Exception as e:  # numpy / gguf errors on malformed data
+            raise _gguf_error(src, e, name) from None
     _io.save(dst, out, k=ks, group_size=groups, metadata={"converted_from": "gguf"})
     return report
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
             skip_unsupported: bool = False) -> dict[str, str]:
-    """Converts a GGUF file (by its magic bytes) or a BitNet safetensors file."""
-    with open(src, "rb") as f:
-        magic = f.read(4)
-    if magic == _GGUF_MAGIC:
+    """Converts a GGUF file (by its magic bytes) or a BitNet safetensors file. Only regular
+    files are read (a FIFO, socket, directory or device is a ValueError naming the file)."""
+    if _st.read_head(src, 4, "converter input") == _GGUF_MAGIC:
         return convert_gguf(src, dst, skip_unsupported=skip_unsupported)
     return convert_bitnet(src, dst, skip_unsupported=skip_unsupported)
 

@@ -16,37 +16,28 @@ stored as they are.
 ``load`` validates the whole header against the file size before any tensor is built: the
 header length, JSON, every entry's keys, dtype, shape and data offsets (in bounds, sizes
 consistent, no overlap, the data region covered exactly), the format version and every K /
-stages entry against its tensor's shape. Any violation raises ValueError naming the field;
-nothing is read outside the file. ``validate_bytes`` runs the same checks on an in-memory
-buffer and is meant for fuzzing (atheris): for any input it returns or raises ValueError.
+stages entry against its tensor's shape. Any violation raises ValueError naming the file, the
+tensor and the field; nothing is read outside the file. ``validate_bytes`` runs the same
+checks on an in-memory buffer and is meant for fuzzing (atheris): for any input it returns or
+raises ValueError. The reading itself (regular files only, never blocking, what stays mapped)
+is cpukern._safetensors', the one safetensors reader of the package.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import mmap as _mmap
 import os
-import stat
-import struct
 from typing import Any, Mapping, Optional
 
 import ml_dtypes
 import numpy as np
 
+from cpukern import _safetensors as _st
 from cpukern._arrays import is_torch
 
 FORMAT = "ternary"
 FORMAT_VERSION = "1"
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
-
-DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "I64": np.dtype(np.int64), "U64": np.dtype(np.uint64), "I32": np.dtype(np.int32),
-    "U32": np.dtype(np.uint32), "I16": np.dtype(np.int16), "U16": np.dtype(np.uint16),
-    "I8": np.dtype(np.int8), "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
-}
+MAX_HEADER_BYTES = _st.MAX_HEADER_BYTES
+DTYPES = _st.DTYPES
 
 __all__ = ["save", "load", "read_safetensors", "validate_bytes", "validate_header", "Checkpoint",
            "FORMAT_VERSION"]
@@ -77,7 +68,7 @@ def _to_numpy(a: Any, name: str) -> np.ndarray:
     if is_torch(a):
         import torch
 
-        t = a.detach().cpu().contiguous()
+        t = a.detach().cpu().resolve_neg().resolve_conj().contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         if t.dtype == torch.uint32:
@@ -111,6 +102,9 @@ def save(path: str | os.PathLike, tensors: Mapping[str, Any], *, k: Optional[Map
     for name in k:
         if name not in arrays:
             raise ValueError(f"k: names a tensor that is not saved: {name!r}")
+        if arrays[name].dtype != np.uint32:
+            raise ValueError(f"k[{name!r}]: given for a {arrays[name].dtype} tensor; K belongs to "
+                             f"packed uint32 tensors only")
     for name, a in arrays.items():
         if a.dtype != np.uint32:
             continue
@@ -133,47 +127,69 @@ def save(path: str | os.PathLike, tensors: Mapping[str, Any], *, k: Optional[Map
 
 
 # --- validation ------------------------------------------------------------------------------
+# The safetensors structure is checked by cpukern._safetensors (the package's one reader); the
+# rules of cpukern's own format (version, K / stages / group_size entries) are checked here.
 
-def _fail(msg: str) -> None:
-    raise ValueError(f"safetensors file: {msg}")
-
-
-def _int_value(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        _fail(f"{what}: expected an integer, got {v!r:.80}")
-    if v < 0:
-        _fail(f"{what}: expected >= 0, got {v}")
-    return v
+def _fail(msg: str, path: Any = None) -> None:
+    _st.fail(path, msg)
 
 
-def _meta_int(meta: Mapping[str, str], key: str) -> int:
+def _meta_int(meta: Mapping[str, str], key: str, path: Any = None) -> int:
     s = meta[key]
     if not (s.isascii() and s.isdigit()) or len(s) > 19:
-        _fail(f"__metadata__[{key!r}]: expected a decimal integer, got {s!r:.80}")
+        _fail(f"__metadata__[{key!r}]: expected a decimal integer, got {s!r:.80}", path)
     v = int(s)
     if v < 1:
-        _fail(f"__metadata__[{key!r}]: expected >= 1, got {v}")
+        _fail(f"__metadata__[{key!r}]: expected >= 1, got {v}", path)
     return v
 
 
-def _check_packed(name: str, shape: list[int], meta: Mapping[str, str]) -> None:
-    k = _meta_int(meta, f"k.{name}")
+def _check_packed(name: str, shape: list[int], meta: Mapping[str, str], path: Any = None) -> None:
+    k = _meta_int(meta, f"k.{name}", path)
     words = (k + 15) // 16
     skey = f"stages.{name}"
     if len(shape) == 2:
         if skey in meta:
-            _fail(f"__metadata__[{skey!r}]: given for a 2-D packed tensor {name!r}")
+            _fail(f"__metadata__[{skey!r}]: given for a 2-D packed tensor {name!r}", path)
         if shape[1] != words:
-            _fail(f"tensor {name!r}: K = {k} needs {words} words per row, got shape {shape}")
+            _fail(f"tensor {name!r}: K = {k} needs {words} words per row, got shape {shape}", path)
     elif len(shape) == 4:
         if skey not in meta:
-            _fail(f"__metadata__: missing {skey!r} for the planes tensor {name!r}")
-        stages = _meta_int(meta, skey)
+            _fail(f"__metadata__: missing {skey!r} for the planes tensor {name!r}", path)
+        stages = _meta_int(meta, skey, path)
         if shape[0] != stages or shape[1] != 4 or shape[3] != words:
             _fail(f"tensor {name!r}: expected planes of shape ({stages}, 4, n, {words}) for "
-                  f"stages = {stages}, K = {k}, got {shape}")
+                  f"stages = {stages}, K = {k}, got {shape}", path)
     else:
-        _fail(f"tensor {name!r}: a packed uint32 tensor must have 2 or 4 dimensions, got shape {shape}")
+        _fail(f"tensor {name!r}: a packed uint32 tensor must have 2 or 4 dimensions, got shape "
+              f"{shape}", path)
+
+
+def _check_cpukern(entries: Mapping[str, dict], meta: Mapping[str, str], path: Any = None) -> None:
+    """The rules of cpukern's format on a header whose safetensors structure is valid."""
+    if meta.get("cpukern.format") != FORMAT:
+        _fail(f"__metadata__['cpukern.format']: expected {FORMAT!r}, got "
+              f"{meta.get('cpukern.format')!r:.80}", path)
+    version = meta.get("cpukern.format_version")
+    if version != FORMAT_VERSION:
+        _fail(f"__metadata__['cpukern.format_version']: this cpukern reads version "
+              f"{FORMAT_VERSION!r}, got {version!r:.80}", path)
+    for key in meta:
+        for prefix in ("k.", "stages.", "group_size."):
+            if key.startswith(prefix):
+                target = key[len(prefix):]
+                if target not in entries or entries[target]["dtype"] != np.uint32:
+                    _fail(f"__metadata__[{key!r:.80}]: no uint32 tensor named {target!r:.80}", path)
+    for name, e in entries.items():
+        if e["dtype"] == np.uint32:
+            if f"k.{name}" not in meta:
+                _fail(f"__metadata__: missing 'k.{name}' for the packed uint32 tensor {name!r}",
+                      path)
+            _check_packed(name, list(e["shape"]), meta, path)
+            gkey = f"group_size.{name}"
+            if gkey in meta and (len(e["shape"]) != 2 or _meta_int(meta, gkey, path) % 16):
+                _fail(f"__metadata__[{gkey!r}]: expected a multiple of 16 for a 2-D packed tensor",
+                      path)
 
 
 def validate_header(header_bytes: bytes, data_size: int, *,
@@ -184,177 +200,41 @@ def validate_header(header_bytes: bytes, data_size: int, *,
     metadata). Raises ValueError on any inconsistency. cpukern_format=False checks only the
     safetensors structure (files other tools wrote, for cpukern.convert).
     """
-    try:
-        text = header_bytes.decode("utf-8")
-        header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"safetensors file: header is not valid UTF-8 JSON ({e})") from None
-    except RecursionError:
-        raise ValueError("safetensors file: header JSON is nested too deeply") from None
-    if not isinstance(header, dict):
-        _fail(f"header: expected a JSON object, got {type(header).__name__}")
-    meta = header.get("__metadata__", {})
-    if not isinstance(meta, dict) or not all(isinstance(a, str) and isinstance(b, str) for a, b in meta.items()):
-        _fail("__metadata__: expected an object of string values")
-    if cpukern_format and meta.get("cpukern.format") != FORMAT:
-        _fail(f"__metadata__['cpukern.format']: expected {FORMAT!r}, got {meta.get('cpukern.format')!r:.80}")
-    version = meta.get("cpukern.format_version")
-    if cpukern_format and version != FORMAT_VERSION:
-        _fail(f"__metadata__['cpukern.format_version']: this cpukern reads version {FORMAT_VERSION!r}, "
-              f"got {version!r:.80}")
-    entries: dict[str, dict] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        where = f"tensor {name!r:.80}"
-        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-            _fail(f"{where}: expected exactly the keys dtype, shape, data_offsets")
-        dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
-        if dtype is None:
-            _fail(f"{where}: unsupported dtype {info['dtype']!r:.80}")
-        shape = info["shape"]
-        if not isinstance(shape, list) or len(shape) > 8:
-            _fail(f"{where}: shape must be a list of at most 8 integers")
-        shape = [_int_value(s, f"{where} shape") for s in shape]
-        if any(s >= 1 << 48 for s in shape):
-            _fail(f"{where}: shape {shape} has a dimension >= 2**48")
-        offs = info["data_offsets"]
-        if not isinstance(offs, list) or len(offs) != 2:
-            _fail(f"{where}: data_offsets must be [begin, end]")
-        begin, end = (_int_value(o, f"{where} data_offsets") for o in offs)
-        if not begin <= end <= data_size:
-            _fail(f"{where}: data_offsets [{begin}, {end}] outside the {data_size} data bytes "
-                  f"(truncated file?)")
-        nbytes = dtype.itemsize * math.prod(shape)
-        if end - begin != nbytes:
-            _fail(f"{where}: {info['dtype']} shape {shape} needs {nbytes} bytes, data_offsets "
-                  f"give {end - begin}")
-        entries[name] = {"dtype": dtype, "shape": tuple(shape), "begin": begin, "end": end}
-    spans = sorted((e["begin"], e["end"], n) for n, e in entries.items())
-    pos = 0
-    for begin, end, name in spans:
-        if begin != pos:
-            _fail(f"tensor {name!r:.80}: data_offsets begin at {begin}, expected {pos} "
-                  f"({'overlap' if begin < pos else 'gap'})")
-        pos = end
-    if pos != data_size:
-        _fail(f"data: tensors cover {pos} bytes, the file holds {data_size} after the header")
-    if not cpukern_format:
-        return entries, meta
-    for key in meta:
-        for prefix in ("k.", "stages.", "group_size."):
-            if key.startswith(prefix):
-                target = key[len(prefix):]
-                if target not in entries or entries[target]["dtype"] != np.uint32:
-                    _fail(f"__metadata__[{key!r:.80}]: no uint32 tensor named {target!r:.80}")
-    for name, e in entries.items():
-        if e["dtype"] == np.uint32:
-            if f"k.{name}" not in meta:
-                _fail(f"__metadata__: missing 'k.{name}' for the packed uint32 tensor {name!r}")
-            _check_packed(name, list(e["shape"]), meta)
-            gkey = f"group_size.{name}"
-            if gkey in meta and (len(e["shape"]) != 2 or _meta_int(meta, gkey) % 16):
-                _fail(f"__metadata__[{gkey!r}]: expected a multiple of 16 for a 2-D packed tensor")
+    entries, meta = _st.parse_header(bytes(header_bytes), data_size)
+    if cpukern_format:
+        _check_cpukern(entries, meta)
     return entries, meta
-
-
-def _split(buf: Any, size: int) -> tuple[int, int]:
-    """(header length N, data size) of a buffer of `size` bytes, validated."""
-    if size < 8:
-        _fail(f"{size} bytes is shorter than the 8-byte header length (truncated file?)")
-    (n,) = struct.unpack("<Q", bytes(buf[:8]))
-    if n < 2 or n > MAX_HEADER_BYTES:
-        _fail(f"header length {n} outside [2, {MAX_HEADER_BYTES}]")
-    if 8 + n > size:
-        _fail(f"header length {n} exceeds the {size - 8} bytes after it (truncated file?)")
-    return n, size - 8 - n
 
 
 def validate_bytes(b: bytes) -> tuple[dict[str, dict], dict[str, str]]:
     """Validates a whole cpukern safetensors file held in memory (for fuzzers: any input
     returns the parsed header or raises ValueError)."""
     b = bytes(b)
-    n, data_size = _split(b, len(b))
+    n, data_size = _st.split(b, len(b))
     return validate_header(b[8:8 + n], data_size)
-
-
-def _views(buf: Any, base: int, entries: Mapping[str, dict]) -> dict[str, np.ndarray]:
-    out = {}
-    for name, e in entries.items():
-        count = math.prod(e["shape"])
-        offset = base + e["begin"]
-        if count == 0:
-            a = np.empty(0, e["dtype"])
-        elif offset % e["dtype"].itemsize:  # never from save(): safetensors aligns the data
-            a = np.frombuffer(bytes(buf[offset:offset + e["end"] - e["begin"]]), e["dtype"], count)
-        else:
-            a = np.frombuffer(buf, e["dtype"], count, offset)
-        out[name] = a.reshape(e["shape"])
-    return out
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
-                       (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "non-regular file"
-
-
-def _read_exact(fd: int, size: int) -> bytes:
-    """Exactly `size` bytes from fd (fewer if the file shrank); never more."""
-    parts, left = [], size
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 24))
-        if not chunk:
-            break
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     """Loads a file written by save. mmap=True maps it read-only: the arrays are views of the
     mapping (pages are read when touched; the mapping lives as long as any array). mmap=False
-    reads the file into memory. The header is validated first (see the module docstring).
+    reads the file into memory. The header is validated first (see the module docstring);
+    every error is a ValueError naming the file (and the tensor).
 
     Only regular files are read (a device, FIFO, directory or socket is a ValueError, and a
     FIFO is refused without blocking), and never more than the size the file had when opened.
-    A mapped file must not be truncated or rewritten in place while its arrays are alive:
-    touching a page past the new end raises SIGBUS and kills the process, as with numpy.memmap
-    or safetensors' mappings (replace files by writing a new one and renaming it, or load with
-    mmap=False). What ternary.prepare, prepare_widely_linear and moe.prepack return are copies
-    in their own layouts and do not depend on the file."""
-    tensors, meta = _read(path, mmap, cpukern_format=True)
+    What stays mapped: every array of the Checkpoint (mmap=True). A mapped file must not be
+    truncated or rewritten in place while its arrays are alive: touching a page past the new
+    end raises SIGBUS and kills the process, as with numpy.memmap or safetensors' mappings
+    (replace files by writing a new one and renaming it, or load with mmap=False). What
+    ternary.prepare, prepare_widely_linear and moe.prepack return are copies in their own
+    layouts and do not depend on the file; so are the modules TernaryLinear.from_checkpoint
+    builds."""
+    tensors, meta = _st.read(path, mmap=mmap, check=_check_cpukern)
     return Checkpoint(tensors, meta)
 
 
 def read_safetensors(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Any safetensors file (e.g. a Hugging Face checkpoint), with load's checks on the
     structure and its mapping rules: (name -> numpy array, metadata). BF16 tensors come back
-    as ml_dtypes.bfloat16 arrays."""
-    return _read(path, mmap, cpukern_format=False)
-
-
-def _read(path: str | os.PathLike, mmap: bool, *, cpukern_format: bool) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"path: expected a regular file, got a {_kind(st.st_mode)} "
-                             f"({os.fspath(path)!r})")
-        os.set_blocking(fd, True)
-        size = st.st_size
-        if mmap and size > 0:
-            buf: Any = _mmap.mmap(fd, size, access=_mmap.ACCESS_READ)
-        else:
-            buf = _read_exact(fd, size)
-    finally:
-        os.close(fd)
-    if len(buf) != size:
-        _fail(f"read {len(buf)} bytes, the file has {size} (changed while reading?)")
-    n, data_size = _split(buf, size)
-    entries, meta = validate_header(bytes(buf[8:8 + n]), data_size, cpukern_format=cpukern_format)
-    return _views(buf, 8 + n, entries), meta
+    as ml_dtypes.bfloat16 arrays. What stays mapped (mmap=True): every array returned."""
+    return _st.read(path, mmap=mmap)

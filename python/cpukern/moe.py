@@ -14,6 +14,10 @@ int8 (W8A8): ``w`` int8 (E, N, K) in [-127, 127] with ``scales`` float32 (E, N),
 channel (W = q * s); K <= 133144 (the int32 sums stay exact). Activations are quantised per
 token at run time (symmetric: amax / 127), the products summed exactly in int32, and each
 output is (float(sum) * sa) * sw in fp32: every variant gives the same bits for a GEMM.
+Range: that epilogue stays finite while 127 * K * max|a| <= 3e38 for the activations a of each
+GEMM (x with K = H for w13; the activation output with K = I for w2), e.g. max|x| <= 8e32 at
+H = 2880; past it a row can come out inf or NaN where bf16 experts with the same weights give
+finite values (not checked per call).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import ml_dtypes
 import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, describe, is_torch, isa_arg,
-                             out_or_new, shape_of, str_arg, threads_arg)
+from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, check_shape, describe,
+                             int_arg, is_torch, isa_arg, method_of, name_arg, native, out_or_new,
+                             shape_of, str_arg, threads_arg)
 
 PackedExperts = _ext.PackedExperts
 
@@ -46,7 +51,7 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     logits = check_array(router_logits, "router_logits", "float32", (2,))
     topk = c_int(topk, "topk")  # E >= 1, 1 <= topk <= E: checked by the extension
     renormalize = bool_arg(renormalize, "renormalize")
-    weights, ids = _ext.moe_route(logits, topk, renormalize)
+    weights, ids = _ext.moe_route(native(logits, "router_logits"), topk, renormalize)
     if is_torch(router_logits):
         import torch
 
@@ -55,19 +60,8 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
 
 
 def _u8(a: Any, name: str, ndims: tuple[int, ...]) -> Any:
-    """A C-contiguous uint8 numpy array or CPU torch tensor with one of `ndims` (as numpy)."""
-    if is_torch(a):
-        import torch
-
-        if a.dtype != torch.uint8 or a.device.type != "cpu" or not a.is_contiguous():
-            raise TypeError(f"{name}: expected a C-contiguous uint8 CPU array, got {describe(a)}")
-        a = a.numpy()
-    if not hasattr(a, "dtype") or a.dtype != np.uint8 or not a.flags.c_contiguous:
-        raise TypeError(f"{name}: expected a C-contiguous uint8 array, got {describe(a)} (no "
-                        "silent copies: convert it first, e.g. numpy.ascontiguousarray)")
-    if a.ndim not in ndims:
-        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dimensions, got {describe(a)}")
-    return a
+    """A C-contiguous uint8 numpy array or CPU torch tensor with one of `ndims`."""
+    return check_array(a, name, "uint8", ndims)
 
 
 def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
@@ -95,7 +89,7 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
         if shape_of(sc) != (e, o):
             raise ValueError(f"scales: expected shape ({e}, {o}) (one per output channel), got "
                              f"{describe(scales)}")
-        return _logged(_ext.moe_prepack_int8(q, sc, isa), isa)
+        return _logged(_ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa), isa)
     if format == "mxfp4":
         if scales is None:
             raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
@@ -104,14 +98,14 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
         if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
             raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
                              f"{describe(w)}")
-        return _logged(_ext.moe_prepack_mxfp4(blocks, sc, isa), isa)
+        return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
     e, o, i = shape_of(wb)
     if min(e, o, i) < 1:
         raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
-    return _logged(_ext.moe_prepack(wb, isa), isa)
+    return _logged(_ext.moe_prepack(native(wb, "w"), isa), isa)
 
 
 def _logged(packed: PackedExperts, isa: Optional[str]) -> PackedExperts:
@@ -128,14 +122,41 @@ def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
     if not isinstance(experts, PackedExperts):
         raise TypeError(f"experts: expected PackedExperts, got {type(experts).__name__}")
     size = serialized_size(experts)
-    out = aligned_empty(size) if out is None else check_array(out, "out", "uint8", (1,))
-    _ext.moe_serialize(experts, out)
+    if out is None:
+        out = aligned_empty(size)
+    else:
+        out = check_array(out, "out", "uint8", (1,), writeable=True)
+        check_shape(out, "out", (size,))
+    _ext.moe_serialize(experts, native(out, "out"))
     return out
 
 
 def serialized_size(experts: PackedExperts) -> int:
     """Bytes of to_bytes(experts)."""
+    if not isinstance(experts, PackedExperts):
+        raise TypeError(f"experts: expected PackedExperts from cpukern.moe.prepack, got "
+                        f"{type(experts).__name__}")
     return int(_ext.moe_serialized_size(experts))
+
+
+def _from_pickle(buf: np.ndarray) -> PackedExperts:
+    from cpukern.ternary import aligned_empty
+
+    if buf.ctypes.data % 64:  # unpickled arrays need not be aligned
+        aligned = aligned_empty(buf.size)
+        aligned[...] = buf
+        buf = aligned
+    return from_buffer(buf, verify=True)
+
+
+def _reduce(self: PackedExperts) -> tuple:
+    return (_from_pickle, (to_bytes(self),))
+
+
+# Pickling, copy and deepcopy go through the serialised form (as for TernaryWeights);
+# unpickling verifies the checksum. A packing for a variant this CPU cannot run cannot be
+# unpickled here (ValueError): MoE packings cannot be unpacked.
+method_of(PackedExperts, "__reduce__", _reduce)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
@@ -144,8 +165,9 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     header is validated against the buffer's size (O(1)); verify=True also checks the payload
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
     MoE packings cannot be unpacked, prepack the experts again from their weights."""
+    name = name_arg(name)
     buf = check_array(buf, name, "uint8", (1,))
-    return _ext.moe_from_buffer(buf, bool_arg(verify, "verify"), isa_arg(isa), name)
+    return _ext.moe_from_buffer(native(buf, name), bool_arg(verify, "verify"), isa_arg(isa), name)
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
@@ -213,6 +235,10 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
                              f"blocks), got {describe(scales)}")
         if not np.isfinite(sn).all() or (sn < 0).any():
             raise ValueError("scales: int8 scales must be finite and >= 0")
+        if qn.size and (qn == -128).any():  # prepack's rule: symmetric int8
+            idx = tuple(int(v) for v in np.argwhere(qn == -128)[0])
+            raise ValueError(f"blocks: int8 weight -128 at index {list(idx)}: symmetric int8 "
+                             f"weights must lie in [-127, 127]")
         out = qn.astype(np.float32) * sn[..., None]
         if torch_in:
             import torch
@@ -224,9 +250,10 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     if b.shape[-1] != 16 or b.shape[:-1] != s.shape:
         raise ValueError(f"blocks: expected shape scales.shape + (16,) = {tuple(s.shape) + (16,)}, "
                          f"got {describe(blocks)}")
-    n = int(s.size)
+    n = int(np.prod(shape_of(s)))
     out = np.empty(tuple(s.shape[:-1]) + (s.shape[-1] * 32,), ml_dtypes.bfloat16)
-    _ext.moe_mxfp4_dequantize(b.reshape(n, 16), s.reshape(n), out.view(np.uint16).reshape(n, 32))
+    _ext.moe_mxfp4_dequantize(native(b.reshape(n, 16), "blocks"), native(s.reshape(n), "scales"),
+                              out.view(np.uint16).reshape(n, 32))
     if torch_in:
         import torch
 
@@ -246,6 +273,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
+    int8 experts: finite results need 127 * K * max|a| <= 3e38 per GEMM (module docstring).
     """
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, PackedExperts):
@@ -269,40 +297,10 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias", (2,))
     y = out_or_new(out, x, (t, h), "bfloat16", (2,))
     yb = bf16_bits(y, "out")
-    _ext.moe_fused_moe(xb, w13, w2, tw, ti, activation, b13, b2, skip_weighted, nthreads, yb)
+    _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
+                       activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
+                       nthreads, native(yb, "out"))
     return y
-
-
-def _safetensors_views(path: Any) -> dict[str, np.ndarray]:
-    """name -> read-only numpy view of a mapped safetensors file (any metadata)."""
-    import json
-    import mmap
-    import os
-
-    from cpukern import io as _io
-
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    n, data_size = _io._split(buf, size)
-    try:
-        header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: safetensors header is not valid UTF-8 JSON ({e})") from None
-    entries = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _io.DTYPES.get(info.get("dtype")) if isinstance(info, dict) else None
-        if dtype is None:
-            raise ValueError(f"{path}: tensor {name!r}: unsupported entry {info!r:.80}")
-        shape = tuple(int(d) for d in info["shape"])
-        begin, end = (int(o) for o in info["data_offsets"])
-        if not 0 <= begin <= end <= data_size or end - begin != dtype.itemsize * int(np.prod(shape)):
-            raise ValueError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] do not fit "
-                             f"{info['dtype']} {list(shape)} in {data_size} data bytes")
-        entries[name] = {"dtype": dtype, "shape": shape, "begin": begin, "end": end}
-    return _io._views(buf, 8 + n, entries)
 
 
 def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[str, Any]:
@@ -313,23 +311,36 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
     interleaved, as activation="swigluoai" reads them) and ``down_proj_blocks`` /
     ``_scales`` / ``_bias`` (E, H, I/32, 16) / (E, H, I/32) / (E, H). The blocks and scales are
     packed from the mapping (no bf16 copy of the layer is ever made). Returns
-    {"w13", "w2": PackedExperts (format "mxfp4"), "w13_bias", "w2_bias": bf16 arrays (views of
-    the mapping), "activation": "swigluoai"}: pass them to fused_moe.
+    {"w13", "w2": PackedExperts (format "mxfp4"), "w13_bias", "w2_bias": bf16 arrays (private
+    copies), "activation": "swigluoai"}: pass them to fused_moe.
+
+    The file is read by cpukern's one safetensors reader (cpukern._safetensors: regular files
+    only, never blocking, the whole header validated; every error a ValueError naming the file
+    and the tensor). layer: an integer >= 0 (a float such as 0.9 is a TypeError). A tensor the
+    file does not hold is a KeyError naming the file and the tensor. What stays mapped: nothing
+    once this returns (the packings and the biases are copies), so the file may then be
+    replaced or truncated; it must not be truncated while this runs (SIGBUS, as with any
+    mapping).
     """
-    t = _safetensors_views(path)
-    pre = f"model.layers.{int(layer)}.mlp.experts."
+    from cpukern import _safetensors as _st
+
+    layer = int_arg(layer, "layer", 0)
+    pre = f"model.layers.{layer}.mlp.experts."
+    parts = {key: [pre + proj + suffix for suffix in ("_blocks", "_scales", "_bias")]
+             for key, proj in (("w13", "gate_up_proj"), ("w2", "down_proj"))}
+    t, _ = _st.read(path, copy={names[2] for names in parts.values()})
     out: dict[str, Any] = {"activation": "swigluoai"}
-    for key, proj in (("w13", "gate_up_proj"), ("w2", "down_proj")):
-        names = [pre + proj + suffix for suffix in ("_blocks", "_scales", "_bias")]
+    for key, names in parts.items():
         missing = [n for n in names if n not in t]
         if missing:
-            raise KeyError(f"{path}: no tensor {missing[0]!r} (layer {layer})")
+            raise KeyError(f"{_st.where(path)}: no tensor {missing[0]!r} (layer {layer})")
         blocks, scales, bias = (t[n] for n in names)
         try:
             out[key] = prepack(blocks, format="mxfp4", scales=scales, isa=isa)
         except (TypeError, ValueError) as e:
-            raise type(e)(f"{names[0]}: {e}") from None
+            raise type(e)(f"{_st.where(path)}: tensor {names[0]!r} / {names[1]!r}: {e}") from None
         if bias.dtype != ml_dtypes.bfloat16 or bias.shape != blocks.shape[:2]:
-            raise ValueError(f"{names[2]}: expected bf16 {blocks.shape[:2]}, got {bias.dtype} {bias.shape}")
+            raise ValueError(f"{_st.where(path)}: tensor {names[2]!r}: expected bf16 "
+                             f"{tuple(blocks.shape[:2])}, got {bias.dtype} {tuple(bias.shape)}")
         out[key + "_bias"] = bias
     return out

@@ -15,8 +15,8 @@ import numpy as np
 
 from cpukern import _ext, _log
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
-                             float32_scale, int_arg, is_torch, isa_arg, out_or_new, require_array,
-                             shape_of, str_arg, threads_arg)
+                             float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
+                             native, out_or_new, require_array, shape_of, str_arg, threads_arg)
 
 TernaryWeights = _ext.TernaryWeights
 WidelyLinearWeights = _ext.WidelyLinearWeights
@@ -63,17 +63,38 @@ def pack(w: Any) -> np.ndarray:
             raise ValueError(f"w: values must be in {{-1, 0, +1}}, got {int(w[idx])} at index {list(idx)}")
         w = w.astype(np.int8)
     out = empty(like, (w.shape[0], _words(w.shape[1])), "uint32", "w")
-    _ext.ternary_pack(w, out)
+    _ext.ternary_pack(w, native(out, "out"))
     return out
 
 
 def unpack(packed: Any, k: int) -> np.ndarray:
-    """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError."""
+    """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError, and so does a
+    nonzero code past k (as prepare refuses them: the packed format keeps them zero)."""
     k = int_arg(k, "k", 0)
     packed = _packed(packed, k)
+    _check_tail(packed, k)
     out = empty(packed, (shape_of(packed)[0], k), "int8", "k")
-    _ext.ternary_unpack(packed, k, out)
+    _ext.ternary_unpack(native(packed, "packed"), k, native(out, "out"))
     return out
+
+
+def _check_tail(packed: Any, k: int, name: str = "packed") -> None:
+    """ValueError for a nonzero code past k in the last word of a row (prepare's rule)."""
+    m, words = shape_of(packed)
+    used = k % 16
+    if not used or not m:
+        return
+    last = packed[:, words - 1]
+    # one read into a private copy (Tensor.numpy() would pin the caller's storage's size)
+    last = last.clone().numpy() if is_torch(last) else np.array(last, dtype=np.uint32)
+    tail = last >> np.uint32(2 * used)
+    rows = np.flatnonzero(tail)
+    if rows.size:
+        r = int(rows[0])
+        t = int(tail[r])
+        col = (words - 1) * 16 + used + ((t & -t).bit_length() - 1) // 2
+        raise ValueError(f"{name}: nonzero code past k = {k} for column {col} of row {r} "
+                         f"(word [{r}, {words - 1}])")
 
 
 def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +111,7 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"w: expected at least one column, got {describe(w)}")
     packed = empty(w, (m, _words(k)), "uint32", "w")
     scale = empty(w, (m,), "float32", "w")
-    _ext.ternary_quantize(w, granularity == "tensor", packed, scale)
+    _ext.ternary_quantize(native(w, "w"), granularity == "tensor", native(packed), native(scale))
     return packed, scale
 
 
@@ -138,7 +159,7 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
         s = check_array(scale, "scale", "float32", (2,))
         check_shape(s, "scale", (m, groups))
     try:
-        prepared = _ext.ternary_prepare(packed, k, s, isa, g, nthreads)
+        prepared = _ext.ternary_prepare(native(packed, name), k, native(s, "scale"), isa, g, nthreads)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
@@ -163,6 +184,11 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     sum_k |w_k| + the fp32 bound above (+ 2**-149 where y is subnormal), for every finite x
     (a row with max|x| < 2**-100 is quantised as x * 2**64, exactly, and rescaled by 2**-64).
     K <= 16909320 in int8 mode (127 * K must fit the int32 accumulators), else ValueError.
+    Range: the sums and the rescale are fp32, and every intermediate stays finite while
+    K * max|x| * max(1, |scale|) <= 1e38 (the largest |scale| with group scales): the bounds
+    above hold there. Past it (e.g. max|x| = 3e37 with K = 256) a partial sum or the int8
+    rescale can overflow to inf or NaN even where the exact result is finite; such inputs are
+    not checked (that would cost a pass over x per call).
     threads: None or 0 = the default (cpukern.set_num_threads, else all cores), or
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
@@ -188,7 +214,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
         raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.ternary_gemv(w, x, s, act, nthreads, y)
+    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))
     return y
 
 
@@ -232,11 +258,12 @@ def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool 
     if out is None:
         out = aligned_empty(size)
     else:
-        out = check_array(out, "out", "uint8", (1,))
+        out = check_array(out, "out", "uint8", (1,), writeable=True)
+        check_shape(out, "out", (size,))
     if isinstance(weights, TernaryWeights):
-        _ext.ternary_serialize(weights, bool(int8) or weights.int8_ready, nthreads, out)
+        _ext.ternary_serialize(weights, bool(int8) or weights.int8_ready, nthreads, native(out, "out"))
     else:
-        _ext.widely_linear_serialize(weights, out)
+        _ext.widely_linear_serialize(weights, native(out, "out"))
     return out
 
 
@@ -264,12 +291,13 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     verify = bool_arg(verify, "verify")
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
+    name = name_arg(name)
     buf = _buffer(buf, name)
     if _op_of(buf) == "widely_linear":
-        layer = _ext.widely_linear_from_buffer(buf, verify, isa, name)
+        layer = _ext.widely_linear_from_buffer(native(buf, name), verify, isa, name)
         _log.selection("widely_linear", layer.isa, isa or None, _ext.widely_linear_variants)
         return layer
-    w, _reprepared = _ext.ternary_from_buffer(buf, verify, isa, nthreads, name)
+    w, _reprepared = _ext.ternary_from_buffer(native(buf, name), verify, isa, nthreads, name)
     _log.selection("ternary_gemv", w.isa, isa or None, _ext.ternary_variants)
     return w
 
@@ -298,9 +326,24 @@ def _reduce(self: Any) -> tuple:
     return (_from_pickle, (to_bytes(self),))
 
 
-# Pickling (copy, multiprocessing, torch.save of a module attribute): TernaryWeights and
-# WidelyLinearWeights.__reduce__ (the extension) call _reduce: the serialised form, and
-# unpickling verifies the checksum.
+def _ternary_to_bytes(self: Any, int8: bool = False) -> Any:
+    """cpukern.ternary.to_bytes(self, int8=int8)."""
+    return to_bytes(self, int8=int8)
+
+
+def _widely_linear_to_bytes(self: Any) -> Any:
+    """cpukern.ternary.to_bytes(self)."""
+    return to_bytes(self)
+
+
+# Pickling (copy, deepcopy, multiprocessing, torch.save of a module attribute): the serialised
+# form, and unpickling verifies the checksum. Defined here, in Python, rather than in the
+# extension: a binding that calls back into Python could be stopped there by interpreter exit
+# with C++ frames on its stack.
+method_of(TernaryWeights, "__reduce__", _reduce)
+method_of(TernaryWeights, "to_bytes", _ternary_to_bytes)
+method_of(WidelyLinearWeights, "__reduce__", _reduce)
+method_of(WidelyLinearWeights, "to_bytes", _widely_linear_to_bytes)
 
 
 # --- Fairy2i widely-linear layer -------------------------------------------------------
@@ -321,7 +364,7 @@ def phase_quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
     n, m = rows // 2, cols // 2
     planes = empty(a, (stages, 4, n, _words(m)), "uint32", "stages")
     scales = empty(a, (stages, 4), "float32", "stages")
-    _ext.widely_linear_phase_quantize(a, stages, planes, scales)
+    _ext.widely_linear_phase_quantize(native(a, "a"), stages, native(planes), native(scales))
     return planes, scales
 
 
@@ -360,7 +403,7 @@ def widely_linear_dense(planes: Any, scales: Any, m: int) -> np.ndarray:
     planes, scales = _staged(planes, scales)
     n = _layer_shape(planes, scales, m)
     out = empty(planes, (2 * n, 2 * m), "float32", "m")
-    _ext.widely_linear_dense(planes, scales, m, out)
+    _ext.widely_linear_dense(native(planes, "planes"), native(scales, "scales"), m, native(out))
     return out
 
 
@@ -371,7 +414,7 @@ def prepare_widely_linear(planes: Any, scales: Any, m: int, *,
     isa = isa_arg(isa)
     planes, scales = _staged(planes, scales)
     _layer_shape(planes, scales, m)
-    layer = _ext.widely_linear_prepare(planes, scales, m, isa)
+    layer = _ext.widely_linear_prepare(native(planes, "planes"), native(scales, "scales"), m, isa)
     _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
     return layer
 
@@ -415,7 +458,7 @@ def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any =
         raise ValueError(f"x: expected 2m = {cols} columns, got {describe(x)}")
     out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.widely_linear_run(layer, x, fused, nthreads, y)
+    _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"))
     return y
 
 

@@ -6,6 +6,14 @@
 // active exception") when it reaches a noexcept destructor such as nb::gil_scoped_release's,
 // or nanobind's catch(...). Such a thread is parked here instead: the process is exiting, and
 // the thread must never run Python again.
+//
+// The other way a binding's thread can meet the exit is Python code run from inside the
+// binding (bytecode may drop and retake the GIL), with nanobind's argument casters on the
+// stack: their arrays are released during the forced unwind, which takes the GIL again inside
+// a noexcept function (std::terminate). So no binding runs Python code: arrays arrive as numpy
+// arrays or DLPack capsules (cpukern._arrays.native; Tensor.__dlpack__ is Python), the SIGINT
+// check below asks CPython in C, and methods that call Python (to_bytes, __reduce__) are
+// defined in Python (cpukern._arrays.method_of).
 #pragma once
 #include <Python.h>
 #include <cxxabi.h>
@@ -23,10 +31,25 @@ inline void restore_gil(PyThreadState* state) {
   }
 }
 
+// Runs f() with the GIL held, from a thread that may not hold it (a deleter that releases a
+// Python reference). A thread that CPython is finalising is parked in PyGILState_Ensure instead
+// of unwinding out of a noexcept frame (the process is exiting; f does not run).
+template <class F>
+void with_gil(F&& f) {
+  PyGILState_STATE state;
+  try {
+    state = PyGILState_Ensure();
+  } catch (abi::__forced_unwind&) {
+    for (;;) pause();
+  }
+  f();
+  PyGILState_Release(state);
+}
+
 // Calls with at least this much work (multiply-adds or weights touched: 0.25 ms or more even
 // for the fastest kernel, ~3e11 weights/s batched) are stoppable. Arming costs three sigaction
-// calls and two Python calls, about 2 us here: too much for shorter calls, which need no early
-// stop. tests/python/test_interrupt.py sizes its calls by this number.
+// calls and a call of signal.getsignal, about 2 us here: too much for shorter calls, which
+// need no early stop. tests/python/test_interrupt.py sizes its calls by this number.
 inline constexpr int64_t kStoppableWork = int64_t(1) << 26;
 
 // True (GIL held) on the interpreter's main thread while SIGINT's Python handler is

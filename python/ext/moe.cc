@@ -9,7 +9,6 @@
 #include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
-#include "kernels/prepared/moe_blob.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
 #include "python/ext/prepared.h"
@@ -52,7 +51,11 @@ void bind_moe(nb::module_& m) {
       "moe_from_buffer",
       [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
         return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
-          return moe::from_buffer(p, size, owner, verify, isa, arg);
+          moe::ImportOptions o;
+          o.verify = verify;
+          o.isa = isa;
+          o.arg = arg;
+          return moe::from_buffer(p, size, owner, o);
         });
       },
       nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));

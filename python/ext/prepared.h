@@ -19,11 +19,11 @@ inline std::pair<const unsigned char*, int64_t> buffer_bytes(const InArray& a, c
 }
 
 // Holds the ndarray (and so the Python object or DLPack capsule that owns the memory) for as
-// long as a C++ view of it lives; released with the GIL.
+// long as a C++ view of it lives; released with the GIL (with_gil: a thread that is exiting
+// with the interpreter is parked there, not unwound through this noexcept deleter).
 inline std::shared_ptr<const void> keep_alive(const InArray& a) {
   return std::shared_ptr<const void>(new InArray(a), [](const void* p) {
-    nb::gil_scoped_acquire gil;
-    delete static_cast<const InArray*>(p);
+    with_gil([p] { delete static_cast<const InArray*>(p); });
   });
 }
 

@@ -28,14 +28,8 @@ void bind_ternary(nb::module_& m) {
                    "True when the layout views a serialised buffer (from_buffer, zero-copy).")
       .def_prop_ro("int8_ready", &PreparedWeights::i8_ready,
                    "True when act='int8' needs no packing (the int8 layout exists).")
-      .def(
-          "to_bytes",
-          [](nb::handle self, bool int8) {
-            return nb::module_::import_("cpukern.ternary").attr("to_bytes")(self, nb::arg("int8") = int8);
-          },
-          nb::arg("int8") = false, "cpukern.ternary.to_bytes(self, int8=int8).")
-      .def("__reduce__",
-           [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("_reduce")(self); })
+      // to_bytes and __reduce__ (pickling) are set by cpukern.ternary, in Python: a binding
+      // that calls back into Python could be ended there by interpreter exit (gil.h).
       .def("__repr__", [](const PreparedWeights& w) {
         return "TernaryWeights(isa='" + w.isa + "', shape=(" + std::to_string(w.m) + ", " +
                std::to_string(w.k) + "), nbytes=" + std::to_string(w.nbytes()) + ")";

@@ -48,12 +48,7 @@ void bind_widely_linear(nb::module_& m) {
       .def_prop_ro("nbytes", &PreparedLayer::nbytes)
       .def_prop_ro("is_view", [](const PreparedLayer& l) { return l.layout_view != nullptr; },
                    "True when the layout views a serialised buffer (from_buffer, zero-copy).")
-      .def(
-          "to_bytes",
-          [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("to_bytes")(self); },
-          "cpukern.ternary.to_bytes(self).")
-      .def("__reduce__",
-           [](nb::handle self) { return nb::module_::import_("cpukern.ternary").attr("_reduce")(self); })
+      // to_bytes and __reduce__ (pickling) are set by cpukern.ternary, in Python (gil.h).
       .def("__repr__", [](const PreparedLayer& l) {
         return "WidelyLinearWeights(isa='" + l.isa + "', shape=(" + std::to_string(2 * l.n) + ", " +
                std::to_string(2 * l.m) + "), stages=" + std::to_string(l.stages) +
@@ -75,7 +70,11 @@ void bind_widely_linear(nb::module_& m) {
       "widely_linear_from_buffer",
       [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
         return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
-          return widely_linear::from_buffer(p, size, owner, verify, isa, arg);
+          widely_linear::ImportOptions o;
+          o.verify = verify;
+          o.isa = isa;
+          o.arg = arg;
+          return widely_linear::from_buffer(p, size, owner, o);
         });
       },
       nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
@@ -84,7 +83,10 @@ void bind_widely_linear(nb::module_& m) {
       "widely_linear_run_buffer",
       [](const InArray& buf, int64_t rows, const InArray& x, int threads, const OutArray& out) {
         const auto [p, size] = buffer_bytes(buf, "prepared");
-        auto layer = widely_linear::from_buffer(p, size, nullptr, false, "", "prepared", false);
+        widely_linear::ImportOptions o;
+        o.arg = "prepared";
+        o.allow_reprepare = false;
+        auto layer = widely_linear::from_buffer(p, size, nullptr, o);
         if (2 * layer->n != rows)
           throw_arg("prepared", "holds " + std::to_string(2 * layer->n) +
                                     " output features, the op was given " + std::to_string(rows));

@@ -148,9 +148,12 @@ def test_torch_out_over_read_only_memory_is_a_type_error(tmp_path):
     # the numpy array itself: the same error
     with pytest.raises(TypeError, match="out: expected a writeable array"):
         ternary.gemv(tw, x, out=ro)
-    # writeable torch memory of every origin still works
-    for ok in (torch.empty(8), torch.from_numpy(np.empty(8, np.float32)), torch.zeros(16)[::2].clone()):
+    # memory torch allocated works (shared memory included); memory it only wraps
+    # (from_numpy, frombuffer, DLPack) carries no read-only flag in torch and is refused
+    for ok in (torch.empty(8), torch.zeros(16)[::2].clone(), torch.empty(8).share_memory_()):
         np.testing.assert_array_equal(ternary.gemv(tw, x, out=ok).numpy(), ternary.gemv(tw, x))
+    with pytest.raises(TypeError, match="out: expected a writeable array.*torch.empty"):
+        ternary.gemv(tw, x, out=torch.from_numpy(np.empty(8, np.float32)))
 
 
 # --- 5: non-regular weight files --------------------------------------------------------------

@@ -348,7 +348,7 @@ def test_prepared_buffer_bad_input_names_the_argument():
     bad[:] = buf
     bad[600] ^= 0x10
     ternary.from_buffer(bad)  # the checksum is checked only when asked
-    with pytest.raises(ValueError, match=r"^buffer: payload checksum mismatch"):
+    with pytest.raises(ValueError, match=r"^buffer: checksum mismatch"):
         ternary.from_buffer(bad, verify=True)
     bad[:] = buf
     bad[0] ^= 1

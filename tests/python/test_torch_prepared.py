@@ -133,7 +133,7 @@ def test_corrupted_prepared_in_a_state_dict_names_the_key():
     bad = sd["prepared"].clone()
     bad[1000] ^= 4
     sd["prepared"] = bad
-    with pytest.raises(ValueError, match=r"^prepared: payload checksum mismatch"):
+    with pytest.raises(ValueError, match=r"^prepared: checksum mismatch"):
         TernaryLinear(70, 40).load_state_dict(sd)
     sd["prepared"] = bad[:-64]
     with pytest.raises(ValueError, match=r"^prepared: header says"):
@@ -340,7 +340,7 @@ def test_fused_moe_corrupted_prepared_names_the_key():
     bad = sd["w2_prepared"].clone()
     bad[2000] ^= 1
     sd["w2_prepared"] = bad
-    with pytest.raises(ValueError, match=r"^w2_prepared: payload checksum mismatch"):
+    with pytest.raises(ValueError, match=r"^w2_prepared: checksum mismatch"):
         dict(_moe_modules())["bf16"].load_state_dict(sd)
     sd["w2_prepared"] = mod.w13_prepared
     with pytest.raises(ValueError, match=r"^w2_prepared: packed experts of shape \(4, 64, 64\)"):

@@ -39,7 +39,13 @@ topk_weights, topk_id, skip_weighted, act) -> ()``
 ``torch.ops.cpukern.cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
 topk_id, skip_weighted, act, isa) -> ()``
     vLLM's argument order and meaning (vllm._custom_ops); ``isa`` may be one of cpukern's
-    variant names (forced) or "", "auto" or a vLLM name ("amx", "vec", "neon": automatic).
+    fused_moe variant names (forced), "" or "auto", or one of vLLM's names by the explicit alias
+    table ``ops.VLLM_MOE_ISA_ALIASES`` ("amx" and "vec" on x86-64, "vec" on AArch64, where
+    "neon" is cpukern's own neon variant and so forces it): those select automatically.
+
+``isa`` in every op: "" or "auto" select automatically, any other name must be a variant of
+that op (cpukern.kernels(op)); anything else (a vLLM name in a ternary op, "neon" on x86-64)
+is a ValueError listing the known names.
 
 Threads: the ops use torch.get_num_threads() unless cpukern.set_num_threads(n >= 1) chose a
 count (cpukern.num_threads_is_set()); then they use cpukern's.

@@ -22,7 +22,15 @@ layout where that can be unpacked, else from the plain weights). The plain weigh
 module runs the raw-weight ops (their prepared-weight cache, cpukern.torch._weight_cache).
 In-place edits of the plain weights through torch after ``prepare()`` (seen by their version
 counters) make the next forward prepare the affected buffer again; edits that bypass the
-version counter, or of weights made under inference_mode, need ``prepare()`` again."""
+version counter need ``prepare()`` again. Weights made under ``torch.inference_mode`` have no
+version counter: a module whose plain weights are such tensors prepares its buffers again at
+every forward (with a RuntimeWarning once, as the raw-weight ops do), so an in-place change is
+never missed; create or load modules outside inference_mode (torch.no_grad() is fine) to avoid
+that.
+
+Constructor arguments are checked when the module is made (sizes >= 1 and integers, topk in
+[1, num_experts], act / activation names, group_size): ValueError or TypeError naming the
+argument."""
 
 from __future__ import annotations
 
@@ -33,9 +41,30 @@ from torch import Tensor, nn
 
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
+from cpukern._arrays import bool_arg, int_arg, str_arg
+from cpukern.torch import _weight_cache
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
 
 __all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE"]
+
+
+def _isa_arg(isa: str) -> str:
+    """isa= of a module: "" (automatic) or a name (checked by the op at the first use)."""
+    if not isinstance(isa, str):
+        raise TypeError(f"isa: expected a variant name (str; '' for automatic), got "
+                        f"{type(isa).__name__} {isa!r}")
+    return isa
+
+
+def _moe_args(num_experts, topk, activation, renormalize, isa) -> tuple:
+    """FusedMoE's routing arguments, checked: 1 <= topk <= num_experts."""
+    num_experts = int_arg(num_experts, "num_experts", 1)
+    topk = int_arg(topk, "topk", 1)
+    if topk > num_experts:
+        raise ValueError(f"topk: expected 1 <= topk <= num_experts = {num_experts}, got {topk}")
+    activation = str_arg(activation, "activation", _moe.ACTIVATIONS)
+    renormalize = bool_arg(renormalize, "renormalize")
+    return num_experts, topk, activation, renormalize, _isa_arg(isa)
 
 
 def _flatten(x: Tensor, features: int, name: str) -> tuple[Tensor, tuple]:
@@ -93,6 +122,9 @@ class _LinearLike(_WeightFormatsKept):
         return self.prepare()
 
 
+_UNTRACKED = "untracked"  # _prepared_from: made from weights without a version counter
+
+
 class _PreparedBuffer(nn.Module):
     """The persistent uint8 buffers of prepared weights (``prepared``; FusedMoE:
     ``w13_prepared``, ``w2_prepared``), empty until prepare(), and how they load: from a
@@ -133,7 +165,11 @@ class _PreparedBuffer(nn.Module):
             tensors = {name: torch.empty(0, dtype=torch.uint8) for name in self._PREPARED}
         for name, t in tensors.items():
             self._buffers[name] = t
-            self._prepared_from[name] = self._source_versions(name) if t.numel() else None
+            if not t.numel():
+                self._prepared_from[name] = None
+            else:
+                v = self._source_versions(name)
+                self._prepared_from[name] = _UNTRACKED if v is None else v
 
     def _use_prepared(self) -> bool:
         """Whether forward runs from the prepared buffers: after prepare() (or loading them).
@@ -148,7 +184,11 @@ class _PreparedBuffer(nn.Module):
             return True
         for name in self._PREPARED:
             seen = self._prepared_from.get(name)
-            if seen is not None and self._source_versions(name) != seen:
+            if seen is _UNTRACKED:  # inference tensors: a change cannot be seen, so never trusted
+                _weight_cache._warn_untracked()
+                with torch.no_grad():
+                    self._set_prepared({name: self._prepare_one(name)})
+            elif seen is not None and self._source_versions(name) != seen:
                 with torch.no_grad():
                     self._set_prepared({name: self._prepare_one(name)})
         return True
@@ -242,9 +282,17 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
+        in_features = int_arg(in_features, "in_features", 1)
+        out_features = int_arg(out_features, "out_features", 1)
+        act = str_arg(act, "act", ("fp32", "int8"))
+        isa = _isa_arg(isa)
+        group_size = int_arg(group_size, "group_size", 0)
+        if group_size % 16:
+            raise ValueError(f"group_size: expected 0 (one scale per row) or a multiple of 16, got "
+                             f"{group_size}")
         super().__init__()
-        self.in_features, self.out_features = int(in_features), int(out_features)
-        self.act, self.isa, self.group_size = act, isa, int(group_size)
+        self.in_features, self.out_features = in_features, out_features
+        self.act, self.isa, self.group_size = act, isa, group_size
         words = (self.in_features + 15) // 16
         self.register_buffer("packed", torch.zeros(self.out_features, words, dtype=torch.int32))
         scale_shape = ((self.out_features, -(-self.in_features // self.group_size)) if self.group_size
@@ -342,11 +390,15 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, stages: int = 2,
                  isa: str = "") -> None:
+        in_features = int_arg(in_features, "in_features", 1)
+        out_features = int_arg(out_features, "out_features", 1)
+        stages = int_arg(stages, "stages", 1)
+        isa = _isa_arg(isa)
         super().__init__()
         if in_features % 2 or out_features % 2 or in_features < 2 or out_features < 2:
             raise ValueError(f"in_features, out_features: expected even sizes >= 2, got "
                              f"{in_features}, {out_features}")
-        self.in_features, self.out_features, self.stages = int(in_features), int(out_features), int(stages)
+        self.in_features, self.out_features, self.stages = in_features, out_features, stages
         self.isa = isa
         n, m = self.out_features // 2, self.in_features // 2
         self.register_buffer("planes", torch.zeros(self.stages, 4, n, (m + 15) // 16, dtype=torch.int32))
@@ -417,11 +469,13 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, topk: int = 2,
                  activation: str = "silu", bias: bool = False, renormalize: bool = True,
                  isa: str = "") -> None:
+        num_experts, topk, activation, renormalize, isa = _moe_args(num_experts, topk, activation,
+                                                                    renormalize, isa)
+        hidden = int_arg(hidden, "hidden", 1)
+        intermediate = int_arg(intermediate, "intermediate", 1)
         super().__init__()
-        if activation not in _moe.ACTIVATIONS:
-            raise ValueError(f"activation: expected one of {_moe.ACTIVATIONS}, got {activation!r}")
-        self.num_experts, self.hidden, self.intermediate = int(num_experts), int(hidden), int(intermediate)
-        self.topk, self.activation, self.renormalize, self.isa = int(topk), activation, renormalize, isa
+        self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
+        self.topk, self.activation, self.renormalize, self.isa = topk, activation, renormalize, isa
         e, h, i = self.num_experts, self.hidden, self.intermediate
         bf = torch.bfloat16
         self.register_buffer("w13", torch.zeros(e, 2 * i, h, dtype=bf))
@@ -482,8 +536,6 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def _from_quantized(cls, dtype: torch.dtype, w13: Tensor, w13_scales: Tensor, w2: Tensor,
                         w2_scales: Tensor, w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
                         topk: int, activation: str, renormalize: bool, isa: str) -> "FusedMoE":
-        if activation not in _moe.ACTIVATIONS:
-            raise ValueError(f"activation: expected one of {_moe.ACTIVATIONS}, got {activation!r}")
         if (w13_bias is None) != (w2_bias is None):
             raise ValueError("w13_bias, w2_bias: give both or neither")
         dims = 4 if dtype == torch.uint8 else 3
@@ -493,10 +545,13 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
                 raise TypeError(f"{name}: expected a {dims}-D {dtype} tensor, got {got}")
         e, i2 = int(w13.shape[0]), int(w13.shape[1])
         hidden = int(w13.shape[2]) * (32 if dtype == torch.uint8 else 1)
+        if min(e, i2, hidden) < 1:
+            raise ValueError(f"w13: expected E, 2I and H >= 1, got shape {tuple(w13.shape)}")
+        e, topk, activation, renormalize, isa = _moe_args(e, topk, activation, renormalize, isa)
         mod = cls.__new__(cls)  # no bf16 buffers are allocated
         nn.Module.__init__(mod)
         mod.num_experts, mod.hidden, mod.intermediate = e, hidden, i2 // 2
-        mod.topk, mod.activation, mod.renormalize, mod.isa = int(topk), activation, renormalize, isa
+        mod.topk, mod.activation, mod.renormalize, mod.isa = topk, activation, renormalize, isa
         for name, t in (("w13", w13), ("w2", w2), ("w13_scales", w13_scales),
                         ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
             if t is not None and name.endswith("bias"):
@@ -530,7 +585,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         if t.data_ptr() % 64:
             t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
         try:
-            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa), name=key)
+            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa, "fused_moe"), name=key)
         except ValueError as e:
             if "cannot be unpacked" in str(e):
                 return None

@@ -13,19 +13,37 @@ import cpukern as _cpukern
 from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
+from cpukern._arrays import native
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
            "adopt_prepared", "fused_moe_prepared", "prepare_experts_tensor"]
 
-_VLLM_ISAS = ("", "auto", "amx", "vec", "neon")
+# isa= in the torch ops: "" or "auto" select automatically; any other name must be a variant
+# of the op (cpukern.kernels(op)), else the op raises ValueError listing the known names. The
+# MoE ops also take vLLM's isa names (vllm._custom_ops.cpu_fused_moe / prepack_moe_weight), by
+# this explicit alias table, per architecture: they select automatically, unless the name is
+# one of cpukern's own fused_moe variants there (AArch64 has a "neon" variant: forced). No
+# other name selects automatically (a vLLM name in a ternary op, "amx" on AArch64: ValueError).
+AUTO_ISAS = ("", "auto")
+VLLM_MOE_ISA_ALIASES = {"x86_64": ("amx", "vec"), "aarch64": ("neon", "vec")}
+_MOE_VARIANTS: list = []
 
 
-def _isa(isa: Optional[str]) -> Optional[str]:
-    """A forced variant name, or None for automatic selection ("" or a vLLM name)."""
-    if isa is None or isa in _VLLM_ISAS:
+def _isa(isa: Optional[str], op: str = "ternary_gemv") -> Optional[str]:
+    """A forced variant name (checked by the op itself, whose ValueError lists the known
+    names), or None for automatic selection: "" or "auto", and for op "fused_moe" vLLM's names
+    of VLLM_MOE_ISA_ALIASES for this architecture that are not fused_moe variants here."""
+    if isa is None or isa in AUTO_ISAS:
         return None
+    if not isinstance(isa, str):
+        raise TypeError(f"isa: expected a variant name (str), got {type(isa).__name__}")
+    if op == "fused_moe" and isa in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
+        if not _MOE_VARIANTS:
+            _MOE_VARIANTS.extend(v["name"] for v in _ext.moe_variants())
+        if isa not in _MOE_VARIANTS:
+            return None
     return isa
 
 
@@ -94,8 +112,9 @@ def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, isa: str = "") -> T
 def prepared_widely_linear(planes: Tensor, scales: Tensor, m: int, isa: str) -> Any:
     """The WidelyLinearWeights of planes and scales, from the cache or made now."""
     p = _u32(planes, "planes")
-    return _CACHE.get(planes, (m, _fingerprint(scales), _isa(isa)),
-                      lambda: _ternary.prepare_widely_linear(p, scales, m, isa=_isa(isa)))
+    forced = _isa(isa, "widely_linear")
+    return _CACHE.get(planes, (m, _fingerprint(scales), forced),
+                      lambda: _ternary.prepare_widely_linear(p, scales, m, isa=forced))
 
 
 @widely_linear.register_fake
@@ -135,7 +154,8 @@ def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa:
 def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: str = "") -> Tensor:
     """The widely-linear layer prepared for this CPU as one uint8 tensor for
     widely_linear_prepared."""
-    layer = _ternary.prepare_widely_linear(_u32(planes, "planes"), scales, m, isa=_isa(isa))
+    layer = _ternary.prepare_widely_linear(_u32(planes, "planes"), scales, m,
+                                           isa=_isa(isa, "widely_linear"))
     return _to_tensor(layer)
 
 
@@ -175,7 +195,8 @@ def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
     if act not in ("fp32", "int8"):
         raise ValueError(f"act: expected 'fp32' or 'int8', got {act!r}")
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
-    _ext.ternary_gemv_buffer(prepared, int(out_features), x, act, _threads_or_zero(), y)
+    _ext.ternary_gemv_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"), act,
+                             _threads_or_zero(), native(y, "out"))
     return y
 
 
@@ -194,7 +215,8 @@ def widely_linear_prepared(prepared: Tensor, x: Tensor, out_features: int) -> Te
     out_features = 2n, which its header must hold."""
     _check_2d_or_1d(x, "x")
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
-    _ext.widely_linear_run_buffer(prepared, int(out_features), x, _threads_or_zero(), y)
+    _ext.widely_linear_run_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"),
+                                  _threads_or_zero(), native(y, "out"))
     return y
 
 
@@ -210,7 +232,7 @@ def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
                            scales: Optional[Tensor] = None) -> Tensor:
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format)."""
-    packed = prepared_experts_uncached(w, name, _isa(isa), scales)
+    packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales)
     out = torch.empty(_moe.serialized_size(packed), dtype=torch.uint8)
     _moe.to_bytes(packed, out=out)
     return out
@@ -288,22 +310,26 @@ def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[
 
 
 def _narrow_ids(ids: Tensor, e: int) -> Tensor:
-    """int64 expert ids -> int32, range-checked first (2**32 + 1 must not become expert 1)."""
-    if ids.numel():
-        flat = ids.reshape(-1)
+    """int64 expert ids -> int32, range-checked first (2**32 + 1 must not become expert 1).
+
+    The ids are read once: copied into a private tensor, and the copy is range-checked and
+    narrowed, so that another thread writing `ids` meanwhile cannot change what was checked."""
+    own = torch.empty(tuple(ids.shape), dtype=torch.int64).copy_(ids)
+    if own.numel():
+        flat = own.reshape(-1)
         bad = (flat < 0) | (flat >= e)
         if bool(bad.any()):
             pos = int(bad.nonzero()[0, 0])
             raise ValueError(f"topk_ids: expert ids must be in [0, {e}), got {int(flat[pos])} at "
                              f"position {pos}")
-    return ids.to(torch.int32)
+    return own.to(torch.int32)
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
                     w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
                     w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None) -> None:
-    forced = _isa(isa)
+    forced = _isa(isa, "fused_moe")
     p13 = prepared_experts(w13, "w13", forced, w13_scales)
     p2 = prepared_experts(w2, "w2", forced, w2_scales)
     if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32

@@ -1,6 +1,7 @@
 // The serialised form of prepared ternary weights (ternary.h from_buffer / serialize): round
 // trips on every variant this CPU runs and on the SIMDe rows, zero-copy views, re-preparing a
-// layout made for another CPU (the SIMDe AVX-512 rows, a NEON lut4r16 buffer), and a fuzz
+// layout made for another CPU (the SIMDe AVX-512 rows, a NEON lut4r16 buffer), every header
+// byte flipped (refused or harmless, tests/cc/prepared/tamper.h), sections moved, and a fuzz
 // over header and payload bytes: every corrupted buffer either throws InvalidArgument or
 // computes in bounds (the ASan leg runs this test).
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
 #include "kernels/ternary/ukernels/layouts.h"
+#include "tests/cc/prepared/tamper.h"
 
 namespace cpukern::ternary {
 namespace {
@@ -179,6 +181,55 @@ TEST(TernarySerialize, HeaderErrorsNameTheArgument) {
   EXPECT_NO_THROW(import(b));
   o.verify = true;
   EXPECT_THROW(import(b, o), InvalidArgument);
+}
+
+// Every layout (each registry row this CPU runs and each SIMDe row, the int8 layout included,
+// per-row and group scales): every header byte flipped, bits 0 and 7, one at a time. With
+// verify, each flip is refused or gives bitwise the clean result (fp32 and int8 gemv); without,
+// the O(1) checks refuse each flip that leaves the header inconsistent with itself (tamper.h;
+// the variant is forced, so a renamed variant prepares the same variant again). Each section
+// moved by 64 bytes, checksum re-stamped: refused with or without verify.
+TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
+  std::mt19937 rng(6);
+  std::vector<const Variant*> rows;
+  for (const Variant& v : registry().variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  for (const Variant* v : rows)
+    for (const Case& c : {Case{20, 70, 0}, Case{18, 96, 32}}) {
+      const std::string what = std::string(v->name) + " g=" + std::to_string(c.g);
+      const auto words = random_words(c.m, c.k, rng);
+      const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+      auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
+      const AlignedBuffer clean = to_buffer(*w, true);
+      const int64_t batch = 2;
+      const auto x = random_floats(batch * c.k, rng);
+      auto run_both = [&](const PreparedWeights& p) {
+        if (p.m != c.m || p.k != c.k) {  // another valid shape (no verify): in bounds
+          if (p.m <= 100000 && p.k <= 100000) {
+            run(p, random_floats(p.k, rng), 1, Act::kF32);
+            run(p, random_floats(p.k, rng), 1, Act::kInt8);
+          }
+          return std::vector<float>{};
+        }
+        std::vector<float> y = run(p, x, batch, Act::kF32), y8 = run(p, x, batch, Act::kInt8);
+        y.insert(y.end(), y8.begin(), y8.end());
+        return y;
+      };
+      auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
+        ImportOptions o;
+        o.verify = verify;
+        o.extra_rows = &simde_variants();
+        if (!verify) o.isa = v->name;
+        return from_buffer(p, n, nullptr, o);
+      };
+      const auto counts = blob::testing::check_header_flips(
+          clean, 4, run_both(*w), {0, 7},
+          [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
+          what);
+      EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
+      blob::testing::check_moved_sections(clean, import_raw, what);
+    }
 }
 
 // Random byte flips in the header and the payload (and whole payloads of one byte value):

@@ -1,7 +1,8 @@
 // The serialised form of a prepared widely-linear layer (widely_linear.h from_buffer /
 // serialize): round trips on every variant this CPU runs and the SIMDe rows (zero-copy views,
 // identical results fused and unfused, batch 1..5), re-preparing the public layout for another
-// variant, a clear error for lookup layouts of another CPU, and a fuzz of header and payload
+// variant, a clear error for lookup layouts of another CPU, every header byte flipped (refused
+// or harmless, tests/cc/prepared/tamper.h), sections moved, and a fuzz of header and payload
 // bytes, including payloads of one byte value (0xFF sets both pattern bits of every column:
 // the batched signed-table kernel's largest code offsets). Memory safety: the ASan leg.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernel.h"
+#include "tests/cc/prepared/tamper.h"
 
 namespace cpukern::widely_linear {
 namespace {
@@ -48,6 +50,17 @@ AlignedBuffer to_buffer(const PreparedLayer& l) {
   return b;
 }
 
+std::shared_ptr<const PreparedLayer> import(const unsigned char* p, int64_t size, bool verify,
+                                            const std::string& isa, bool allow_reprepare = true,
+                                            const std::vector<Variant>* extra = nullptr) {
+  ImportOptions o;
+  o.verify = verify;
+  o.isa = isa;
+  o.allow_reprepare = allow_reprepare;
+  o.extra_rows = extra;
+  return from_buffer(p, size, nullptr, o);
+}
+
 std::vector<float> run_layer(const PreparedLayer& l, const std::vector<float>& x, int64_t batch,
                              bool fused) {
   std::vector<float> y(static_cast<size_t>(batch * 2 * l.n));
@@ -78,8 +91,8 @@ TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
       const Layer L = random_layer(stages, n, m, rng);
       auto l = prep(*v, L);
       const AlignedBuffer b = to_buffer(*l);
-      auto view = from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, v->name,
-                              "buffer", false, &simde_variants());
+      auto view = import(b.data<unsigned char>(), int64_t(b.size()), true, v->name, false,
+                         &simde_variants());
       ASSERT_EQ(view->layout(), b.data<unsigned char>() + 448);
       for (int64_t batch : {1, 2, 5}) {
         const auto x = random_x(batch * 2 * m, rng);
@@ -98,29 +111,62 @@ TEST(WidelyLinearSerialize, OtherVariantLayouts) {
   const Variant& def = registry().default_variant();
   auto pub = prep(registry().find("reference"), L);
   const AlignedBuffer b = to_buffer(*pub);
-  auto again = from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, def.name,
-                           "buffer");
+  auto again = import(b.data<unsigned char>(), int64_t(b.size()), true, def.name);
   EXPECT_EQ(again->isa, def.name);
   auto direct = prep(def, L);
   const auto x = random_x(3 * 140, rng);
   EXPECT_EQ(run_layer(*direct, x, 3, true), run_layer(*again, x, 3, true));
-  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, def.name,
-                           "buffer", false),
+  EXPECT_THROW(import(b.data<unsigned char>(), int64_t(b.size()), false, def.name, false),
                InvalidArgument);
   for (const Variant& v : simde_variants()) {  // an AVX-512 machine's buffers
     auto l = prep(v, L);
     const AlignedBuffer sb = to_buffer(*l);
     if (std::string(v.ukernel.layout->name) == "t2p16x4") {
-      auto r = from_buffer(sb.data<unsigned char>(), int64_t(sb.size()), nullptr, true, "", "buffer");
+      auto r = import(sb.data<unsigned char>(), int64_t(sb.size()), true, "");
       EXPECT_EQ(run_layer(*direct, x, 3, true), run_layer(*r, x, 3, true));
     } else {
       try {
-        from_buffer(sb.data<unsigned char>(), int64_t(sb.size()), nullptr, true, "", "buffer");
+        import(sb.data<unsigned char>(), int64_t(sb.size()), true, "");
         ADD_FAILURE() << v.name << ": a lookup layout of another CPU was accepted";
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find("cannot be unpacked"), std::string::npos) << e.what();
       }
     }
+  }
+}
+
+// Every layout (each registry row this CPU runs and each SIMDe row: t2p16x4, g3r8x4,
+// g4r16x4): every header byte flipped, bits 0 and 7, one at a time. With verify, each flip is
+// refused or gives bitwise the clean result (fused and unfused); without, the O(1) checks
+// refuse each flip that leaves the header inconsistent with itself (tamper.h; the variant is
+// forced). Each section moved by 64 bytes, checksum re-stamped: refused either way.
+TEST(WidelyLinearSerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
+  std::mt19937 rng(4);
+  for (const Variant* v : runnable_rows()) {
+    const std::string what = v->name;
+    const Layer L = random_layer(2, 9, 40, rng);
+    auto l = prep(*v, L);
+    const AlignedBuffer clean = to_buffer(*l);
+    const int64_t batch = 2;
+    const auto x = random_x(batch * 2 * L.m, rng);
+    auto run_both = [&](const PreparedLayer& p) {
+      if (p.n != L.n || p.m != L.m) {  // another valid shape (no verify): in bounds
+        if (p.n * p.m <= (int64_t(1) << 20)) run_layer(p, random_x(2 * p.m, rng), 1, true);
+        return std::vector<float>{};
+      }
+      std::vector<float> y = run_layer(p, x, batch, true), u = run_layer(p, x, batch, false);
+      y.insert(y.end(), u.begin(), u.end());
+      return y;
+    };
+    auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
+      return import(p, n, verify, verify ? "" : v->name, true, &simde_variants());
+    };
+    const auto counts = blob::testing::check_header_flips(
+        clean, 3, run_both(*l), {0, 7},
+        [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
+        what);
+    EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
+    blob::testing::check_moved_sections(clean, import_raw, what);
   }
 }
 
@@ -145,7 +191,7 @@ TEST(WidelyLinearSerialize, FuzzedBuffersThrowOrComputeInBounds) {
         }
       }
       try {
-        auto got = from_buffer(p, size, nullptr, false, v->name, "buffer", true, &simde_variants());
+        auto got = import(p, size, false, v->name, true, &simde_variants());
         if (got->n * got->m > (int64_t(1) << 20)) {  // a valid header, too large to run here
           ++ran;
           continue;

@@ -1,6 +1,8 @@
-// The serialised form of MoE packed experts (kernels/prepared/moe_blob.h): round trips on every
-// variant this CPU runs and the SIMDe rows, in every weight format (zero-copy views, bitwise
-// equal fused_moe), header errors naming the argument, and a fuzz of header and payload bytes
+// The serialised form of MoE packed experts (moe.h serialize / from_buffer, serialize.cc): round
+// trips on every variant this CPU runs and the SIMDe rows, in every weight format (zero-copy
+// views, bitwise equal fused_moe), header errors naming the argument, every header byte
+// flipped (refused or harmless, tests/cc/prepared/tamper.h), the section moved, and a fuzz of
+// header and payload bytes
 // (including payloads of one byte value: MXFP4 scale 255, int8 -128): import + fused_moe throw
 // InvalidArgument or compute in bounds. Memory safety itself: the ASan leg.
 #include <gtest/gtest.h>
@@ -15,7 +17,7 @@
 #include "kernels/common/errors.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
-#include "kernels/prepared/moe_blob.h"
+#include "tests/cc/prepared/tamper.h"
 
 namespace cpukern::moe {
 namespace {
@@ -51,6 +53,17 @@ std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int6
   for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
   std::vector<float> s(static_cast<size_t>(kE * o), 0.01f);
   return prepack_int8(q.data(), s.data(), kE, o, i, v.name);
+}
+
+std::shared_ptr<const PackedExperts> import(const unsigned char* p, int64_t size, bool verify,
+                                            const std::string& isa, const std::string& arg,
+                                            const std::vector<Variant>* extra = nullptr) {
+  ImportOptions o;
+  o.verify = verify;
+  o.isa = isa;
+  o.arg = arg;
+  o.extra_rows = extra;
+  return from_buffer(p, size, nullptr, o);
 }
 
 AlignedBuffer to_buffer(const PackedExperts& w) {
@@ -100,9 +113,9 @@ TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
       auto w13 = pack(*v, f, 2 * kI, kH, rng);
       auto w2 = pack(*v, f, kH, kI, rng);
       const AlignedBuffer b13 = to_buffer(*w13), b2 = to_buffer(*w2);
-      auto v13 = from_buffer(b13.data<unsigned char>(), int64_t(b13.size()), nullptr, true, "",
+      auto v13 = import(b13.data<unsigned char>(), int64_t(b13.size()), true, "",
                              "w13", &simde_variants());
-      auto v2 = from_buffer(b2.data<unsigned char>(), int64_t(b2.size()), nullptr, true, "", "w2",
+      auto v2 = import(b2.data<unsigned char>(), int64_t(b2.size()), true, "", "w2",
                             &simde_variants());
       EXPECT_EQ(v13->data.data(), b13.data<unsigned char>() + 448);
       EXPECT_EQ(v13->format, f);
@@ -115,12 +128,12 @@ TEST(MoeBlob, HeaderErrorsNameTheArgument) {
   std::mt19937 rng(2);
   auto w = pack(registry().default_variant(), WeightFormat::kBf16, 2 * kI, kH, rng);
   AlignedBuffer b = to_buffer(*w);
-  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()) - 64, nullptr, false, "", "w13"),
+  EXPECT_THROW(import(b.data<unsigned char>(), int64_t(b.size()) - 64, false, "", "w13"),
                InvalidArgument);
   // A packing this import must refuse, naming the argument and the variant it was made for.
   auto expect_refused = [](const AlignedBuffer& buf, const char* isa, const char* what) {
     try {
-      from_buffer(buf.data<unsigned char>(), int64_t(buf.size()), nullptr, false, isa, "w13");
+      import(buf.data<unsigned char>(), int64_t(buf.size()), false, isa, "w13");
       ADD_FAILURE() << what << " accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("w13: prepared for variant"), std::string::npos) << e.what();
@@ -137,9 +150,41 @@ TEST(MoeBlob, HeaderErrorsNameTheArgument) {
     expect_refused(c, "", "a packing of another layout");
   }
   b.data<unsigned char>()[1000] ^= 1;
-  EXPECT_NO_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, false, "", "w13"));
-  EXPECT_THROW(from_buffer(b.data<unsigned char>(), int64_t(b.size()), nullptr, true, "", "w13"),
+  EXPECT_NO_THROW(import(b.data<unsigned char>(), int64_t(b.size()), false, "", "w13"));
+  EXPECT_THROW(import(b.data<unsigned char>(), int64_t(b.size()), true, "", "w13"),
                InvalidArgument);
+}
+
+// Every layout (each row this CPU runs and each SIMDe row, bf16, MXFP4 and int8): every header
+// byte of the w13 blob flipped, bits 0 and 7, one at a time. With verify, each flip is refused
+// or gives bitwise the clean fused_moe; without, the O(1) checks refuse each flip that leaves
+// the header inconsistent with itself (tamper.h; MoE never prepares again, so a renamed
+// variant or micro-kernel is refused). The section moved by 64 bytes, checksum re-stamped:
+// refused either way.
+TEST(MoeBlob, EveryHeaderByteFlipIsRefusedOrHarmless) {
+  std::mt19937 rng(4);
+  for (const Variant* v : rows())
+    for (WeightFormat f : kFormats) {
+      const std::string what = std::string(v->name) + " " + format_name(f);
+      auto w13 = pack(*v, f, 2 * kI, kH, rng);
+      auto w2 = pack(*v, f, kH, kI, rng);
+      const AlignedBuffer clean = to_buffer(*w13);
+      const Routing r = routing(rng);
+      auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
+        return import(p, n, verify, "", "w13", &simde_variants());
+      };
+      auto run_w13 = [&](const PackedExperts& got) {
+        // Another valid shape (no verify) cannot run with this w2: its header was read in bounds.
+        if (got.e != kE || got.o != 2 * kI || got.i != kH) return std::vector<bf16_t>{};
+        return run(got, *w2, r);
+      };
+      const auto counts = blob::testing::check_header_flips(
+          clean, 3, run(*w13, *w2, r), {0, 7},
+          [&](const unsigned char* p, int64_t n, bool verify) { return run_w13(*import_raw(p, n, verify)); },
+          what);
+      EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
+      blob::testing::check_moved_sections(clean, import_raw, what);
+    }
 }
 
 TEST(MoeBlob, FuzzedBuffersThrowOrComputeInBounds) {
@@ -166,7 +211,7 @@ TEST(MoeBlob, FuzzedBuffersThrowOrComputeInBounds) {
           }
         }
         try {
-          auto got = from_buffer(p, n, nullptr, false, "", "w13", &simde_variants());
+          auto got = import(p, n, false, "", "w13", &simde_variants());
           if (got->o != 2 * kI || got->i != kH || got->e != kE) {  // a valid header, another shape
             ++ran;
             continue;

@@ -1,14 +1,23 @@
-#include "kernels/prepared/moe_blob.h"
-
+// The serialised form of moe::PackedExperts (moe.h, kernels/common/prepared_blob.h).
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/moe/int8.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
+namespace {
+
+constexpr blob::OpFormat kOp{"moe", 3, 1};
+
+}  // namespace
 
 int64_t serialized_size(const PackedExperts& w) {
   const int64_t size = w.nbytes();
@@ -22,7 +31,7 @@ void serialize(const PackedExperts& w, unsigned char* out, int64_t size) {
             "expected " + std::to_string(plan.total) + " bytes (serialized_size), got " +
                 std::to_string(size));
   const int64_t dims[3] = {w.e, w.o, w.i};
-  const blob::Header h = blob::make_header("moe", w.isa, w.ukernel->name, w.ukernel->layout,
+  const blob::Header h = blob::make_header(kOp.op, w.isa, w.ukernel->name, w.ukernel->layout,
                                            format_name(w.format), dims, 3, plan);
   std::memset(out, 0, size_t(plan.total));
   std::memcpy(out + plan.section[0].offset, w.data.data(), size_t(bytes));
@@ -30,10 +39,12 @@ void serialize(const PackedExperts& w, unsigned char* out, int64_t size) {
 }
 
 std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner, bool verify,
-                                                 const std::string& isa, const std::string& arg,
-                                                 const std::vector<Variant>* extra_rows) {
-  const blob::Header h = blob::parse(buf, size, "moe", arg);
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts) {
+  const std::string& arg = opts.arg;
+  const std::string& isa = opts.isa;
+  const blob::Header h = blob::parse(buf, size, kOp, arg);
+  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
   const int64_t e = h.dims[0], o = h.dims[1], i = h.dims[2];
   check_arg(e >= 1 && o >= 1 && i >= 1 && e <= limits::kMaxElements && o <= limits::kMaxElements &&
                 i <= limits::kMaxElements,
@@ -59,8 +70,8 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
       row = &r;
   };
   for (const Variant& r : registry().variants()) consider(r);
-  if (extra_rows)
-    for (const Variant& r : *extra_rows) consider(r);
+  if (opts.extra_rows)
+    for (const Variant& r : *opts.extra_rows) consider(r);
   check_arg(row != nullptr && (isa.empty() || isa == variant), arg,
             "prepared for variant '" + variant + "' (" + ukernel + ")" +
                 (row ? ", not the variant asked for ('" + isa + "')" : ", which this CPU cannot run") +
@@ -68,7 +79,7 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   const Ukernel& uk = ukernel_for(*row, format);
   const int64_t bytes = checked_mul(uk.packed_size(o, i), e, arg.c_str());
   const unsigned char* data = blob::section(h, buf, 0, bytes, arg, "packed experts");
-  if (verify) blob::verify_payload(h, buf, arg);
+  if (opts.reprepared) *opts.reprepared = false;
   auto* p = new PackedExperts;
   p->variant = row;
   p->ukernel = &uk;
@@ -80,6 +91,5 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   p->data = AlignedBuffer::borrow(data, size_t(bytes));  // zero-copy; the buffer is `owner`'s
   return std::shared_ptr<const PackedExperts>(p, [owner](const PackedExperts* q) { delete q; });
 }
-
 
 }  // namespace cpukern::moe

@@ -1,0 +1,153 @@
+// Header tampering for the prepared-weight blob tests of every op (kernels/common/prepared_blob.h):
+// flip every header byte, one bit at a time, and check what an import does with it.
+//
+//   verify=True:  every flip is refused (InvalidArgument) or gives bitwise the clean result.
+//   verify=False: the O(1) checks alone must refuse every flip that leaves the header
+//                 inconsistent with itself (magic, version, sizes, op, the section table, unused
+//                 dims / entries, reserved and pad bytes, a name's zero padding); a flip of the
+//                 checksum field changes nothing; a flip inside a variant, micro-kernel, layout
+//                 or format name is refused or gives the clean result (the import may prepare the
+//                 weights again for the variant asked for); a flip of a used dim may describe
+//                 another valid shape (only verify can tell): refused or memory-safe.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/prepared_blob.h"
+
+namespace cpukern::blob::testing {
+
+// Stores the right checksum for the (edited) header and payload at buf: tampering that
+// verify cannot see, for the O(1) checks to catch.
+inline void restamp(unsigned char* buf) {
+  Header h;
+  std::memcpy(&h, buf, sizeof h);
+  h.checksum = blob_checksum(h, buf);
+  std::memcpy(buf, &h, sizeof h);
+}
+
+inline Header header_of(const unsigned char* buf) {
+  Header h;
+  std::memcpy(&h, buf, sizeof h);
+  return h;
+}
+
+enum class FlipRule { kRefused, kSame, kSameOrRefused, kAny };
+
+// What flipping header byte `at` of the clean header h may do under verify=False (see above).
+inline FlipRule rule_for(const Header& h, size_t at, int ndims) {
+  auto in = [&](const auto& field) {
+    const size_t from = size_t(reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(&h));
+    return at >= from && at < from + sizeof field;
+  };
+  auto name_byte = [&](const auto& field) {  // the name's characters and its terminating NUL
+    const size_t from = size_t(reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(&h));
+    return at - from <= strnlen(field, sizeof field);
+  };
+  if (in(h.checksum)) return FlipRule::kSame;
+  for (const auto* f : {&h.variant, &h.layout})
+    if (in(*f)) return name_byte(*f) ? FlipRule::kSameOrRefused : FlipRule::kRefused;
+  if (in(h.ukernel)) return name_byte(h.ukernel) ? FlipRule::kSameOrRefused : FlipRule::kRefused;
+  if (in(h.format)) return name_byte(h.format) ? FlipRule::kSameOrRefused : FlipRule::kRefused;
+  for (int d = 0; d < ndims; ++d)
+    if (in(h.dims[d])) return FlipRule::kAny;
+  return FlipRule::kRefused;
+}
+
+struct FlipCounts {
+  int refused = 0, same = 0, other = 0;
+};
+
+// Flips every header byte of `clean` (one of `bits` at a time) and imports it with
+// import_run(bytes, size, verify), which returns a comparable result of running the imported
+// weights (or throws InvalidArgument); `expected` is the clean buffer's result. Checks the
+// rules above for verify = true and false; returns the counts per mode (what: for messages).
+template <class Result, class ImportRun>
+std::pair<FlipCounts, FlipCounts> check_header_flips(const AlignedBuffer& clean, int ndims,
+                                                     const Result& expected,
+                                                     std::initializer_list<int> bits,
+                                                     ImportRun import_run, const std::string& what) {
+  const size_t n = clean.size();
+  const Header h = header_of(clean.data<unsigned char>());
+  AlignedBuffer b{n};
+  std::pair<FlipCounts, FlipCounts> counts;
+  for (bool verify : {true, false})
+    for (size_t at = 0; at < sizeof(Header); ++at)
+      for (int bit : bits) {
+        std::memcpy(b.data(), clean.data(), n);
+        unsigned char* p = b.data<unsigned char>();
+        p[at] ^= uint8_t(1u << bit);
+        FlipCounts& c = verify ? counts.first : counts.second;
+        bool refused = false;
+        Result got{};
+        try {
+          got = import_run(p, int64_t(n), verify);
+        } catch (const InvalidArgument&) {
+          refused = true;
+        }
+        const bool same = !refused && got == expected;
+        (refused ? c.refused : same ? c.same : c.other)++;
+        const std::string where = what + ": header byte " + std::to_string(at) + " bit " +
+                                  std::to_string(bit) + (verify ? " (verify)" : " (no verify)");
+        if (verify) {
+          EXPECT_TRUE(refused || same) << where << ": accepted with another result";
+          continue;
+        }
+        switch (rule_for(h, at, ndims)) {
+          case FlipRule::kRefused:
+            EXPECT_TRUE(refused) << where << ": accepted a header inconsistent with itself";
+            break;
+          case FlipRule::kSame:
+            EXPECT_TRUE(same) << where << ": the checksum field changed the result";
+            break;
+          case FlipRule::kSameOrRefused:
+            EXPECT_TRUE(refused || same) << where << ": a name flip gave another result";
+            break;
+          case FlipRule::kAny:
+            break;
+        }
+      }
+  return counts;
+}
+
+// Moves each non-empty section by +-64 bytes (checksum re-stamped, so only the O(1) section
+// checks can see it) and imports with verify true and false: refused, naming the section.
+template <class Import>
+void check_moved_sections(const AlignedBuffer& clean, Import import, const std::string& what) {
+  const size_t n = clean.size();
+  const Header h = header_of(clean.data<unsigned char>());
+  AlignedBuffer b{n};
+  int moved = 0;
+  for (uint32_t i = 0; i < h.sections; ++i) {
+    if (h.section[i].size == 0) continue;
+    for (int64_t delta : {-64, 64})
+      for (bool verify : {true, false}) {
+        std::memcpy(b.data(), clean.data(), n);
+        unsigned char* p = b.data<unsigned char>();
+        Header t = h;
+        t.section[i].offset = uint64_t(int64_t(t.section[i].offset) + delta);
+        std::memcpy(p, &t, sizeof t);
+        restamp(p);
+        const std::string where = what + ": section " + std::to_string(i) + " moved by " +
+                                  std::to_string(delta) + (verify ? " (verify)" : " (no verify)");
+        try {
+          import(p, int64_t(n), verify);
+          ADD_FAILURE() << where << ": accepted";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("corrupted header (section " + std::to_string(i)),
+                    std::string::npos)
+              << where << ": " << e.what();
+        }
+        ++moved;
+      }
+  }
+  EXPECT_GT(moved, 0) << what;
+}
+
+}  // namespace cpukern::blob::testing
