@@ -9,7 +9,7 @@
 // acc += T[c]. Each lane of a tile holds six 5-bit codes per uint32 (18 columns per block,
 // 64 bytes per tile per block: 1.78 bits per weight) consumed with shifts by 5.
 // Per 3 columns x 16 rows: one lookup, one add, one shift, shared by all rows of the lane.
-// Measured on Zen 4 (4096x14336, 1 thread, hot L3) against the alternatives of the same
+// Measured on Zen 5 (4096x14336, 1 thread, hot L3) against the alternatives of the same
 // skeleton: 4-column add/subtract subset tables with vpermps 45 Gweights/s, 5-column
 // add/subtract subset tables with vpermt2ps 58, 2-column base-3 codes with vpermps 45,
 // this (3-column base-3 codes, vpermt2ps) 66-78.

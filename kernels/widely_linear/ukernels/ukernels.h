@@ -22,8 +22,10 @@ namespace cpukern::widely_linear {
 #define CPUKERN_VARIANT(arch, name, isakey, priority, kernels) \
   CPUKERN_DECLARE(arch, CPUKERN_WL_DECL_##kernels)
 #define CPUKERN_PACKER(arch, layout, isakey, fn) CPUKERN_DECLARE(arch, CPUKERN_WL_PACK(fn);)
+#define CPUKERN_CATALOGUE_ONLY CPUKERN_VARIANT
 #include "kernels/widely_linear/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
+#undef CPUKERN_CATALOGUE_ONLY
 #undef CPUKERN_PACKER
 
 }  // namespace cpukern::widely_linear
