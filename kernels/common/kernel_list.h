@@ -66,3 +66,6 @@
 #define CPUKERN_UKERNEL_NAME(stem, isa) CPUKERN_STRINGIFY(CPUKERN_UKERNEL(stem, isa))
 #define CPUKERN_STRINGIFY(x) CPUKERN_STRINGIFY_(x)
 #define CPUKERN_STRINGIFY_(x) #x
+// A micro-kernel's exported helper function (stem__isa_fn), e.g. an fp32 ternary kernel's
+// _run and _xprep, which the no-multiply check finds by name.
+#define CPUKERN_UKERNEL_FN(stem, isa, fn) CPUKERN_UKERNEL(stem, isa##_##fn)
