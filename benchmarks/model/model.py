@@ -4,7 +4,7 @@ For every micro-kernel named in the three kernel lists (kernels/<op>/ukernels/uk
 compile its source with its real flags (toolchains/defs.bzl: COPTS + ISA_COPTS[isa of the
 library that builds it]) to assembly, take its hot loop, run llvm-mca-19 on it for each core
 and print cycles per iteration, weights (ternary, widely-linear) or FLOP (MoE) per cycle and
-the bottleneck. arm rows -> Neoverse N1/N2/V1/V2; x86 rows -> Zen 4 (the calibration rows).
+the bottleneck. arm rows -> Neoverse N1/N2/V1/V2; x86 rows -> LLVM's znver4 model (the calibration rows).
 
 No markers in the sources: the loops are found in the assembly. A loop = a backward branch
 to an earlier label of the same function; an innermost loop contains no other loop. The hot
@@ -114,7 +114,8 @@ def kernel_rows(root, op):
     text = open(path).read()
     text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
     rows = []
-    for args in balanced_calls(text, "CPUKERN_VARIANT"):
+    for args in [a for macro in ("CPUKERN_VARIANT", "CPUKERN_CATALOGUE_ONLY")
+                 for a in balanced_calls(text, macro)]:
         parts = [p.strip() for p in args.split(",")]
         syms = re.findall(r"\b(" + OPS[op] + r"_\w+__\w+)\b", args)
         rows.append({"arch": parts[0], "name": parts[1], "isa": parts[2], "syms": syms})

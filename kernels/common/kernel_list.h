@@ -1,7 +1,14 @@
 // Helpers for the per-op kernel lists (kernels/<op>/ukernels/ukernels.inc).
 //
-// A kernel list is an X-macro file: one CPUKERN_VARIANT(arch, name, isa, priority, ...) line
-// per registry row. The first argument says where the row exists:
+// A kernel list is an X-macro file: one line per registry row, the op's micro-kernel
+// catalogue.
+//   CPUKERN_VARIANT(arch, name, isa, priority, ...)         a shipped variant: listed by
+//       cpukern.kernels(), chosen by default when it has the highest priority this CPU runs;
+//   CPUKERN_CATALOGUE_ONLY(arch, name, isa, priority, ...)  the same columns, for a row that
+//       wins on no CPU we know of: tested and benchmarked like the others, forced by name,
+//       never listed or chosen by default (priority unused).
+// A consumer that treats both alike defines CPUKERN_CATALOGUE_ONLY as CPUKERN_VARIANT.
+// The first argument says where the row exists:
 //   any    every build (portable code)
 //   x86    x86-64 builds        arm   AArch64 builds
 //   simde  the SIMDe test build of AVX-512 sources (any host; never in the registry)
@@ -47,3 +54,18 @@
 #define CPUKERN_DECLARE_any(...) __VA_ARGS__
 #define CPUKERN_DECLARE_simde(...) __VA_ARGS__
 #define CPUKERN_DECLARE(arch, ...) CPUKERN_DECLARE_##arch(__VA_ARGS__)
+
+// A micro-kernel's symbol from its name stem and ISA: stem__isa, or stem__simde_isa in a
+// file compiled against SIMDe (-DCPUKERN_SIMDE). CPUKERN_UKERNEL_NAME is the same as a
+// string (the Ukernel's name member).
+#if defined(CPUKERN_SIMDE)
+#define CPUKERN_UKERNEL(stem, isa) stem##__simde_##isa
+#else
+#define CPUKERN_UKERNEL(stem, isa) stem##__##isa
+#endif
+#define CPUKERN_UKERNEL_NAME(stem, isa) CPUKERN_STRINGIFY(CPUKERN_UKERNEL(stem, isa))
+#define CPUKERN_STRINGIFY(x) CPUKERN_STRINGIFY_(x)
+#define CPUKERN_STRINGIFY_(x) #x
+// A micro-kernel's exported helper function (stem__isa_fn), e.g. an fp32 ternary kernel's
+// _run and _xprep, which the no-multiply check finds by name.
+#define CPUKERN_UKERNEL_FN(stem, isa, fn) CPUKERN_UKERNEL(stem, isa##_##fn)

@@ -1,6 +1,12 @@
-// One registry per op: its rows are the op's variants (built from the op's kernel list,
-// kernels/<op>/ukernels/ukernels.inc), selection from detected CPU features, and override
+// One registry per op: its rows come from the op's kernel list
+// (kernels/<op>/ukernels/ukernels.inc), selection from detected CPU features, and override
 // by name (isa= argument or the CPUKERN_ISA environment variable).
+//
+// The rows are the op's micro-kernel catalogue. Shipped rows (CPUKERN_VARIANT lines) are the
+// variants: listed by cpukern.kernels() and chosen by default. Catalogue-only rows
+// (CPUKERN_CATALOGUE_ONLY lines: kernels that win on no CPU we know of, kept for a paper's
+// comparison, a memory/speed trade or an unmeasured core) are tested and benchmarked like
+// the others and can be forced by name, but are never listed or chosen by default.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +30,7 @@ struct Variant {
   uint64_t required;  // Feature bits the CPU must have (an isa:: set)
   int priority;       // the highest-priority supported variant is the default
   Ukernel ukernel;
+  bool shipped = true;  // false: catalogue only (forced by name; never listed or default)
 
   bool supported() const { return cpu_has(required); }
 };
@@ -82,6 +89,7 @@ class Registry {
       : op_(std::move(op)), variants_(std::move(variants)), aliases_(std::move(aliases)) {}
 
   const std::string& op() const { return op_; }
+  // Every row of the catalogue, shipped or not: what tests and benchmarks iterate.
   const std::vector<Row>& variants() const { return variants_; }
 
   // Looks a variant up by name (or alias); throws ValueError-mapped errors naming `isa` if
@@ -118,7 +126,7 @@ class Registry {
     return *chosen_;
   }
 
-  // Every row; `selected` marks the default. A CPUKERN_ISA entry that forces a name this op
+  // Every shipped row; `selected` marks the default. A CPUKERN_ISA entry that forces a name this op
   // cannot use leaves none selected here (listing never throws); the op's calls report it.
   std::vector<VariantInfo> info() const {
     std::vector<VariantInfo> out;
@@ -128,6 +136,7 @@ class Registry {
     } catch (const InvalidArgument&) {
     }
     for (const auto& v : variants_) {
+      if (!v.shipped) continue;
       out.push_back({v.name, v.ukernel.name, feature_names(v.required), missing_features(v),
                      v.priority, v.supported(), &v == def});
     }
@@ -148,7 +157,7 @@ class Registry {
     if (!forced.empty()) return find(forced);
     const Row* best = nullptr;
     for (const auto& v : variants_)
-      if (v.supported() && (!best || v.priority > best->priority)) best = &v;
+      if (v.shipped && v.supported() && (!best || v.priority > best->priority)) best = &v;
     if (!best) throw_arg("isa", "no variant of " + op_ + " runs on this CPU");
     return *best;
   }

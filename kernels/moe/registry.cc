@@ -22,6 +22,10 @@ Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8) {
 
 #define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
   CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel)}, )
+#define CPUKERN_CATALOGUE_ONLY(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
+  CPUKERN_ON(arch,                                                                             \
+             Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel), \
+                     false}, )
 
 #if defined(CPUKERN_SIMDE)
 // The :simde library's compile of this file: the kernel list's simde rows (tests only).
@@ -43,5 +47,6 @@ std::vector<VariantInfo> list_variants() { return registry().info(); }
 #endif
 
 #undef CPUKERN_VARIANT
+#undef CPUKERN_CATALOGUE_ONLY
 
 }  // namespace cpukern::moe

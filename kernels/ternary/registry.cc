@@ -12,6 +12,8 @@ namespace cpukern::ternary {
 
 #define CPUKERN_VARIANT(arch, row, isa_key, priority, f32, i8) \
   CPUKERN_ON(arch, Variant{#row, isa::isa_key, priority, {f32.name, f32, i8}}, )
+#define CPUKERN_CATALOGUE_ONLY(arch, row, isa_key, priority, f32, i8) \
+  CPUKERN_ON(arch, Variant{#row, isa::isa_key, priority, {f32.name, f32, i8}, false}, )
 #define CPUKERN_PACKER(arch, layout, isa_key, packer)
 
 #if defined(CPUKERN_SIMDE)
@@ -33,8 +35,10 @@ const Registry<TernaryGemvUkernel>& registry() {
 }
 
 #undef CPUKERN_VARIANT
+#undef CPUKERN_CATALOGUE_ONLY
 #undef CPUKERN_PACKER
 #define CPUKERN_VARIANT(arch, row, isa_key, priority, f32, i8)
+#define CPUKERN_CATALOGUE_ONLY(arch, row, isa_key, priority, f32, i8)
 #define CPUKERN_PACKER(arch, layout, isa_key, packer) \
   CPUKERN_ON(arch, PackerRow{isa::isa_key, #layout, packer}, )
 

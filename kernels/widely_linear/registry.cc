@@ -15,6 +15,8 @@ namespace cpukern::widely_linear {
   Ukernel { #fused, #gemv, &layouts::layout, mr, fused, gemv, batched, brows }
 #define CPUKERN_VARIANT(arch, name, isakey, priority, kernels) \
   CPUKERN_ON(arch, Variant{#name, isa::isakey, priority, CPUKERN_WL_ROW_##kernels},)
+#define CPUKERN_CATALOGUE_ONLY(arch, name, isakey, priority, kernels) \
+  CPUKERN_ON(arch, Variant{#name, isa::isakey, priority, CPUKERN_WL_ROW_##kernels, false},)
 
 #define CPUKERN_PACKER(arch, layout, isakey, fn)
 
@@ -40,8 +42,10 @@ const Registry<Ukernel>& registry() {
 }
 
 #undef CPUKERN_VARIANT
+#undef CPUKERN_CATALOGUE_ONLY
 #undef CPUKERN_PACKER
 #define CPUKERN_VARIANT(arch, name, isakey, priority, kernels)
+#define CPUKERN_CATALOGUE_ONLY(arch, name, isakey, priority, kernels)
 #define CPUKERN_PACKER(arch, layout, isakey, fn) \
   CPUKERN_ON(arch, Packer{#fn, &layouts::layout, isa::isakey, fn},)
 

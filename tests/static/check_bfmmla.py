@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import sys
 
-# CPUKERN_VARIANT(arch, name, isa, priority, ukernel per weight format...), possibly over lines.
-ROW = re.compile(r"^CPUKERN_VARIANT\(([^)]*)\)", re.M)
+# CPUKERN_VARIANT / CPUKERN_CATALOGUE_ONLY(arch, name, isa, priority, ukernel per weight
+# format...), possibly over lines.
+ROW = re.compile(r"^CPUKERN_(?:VARIANT|CATALOGUE_ONLY)\(([^)]*)\)", re.M)
 MEMBER = re.compile(r"^(\S+?)(?:\.pic)?\.o:\s+file format")
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{8}\s+)?(\S+)")

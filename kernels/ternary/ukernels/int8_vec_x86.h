@@ -1,52 +1,86 @@
-// The x86 integer vector operations shared by the int8 ternary micro-kernels (q2b_impl.h,
-// b3p5_impl.h) at INT8_VEC_BITS = 256 (AVX2, ymm) or 512 (AVX-512BW, zmm). Internal linkage:
-// each micro-kernel file compiles its own copy with its ISA's flags.
+// The x86 integer vector operations shared by the int8 ternary micro-kernels (q2b.h,
+// b3p5.h), as two traits: Int8x32 (AVX2, ymm) and Int8x64 (AVX-512BW, zmm). Internal
+// linkage: each micro-kernel file compiles its own copy with its ISA's flags.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/stream_prefetch.h"
 
-#if INT8_VEC_BITS != 256 && INT8_VEC_BITS != 512
-#error "define INT8_VEC_BITS (256 or 512) before including int8_vec_x86.h"
-#endif
-
 namespace cpukern::ternary {
 namespace {
 
-#if INT8_VEC_BITS == 512
-using VI = __m512i;
-inline VI v_load(const void* p) { return _mm512_loadu_si512(p); }
-inline VI v_zero() { return _mm512_setzero_si512(); }
-inline VI v_set1_8(int v) { return _mm512_set1_epi8(char(v)); }
-inline VI v_set1_16(int v) { return _mm512_set1_epi16(short(v)); }
-inline VI v_add16(VI a, VI b) { return _mm512_add_epi16(a, b); }
-inline VI v_add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
-inline VI v_maddubs(VI a, VI b) { return _mm512_maddubs_epi16(a, b); }
-inline VI v_madd16(VI a, VI b) { return _mm512_madd_epi16(a, b); }
-inline int32_t v_hsum32(VI a) {
-  alignas(64) int32_t t[16];
-  _mm512_store_si512(t, a);
-  int32_t s = 0;
-  for (int i = 0; i < 16; ++i) s += t[i];
-  return s;
-}
+#if defined(__AVX2__)
+struct Int8x32 {
+  using V = __m256i;
+  static constexpr int kBits = 256;
+  static V load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static V zero() { return _mm256_setzero_si256(); }
+  static V set1_8(int v) { return _mm256_set1_epi8(char(v)); }
+  static V set1_16(int v) { return _mm256_set1_epi16(short(v)); }
+  static V and_(V a, V b) { return _mm256_and_si256(a, b); }
+  static V srli16(V a, int n) { return _mm256_srli_epi16(a, n); }
+  static V add8(V a, V b) { return _mm256_add_epi8(a, b); }
+  static V add16(V a, V b) { return _mm256_add_epi16(a, b); }
+  static V add32(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V maddubs(V a, V b) { return _mm256_maddubs_epi16(a, b); }
+  static V madd16(V a, V b) { return _mm256_madd_epi16(a, b); }
+  // t = [s > lo] + [s > hi] = |mask1 + mask2|.
+  static V trit(V s, V lo, V hi, V) {
+    return _mm256_abs_epi8(_mm256_add_epi8(_mm256_cmpgt_epi8(s, lo), _mm256_cmpgt_epi8(s, hi)));
+  }
+  static int32_t hsum32(V a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+  }
+};
+#endif
+
+#if defined(__AVX512BW__) || defined(CPUKERN_SIMDE)
+struct Int8x64 {
+  using V = __m512i;
+  static constexpr int kBits = 512;
+  static V load(const void* p) { return _mm512_loadu_si512(p); }
+  static V zero() { return _mm512_setzero_si512(); }
+  static V set1_8(int v) { return _mm512_set1_epi8(char(v)); }
+  static V set1_16(int v) { return _mm512_set1_epi16(short(v)); }
+  static V and_(V a, V b) { return _mm512_and_si512(a, b); }
+  static V srli16(V a, int n) { return _mm512_srli_epi16(a, n); }
+#if defined(CPUKERN_SIMDE)
+  // Wrapping byte adds: SIMDe adds int8 lanes as signed char, where wrapping is undefined
+  // behaviour in C (UBSan stops the test), so the SIMDe build adds unsigned bytes instead.
+  static V add8(V a, V b) {
+    uint8_t x[sizeof(V)], y[sizeof(V)];
+    std::memcpy(x, &a, sizeof(V));
+    std::memcpy(y, &b, sizeof(V));
+    for (size_t i = 0; i < sizeof(V); ++i) x[i] = uint8_t(x[i] + y[i]);
+    std::memcpy(&a, x, sizeof(V));
+    return a;
+  }
 #else
-using VI = __m256i;
-inline VI v_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline VI v_zero() { return _mm256_setzero_si256(); }
-inline VI v_set1_8(int v) { return _mm256_set1_epi8(char(v)); }
-inline VI v_set1_16(int v) { return _mm256_set1_epi16(short(v)); }
-inline VI v_add16(VI a, VI b) { return _mm256_add_epi16(a, b); }
-inline VI v_add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
-inline VI v_maddubs(VI a, VI b) { return _mm256_maddubs_epi16(a, b); }
-inline VI v_madd16(VI a, VI b) { return _mm256_madd_epi16(a, b); }
-inline int32_t v_hsum32(VI a) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
+  static V add8(V a, V b) { return _mm512_add_epi8(a, b); }
+#endif
+  static V add16(V a, V b) { return _mm512_add_epi16(a, b); }
+  static V add32(V a, V b) { return _mm512_add_epi32(a, b); }
+  static V maddubs(V a, V b) { return _mm512_maddubs_epi16(a, b); }
+  static V madd16(V a, V b) { return _mm512_madd_epi16(a, b); }
+  // t = [s > lo] + [s > hi] with mask registers.
+  static V trit(V s, V lo, V hi, V one) {
+    const auto k1 = _mm512_cmpgt_epi8_mask(s, lo), k2 = _mm512_cmpgt_epi8_mask(s, hi);
+    const V t = _mm512_maskz_mov_epi8(k1, one);
+    return _mm512_mask_add_epi8(t, k2, t, one);
+  }
+  static int32_t hsum32(V a) {
+    alignas(64) int32_t t[16];
+    _mm512_store_si512(t, a);
+    int32_t s = 0;
+    for (int i = 0; i < 16; ++i) s += t[i];
+    return s;
+  }
+};
 #endif
 
 }  // namespace

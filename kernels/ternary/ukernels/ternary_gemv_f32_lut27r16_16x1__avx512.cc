@@ -9,7 +9,7 @@
 // acc += T[c]. Each lane of a tile holds six 5-bit codes per uint32 (18 columns per block,
 // 64 bytes per tile per block: 1.78 bits per weight) consumed with shifts by 5.
 // Per 3 columns x 16 rows: one lookup, one add, one shift, shared by all rows of the lane.
-// Measured on Zen 4 (4096x14336, 1 thread, hot L3) against the alternatives of the same
+// Measured on Zen 5 (4096x14336, 1 thread, hot L3) against the alternatives of the same
 // skeleton: 4-column add/subtract subset tables with vpermps 45 Gweights/s, 5-column
 // add/subtract subset tables with vpermt2ps 58, 2-column base-3 codes with vpermps 45,
 // this (3-column base-3 codes, vpermt2ps) 66-78.
@@ -25,17 +25,6 @@
 #include "kernels/ternary/ukernels/stream_prefetch.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
-#if defined(CPUKERN_SIMDE)
-#define L27_NAME ternary_gemv_f32_lut27r16_16x1__simde_avx512
-#define L27_NAME_STR "ternary_gemv_f32_lut27r16_16x1__simde_avx512"
-#define L27_RUN ternary_gemv_f32_lut27r16_16x1__simde_avx512_run
-#define L27_XPREP ternary_gemv_f32_lut27r16_16x1__simde_avx512_xprep
-#else
-#define L27_NAME ternary_gemv_f32_lut27r16_16x1__avx512
-#define L27_NAME_STR "ternary_gemv_f32_lut27r16_16x1__avx512"
-#define L27_RUN ternary_gemv_f32_lut27r16_16x1__avx512_run
-#define L27_XPREP ternary_gemv_f32_lut27r16_16x1__avx512_xprep
-#endif
 
 namespace cpukern::ternary {
 namespace {
@@ -84,7 +73,8 @@ constexpr Masks kMasks = make_masks();
 
 // Activations -> per group of 3 columns the 32-entry table of signed sums (columns past k
 // are zero). The terms are +x (mask move), 0 - x (mask subtract) or +0.
-void L27_XPREP(const float* x, const F32Geometry* geo, void* dst) {
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, xprep)(
+    const float* x, const F32Geometry* geo, void* dst) {
   float* t = static_cast<float*>(dst);
   const int64_t k = geo->p1;
   const int64_t ngroups = geo->p0 * kGroups;
@@ -227,7 +217,7 @@ constexpr int64_t pass_blocks(int nb) {
   return std::max<int64_t>(1, kPassBytes / (nb * kBlockTabFloats * 4) / kChunk) * kChunk;
 }
 
-void L27_RUN(const F32Args* a) {
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, run)(const F32Args* a) {
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const float* x = static_cast<const float*>(a->xp);
   float* y = a->y;
@@ -247,7 +237,9 @@ void L27_RUN(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel L27_NAME = {L27_NAME_STR, "lut27r16", 16, geometry, packed_size, L27_XPREP,
-                             L27_RUN};
+const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_lut27r16_16x1, avx512) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_lut27r16_16x1, avx512), "lut27r16", 16, geometry,
+    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, xprep),
+    CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, run)};
 
 }  // namespace cpukern::ternary

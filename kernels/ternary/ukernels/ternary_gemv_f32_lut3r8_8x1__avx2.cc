@@ -148,7 +148,7 @@ __attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const ui
 // follows) instead of hopping between tiles every chunk; the table (x_bytes per batch row)
 // stays in L2. Per row the chunk partial sums are added to y in the same order as below,
 // so results do not change. Batch 1 takes 4 tiles per pass (8 accumulator chains, each
-// table load feeds 8 vpermps): 1.2x over 2 tiles single-thread on Zen 4 (AVX2 path).
+// table load feeds 8 vpermps): 1.2x over 2 tiles single-thread on Zen 5 (AVX2 path).
 template <int NT, int NB>
 __attribute__((always_inline)) inline void tiles_outer(const F32Args* a) {
   const int64_t nblk_all = a->geo->p0;

@@ -11,17 +11,6 @@
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
-#if defined(CPUKERN_SIMDE)
-#define T16_NAME ternary_gemv_f32_t2p16r16_16x1__simde_avx512
-#define T16_NAME_STR "ternary_gemv_f32_t2p16r16_16x1__simde_avx512"
-#define T16_RUN ternary_gemv_f32_t2p16r16_16x1__simde_avx512_run
-#define T16_XPREP ternary_gemv_f32_t2p16r16_16x1__simde_avx512_xprep
-#else
-#define T16_NAME ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2
-#define T16_NAME_STR "ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2"
-#define T16_RUN ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2_run
-#define T16_XPREP ternary_gemv_f32_t2p16r16_16x1__avx512_bmi2_xprep
-#endif
 
 namespace cpukern::ternary {
 namespace {
@@ -30,7 +19,10 @@ F32Geometry geometry(int64_t m, int64_t k) { return word_geometry(k, 64); }
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 15) / 16 * words_for(k) * 64; }
 
-void T16_XPREP(const float* x, const F32Geometry* geo, void* dst) { xprep_padded(x, geo, dst); }
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, xprep)(
+    const float* x, const F32Geometry* geo, void* dst) {
+  xprep_padded(x, geo, dst);
+}
 
 inline float hsum(__m512 v) {
   alignas(64) float t[16];
@@ -86,7 +78,7 @@ __attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const fl
   }
 }
 
-void T16_RUN(const F32Args* a) {
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, run)(const F32Args* a) {
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const float* x = static_cast<const float*>(a->xp);
   float* y = a->y;
@@ -106,7 +98,9 @@ void T16_RUN(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel T16_NAME = {T16_NAME_STR, "t2p16r16", 16, geometry, packed_size, T16_XPREP,
-                             T16_RUN};
+const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2), "t2p16r16", 16, geometry,
+    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, xprep),
+    CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, run)};
 
 }  // namespace cpukern::ternary

@@ -21,13 +21,6 @@
 #include "kernels/ternary/ukernels/stream_prefetch.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
-#if defined(CPUKERN_SIMDE)
-#define L27I8_NAME ternary_gemv_i8_lut27r16_16x1__simde_avx512_vnni
-#define L27I8_NAME_STR "ternary_gemv_i8_lut27r16_16x1__simde_avx512_vnni"
-#else
-#define L27I8_NAME ternary_gemv_i8_lut27r16_16x1__avx512_vnni
-#define L27I8_NAME_STR "ternary_gemv_i8_lut27r16_16x1__avx512_vnni"
-#endif
 
 namespace cpukern::ternary {
 namespace {
@@ -168,7 +161,8 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel L27I8_NAME = {L27I8_NAME_STR, "lut27r16", int(kRows), packed_size, row_bytes,
-                              run};
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_lut27r16_16x1, avx512_vnni) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_i8_lut27r16_16x1, avx512_vnni), "lut27r16", int(kRows),
+    packed_size, row_bytes, run};
 
 }  // namespace cpukern::ternary

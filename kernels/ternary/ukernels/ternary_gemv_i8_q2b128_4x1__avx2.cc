@@ -1,5 +1,9 @@
 // int8 ternary GEMV, q2b128 layout, 4-row tiles, AVX2 (vpmaddubsw).
-#define Q2B_NAME ternary_gemv_i8_q2b128_4x1__avx2
-#define Q2B_NAME_STR "ternary_gemv_i8_q2b128_4x1__avx2"
-#define Q2B_BITS 256
-#include "kernels/ternary/ukernels/q2b_impl.h"
+#include "kernels/ternary/ukernels/q2b.h"
+
+namespace cpukern::ternary {
+
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_q2b128_4x1, avx2) =
+    q2b_ukernel<Int8x32, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_i8_q2b128_4x1, avx2));
+
+}  // namespace cpukern::ternary

@@ -51,9 +51,3 @@ struct G4R16Avx512 {
 }  // namespace
 }  // namespace cpukern::widely_linear
 
-#if defined(CPUKERN_SIMDE)
-// The SIMDe build of the same source gets its own symbols.
-#define widely_linear_f32_g4r16x4_16x1__avx512 widely_linear_f32_g4r16x4_16x1__simde_avx512
-#define widely_linear_f32_g4r16x4_gemv_16x1__avx512 widely_linear_f32_g4r16x4_gemv_16x1__simde_avx512
-#define widely_linear_f32_g4r16x4_signed_1x8__avx512 widely_linear_f32_g4r16x4_signed_1x8__simde_avx512
-#endif

@@ -25,7 +25,6 @@
 
 namespace cpukern::widely_linear::lookup_impl {
 
-#define CPUKERN_WL_INLINE inline __attribute__((always_inline))
 
 // Table offsets (in units of kE floats: T_re 0, T_im 1, T_nim 2) of the two sub-GEMVs fed
 // by plane p (kPlaneSubA[p], kPlaneSubB[p]), and of sub-GEMV k.

@@ -11,8 +11,6 @@
 namespace cpukern::widely_linear {
 namespace {
 
-#define CPUKERN_WL_INLINE inline __attribute__((always_inline))
-
 #if defined(CPUKERN_SIMDE)
 using mask16 = simde__mmask16;
 #else
@@ -49,9 +47,3 @@ CPUKERN_WL_INLINE float hsum(__m512 v) {
 }  // namespace
 }  // namespace cpukern::widely_linear
 
-#if defined(CPUKERN_SIMDE)
-// The SIMDe build of the same source gets its own symbols.
-#define widely_linear_f32_t2p16x4_1x1__avx512_bmi2 widely_linear_f32_t2p16x4_1x1__simde_avx512
-#define widely_linear_f32_t2p16x4_gemv_4x1__avx512_bmi2 \
-  widely_linear_f32_t2p16x4_gemv_4x1__simde_avx512
-#endif

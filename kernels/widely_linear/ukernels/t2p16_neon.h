@@ -37,7 +37,6 @@
 namespace cpukern::widely_linear {
 namespace {
 
-#define CPUKERN_WL_INLINE inline __attribute__((always_inline))
 
 namespace t2p16_neon {
 

@@ -7,23 +7,25 @@
 #include "kernels/common/kernel_list.h"
 #include "kernels/widely_linear/ukernel.h"
 
-#define CPUKERN_WL_FUSED(fn) void fn(const Call& c)
-#define CPUKERN_WL_GEMV(fn) void fn(const Call& c)
-#define CPUKERN_WL_PACK(fn) void fn(const uint32_t* planes, const Dims& d, void* out)
+// Helpers of the micro-kernels are always inlined into them (their loops are unrolled there).
+#define CPUKERN_WL_INLINE inline __attribute__((always_inline))
 
 namespace cpukern::widely_linear {
 
 #define CPUKERN_WL_DECL_KERNELS(layout, mr, fused, gemv) \
-  CPUKERN_WL_FUSED(fused);                               \
-  CPUKERN_WL_GEMV(gemv);
+  void fused(const Call& c);                             \
+  void gemv(const Call& c);
 #define CPUKERN_WL_DECL_KERNELS_BATCHED(layout, mr, fused, gemv, batched, brows) \
   CPUKERN_WL_DECL_KERNELS(layout, mr, fused, gemv)                               \
-  CPUKERN_WL_FUSED(batched);
+  void batched(const Call& c);
 #define CPUKERN_VARIANT(arch, name, isakey, priority, kernels) \
   CPUKERN_DECLARE(arch, CPUKERN_WL_DECL_##kernels)
-#define CPUKERN_PACKER(arch, layout, isakey, fn) CPUKERN_DECLARE(arch, CPUKERN_WL_PACK(fn);)
+#define CPUKERN_PACKER(arch, layout, isakey, fn) \
+  CPUKERN_DECLARE(arch, void fn(const uint32_t* planes, const Dims& d, void* out);)
+#define CPUKERN_CATALOGUE_ONLY CPUKERN_VARIANT
 #include "kernels/widely_linear/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
+#undef CPUKERN_CATALOGUE_ONLY
 #undef CPUKERN_PACKER
 
 }  // namespace cpukern::widely_linear

@@ -6,9 +6,6 @@
 
 namespace cpukern::widely_linear {
 
-CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_8x1__avx2) { lookup_impl::fused<G3R8Avx2>(c); }
-
-// 2..4 batch rows: signed tables, one weight row per ymm (signed_impl.h); bitwise equal.
-CPUKERN_WL_FUSED(widely_linear_f32_g3r8x4_signed_1x8__avx2) { signed_impl::fused<G3R8Avx2, 2, 128>(c); }
+void widely_linear_f32_g3r8x4_8x1__avx2(const Call& c) { lookup_impl::fused<G3R8Avx2>(c); }
 
 }  // namespace cpukern::widely_linear

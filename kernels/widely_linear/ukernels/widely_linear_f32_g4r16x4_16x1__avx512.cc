@@ -6,9 +6,8 @@
 
 namespace cpukern::widely_linear {
 
-CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_16x1__avx512) { lookup_impl::fused<G4R16Avx512>(c); }
-
-// 2..4 batch rows: signed tables, one weight row per ymm (signed_impl.h); bitwise equal.
-CPUKERN_WL_FUSED(widely_linear_f32_g4r16x4_signed_1x8__avx512) { signed_impl::fused<G4R16Avx512, 2, 256>(c); }
+void CPUKERN_UKERNEL(widely_linear_f32_g4r16x4_16x1, avx512)(const Call& c) {
+  lookup_impl::fused<G4R16Avx512>(c);
+}
 
 }  // namespace cpukern::widely_linear

@@ -4,6 +4,8 @@
 
 namespace cpukern::widely_linear {
 
-CPUKERN_WL_GEMV(widely_linear_f32_g4r16x4_gemv_16x1__avx512) { lookup_impl::gemv<G4R16Avx512>(c); }
+void CPUKERN_UKERNEL(widely_linear_f32_g4r16x4_gemv_16x1, avx512)(const Call& c) {
+  lookup_impl::gemv<G4R16Avx512>(c);
+}
 
 }  // namespace cpukern::widely_linear

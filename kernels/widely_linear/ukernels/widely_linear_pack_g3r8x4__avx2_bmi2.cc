@@ -17,7 +17,7 @@ struct SplitPext {
 
 }  // namespace
 
-CPUKERN_WL_PACK(widely_linear_pack_g3r8x4__avx2_bmi2) {
+void widely_linear_pack_g3r8x4__avx2_bmi2(const uint32_t* planes, const Dims& d, void* out) {
   lookup::pack_lanes<SplitPext>(lookup::kG3R8, planes, d, out);
 }
 

@@ -5,7 +5,7 @@
 
 namespace cpukern::widely_linear {
 
-CPUKERN_WL_PACK(widely_linear_pack_t2p16x4__scalar) {
+void widely_linear_pack_t2p16x4__scalar(const uint32_t* planes, const Dims& d, void* out) {
   std::memcpy(out, planes, layouts::t2p16x4.packed_size(d));
 }
 

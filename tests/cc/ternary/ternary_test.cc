@@ -3,9 +3,9 @@
 // CPUKERN_TEST_SIMDE over the SIMDe rows of the AVX-512 micro-kernels (ternary_simde_test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -665,6 +665,28 @@ TEST(TernaryApi, ListVariants) {
   }
   EXPECT_EQ(selected, 1);
   EXPECT_TRUE(has_ref);
+}
+
+// list_variants() (cpukern.kernels()) lists the shipped rows only; catalogue-only rows are
+// still registry rows (tests and benchmarks run them) and are forced by name, never chosen.
+TEST(TernaryApi, CatalogueOnlyRowsAreUnlistedButForcible) {
+  std::vector<std::string> listed, catalogue_only;
+  for (const auto& v : list_variants()) listed.push_back(v.name);
+  for (const Variant& v : registry().variants())
+    (v.shipped ? listed : catalogue_only).push_back(v.name);
+  EXPECT_EQ(listed.size(), 2 * list_variants().size());  // every shipped row listed once
+  for (const auto& name : catalogue_only) {
+    EXPECT_EQ(std::count(listed.begin(), listed.end(), name), 0) << name;
+    const Variant& v = *std::find_if(registry().variants().begin(), registry().variants().end(),
+                                     [&](const Variant& r) { return name == r.name; });
+    if (v.supported()) {
+      EXPECT_EQ(&registry().select(name), &v) << name;
+      EXPECT_NE(&registry().default_variant(), &v) << name;
+    }
+  }
+#if defined(__x86_64__)
+  EXPECT_EQ(catalogue_only.size(), 6u);  // avx512_bmi2, avx512_vnni_q2b, the four *_b3p5
+#endif
 }
 
 // "avx2_bmi2" was a row (the avx2 kernels with the pext packer): the name still selects avx2,

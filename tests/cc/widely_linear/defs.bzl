@@ -6,7 +6,7 @@ _NAME = "widely_linear_f32_[A-Za-z0-9_]+"
 
 def kernels_of_rows(archs):
     """--require-regex arguments of check_no_multiply.py: every fp32 kernel of the rows."""
-    row = "CPUKERN_VARIANT[(](?:" + archs + "),[^(]*KERNELS(?:_BATCHED)?[(][^,]*,[^,]*,[^a-z]*"
+    row = "CPUKERN_(?:VARIANT|CATALOGUE_ONLY)[(](?:" + archs + "),[^(]*KERNELS(?:_BATCHED)?[(][^,]*,[^,]*,[^a-z]*"
     return [
         "--require-regex=" + row + "(" + _NAME + ")",
         "--require-regex=" + row + _NAME + ",[^a-z]*(" + _NAME + ")",
