@@ -41,6 +41,47 @@ inline constexpr uint8_t kBf16Lo[16] = {0, 0, 0x80, 0xC0, 0, 0x40, 0x80, 0xC0,
 inline constexpr uint8_t kBf16Hi[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
                                         0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
 
+// The e8m0 bias: scale byte s means 2**(s - kScaleBias); s = kScaleBias is 1.
+inline constexpr int kScaleBias = 127;
+
+// The fast-path window of the MXFP4 decode GEMV (avx2_fma_mxfp4.h, avx512_bf16_mxfp4.h,
+// neon_bfmmla_mxfp4.h). There each accumulator holds C / S, S = 2**(s - 127) its column's
+// block scale, so the weights enter as the unscaled e2m1 values e, and one multiply per
+// accumulator per 32-k block moves from one block's domain to the next (by 2**(s_prev - s)).
+// Scaling by a power of two commutes with every rounding as long as, in both domains, no
+// value needs bits below fp32's smallest step (or, where the instruction flushes subnormals:
+// vdpbf16ps, BFMMLA, no nonzero value is subnormal) and no sum overflows. The window admits
+// exactly such inputs, so the fast path's results equal the exact decode's bit for bit; any
+// other block or row runs the exact per-weight decode (the same bits, only slower):
+//  - block scales s in [kFastScaleMin, kFastScaleMax]: S within 2**+-32;
+//  - activations 0 or 2**kFastActMinExp <= |a| <= 2**kFastActMaxExp (bf16 a: 8 significant
+//    bits, e: lsb 2**-1): every product a e S is a multiple of 2**(kFastActMinExp - 40) and
+//    stays so divided by S: 2**-104 and 2**-136 for the fp32 FMA tiles (subnormals exact,
+//    above 2**-149), 2**-80 and 2**-112 for the flushing ones (kFastActMinExpFtz: above
+//    fp32's smallest normal 2**-126), so every product is exact in both domains;
+//  - K < kFastMaxK: |a e S| <= 6 * 2**64 and 1/S <= 2**32, so every sum stays below
+//    1.5 * 2**126 in both domains (no overflow).
+inline constexpr int kFastScaleMin = kScaleBias - 32;  // 95
+inline constexpr int kFastScaleMax = kScaleBias + 32;  // 159
+inline constexpr int kFastScaleSpan = kFastScaleMax - kFastScaleMin;  // 64
+inline constexpr int kFastActMaxExp = 32;
+inline constexpr int kFastActMinExp = -64;     // fp32 FMA tiles (AVX2): subnormals kept
+inline constexpr int kFastActMinExpFtz = -40;  // vdpbf16ps / BFMMLA tiles: subnormals flushed
+inline constexpr int64_t kFastMaxK = int64_t(1) << 28;
+// The bits of |a| at the activation bounds (for integer compares of |a|'s bits), as fp32
+// (AVX2: rows pre-widened) and as bf16 (the bf16-operand tiles).
+inline constexpr int kFastActLoF32 = (127 + kFastActMinExp) << 23;      // 2**-64
+inline constexpr int kFastActHiF32 = (127 + kFastActMaxExp) << 23;      // 2**32
+inline constexpr int kFastActLoBf16 = (127 + kFastActMinExpFtz) << 7;   // 2**-40
+inline constexpr int kFastActHiBf16 = (127 + kFastActMaxExp) << 7;      // 2**32
+// The exponent byte 127 + s_from - s_to of a step between two fast blocks' domains (or C's,
+// s = 127): in [63, 191], so byte arithmetic never wraps and the factor is a normal fp32.
+inline constexpr int kFastStepMin = kScaleBias + kFastScaleMin - kFastScaleMax;  // 63
+inline constexpr int kFastStepMax = kScaleBias + kFastScaleMax - kFastScaleMin;  // 191
+static_assert(kFastStepMin > 0 && kFastStepMax < 255, "step factors stay normal, bytes never wrap");
+// A block scale inside the window (the SIMD checks compute the same: s - min <= span, unsigned).
+inline bool fast_scale_ok(uint8_t s) { return uint8_t(s - kFastScaleMin) <= kFastScaleSpan; }
+
 // Bits of the fp32 2**(s - 127) (s = 0: the subnormal 2**-127).
 inline uint32_t scale_bits(uint8_t s) { return s ? uint32_t(s) << 23 : 0x00400000u; }
 inline float scale_f32(uint8_t s) {

@@ -1,6 +1,6 @@
 // AVX-512 BF16 micro-kernel on bf16 weights: vdpbf16ps, 8 rows x 32 columns (the tile:
-// avx512_bf16.h, shared with the MXFP4 kernel).
-#include "kernels/moe/ukernels/avx512_bf16.h"
+// avx512_bf16_bf16.h, shared with the MXFP4 kernel).
+#include "kernels/moe/ukernels/avx512_bf16_bf16.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 // Compiled natively and, with CPUKERN_SIMDE, against SIMDe (the simde row).

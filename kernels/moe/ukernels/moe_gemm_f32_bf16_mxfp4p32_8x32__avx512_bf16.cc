@@ -1,6 +1,6 @@
-// AVX-512 BF16 micro-kernel on MXFP4 weights: the bf16 kernel's vdpbf16ps tile (avx512_bf16.h)
+// AVX-512 BF16 micro-kernel on MXFP4 weights: the bf16 kernel's vdpbf16ps tile (avx512_bf16_bf16.h)
 // with each k pair's 32 columns decoded in registers to the bf16 pair words it consumes.
-#include "kernels/moe/ukernels/avx512_bf16.h"
+#include "kernels/moe/ukernels/avx512_bf16_mxfp4.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 // Compiled natively and, with CPUKERN_SIMDE, against SIMDe (the simde row).

@@ -1,6 +1,6 @@
 // AArch64 NEON micro-kernel for CPUs without BF16 on bf16 weights: fp32 FMA by lane, 4 rows x
-// 16 columns (the tile: neon_fma.h, shared with the MXFP4 kernel).
-#include "kernels/moe/ukernels/neon_fma.h"
+// 16 columns (the tile: neon_fma_bf16.h, shared with the MXFP4 kernel).
+#include "kernels/moe/ukernels/neon_fma_bf16.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {

@@ -1,6 +1,6 @@
 // AVX2 + FMA micro-kernel on bf16 weights: 5 rows x 16 columns of fp32 accumulators, bf16
-// weights widened in registers (the tile: avx2_fma.h, shared with the MXFP4 kernel).
-#include "kernels/moe/ukernels/avx2_fma.h"
+// weights widened in registers (the tile: avx2_fma_bf16.h, shared with the MXFP4 kernel).
+#include "kernels/moe/ukernels/avx2_fma_bf16.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {

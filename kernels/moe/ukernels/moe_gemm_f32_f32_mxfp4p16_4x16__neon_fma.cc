@@ -1,6 +1,7 @@
 // AArch64 NEON (no BF16) micro-kernel on MXFP4 weights: the bf16 kernel's FMA tile
-// (neon_fma.h) with the weights decoded in registers (tbl -> fp16 -> fp32, times 2**(s - 127)).
-#include "kernels/moe/ukernels/neon_fma.h"
+// (neon_fma_bf16.h) with the weights decoded in registers (neon_fma_mxfp4.h: tbl -> fp16 ->
+// fp32, times 2**(s - 127)).
+#include "kernels/moe/ukernels/neon_fma_mxfp4.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {

@@ -1,7 +1,7 @@
-// AVX2 + FMA micro-kernel on MXFP4 weights (avx2_fma.h): the bf16 kernel's FMA order, the
+// AVX2 + FMA micro-kernel on MXFP4 weights (avx2_fma_mxfp4.h): the bf16 kernel's FMA order, the
 // weights decoded in registers for one row block (vpshufb tables -> fp32) and, for several,
 // once per K block into exact fp32 weights that a 6x16 tile reads as FMA operands.
-#include "kernels/moe/ukernels/avx2_fma.h"
+#include "kernels/moe/ukernels/avx2_fma_mxfp4.h"
 #include "kernels/moe/ukernels/ukernels.h"
 
 namespace cpukern::moe {

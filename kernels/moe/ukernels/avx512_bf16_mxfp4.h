@@ -1,25 +1,18 @@
-// The AVX-512 BF16 register tile of the fused-MoE kernels (vdpbf16ps), written once over a
-// weight source (bf16 pair words, or MXFP4 decoded in registers to the same words), so the
-// two kernels compute the same operations on the same bf16 operands.
-//
-// Each 32-bit lane of a weight vector is the pair (w[col][k], w[col][k+1]); the matching A pair
-// is broadcast, and one instruction accumulates both products into the column's fp32 lane.
-// 8 rows x 32 columns (16 zmm accumulators). Each C element is one chain in k-pair order for
-// every row count (batch-invariant); up to 4 rows (decode) cover 2-4 panels per call instead,
-// for as many independent chains.
+// Naming: ukernels/<isa>_<format>.h (avx512_bf16_bf16.h). The AVX-512 BF16 tile on MXFP4
+// weights: the vdpbf16ps tile of avx512_bf16_bf16.h over MXFP4 sources decoded in registers to
+// the bf16 pair words it consumes, plus the decode GEMV's fast path.
 #pragma once
 #include "kernels/common/simd_x86.h"
 
-#include <array>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/common/unroll.h"
 #include "kernels/moe/gemm_loop.h"
 #include "kernels/moe/mxfp4.h"
-#include "kernels/moe/ukernels/pack_kpairs.h"
+#include "kernels/moe/ukernels/avx512_bf16_bf16.h"
+#include "kernels/moe/ukernels/panel_sources.h"
 
 #if defined(CPUKERN_SIMDE)
 // Debian's SIMDe 0.7.4 lacks these AVX-512F/BW conversions and the __mmask32 alias (the SIMDe row
@@ -56,41 +49,7 @@ static inline Out cpukern_convert_lanes(In v) {
 namespace cpukern::moe::avx512bf16 {
 namespace {  // internal linkage: compiled per ISA
 
-constexpr int kNR = 32;
-
-// A rows stay bf16, [m][kp], zero past k.
-inline void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
-                   void* dst) {
-  const int64_t kp = round_up(k, 2);
-  bf16_t* d = static_cast<bf16_t*>(dst);
-  for (int64_t r = 0; r < m; ++r) {
-    const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
-    std::memcpy(d + r * kp, src, size_t(k) * 2);
-    for (int64_t j = k; j < kp; ++j) d[r * kp + j] = 0;
-  }
-}
-
-inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
-inline __m512i bcast_pair(const bf16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// bf16 weights: the panel's 32-bit words [k pair][32 columns].
-struct Bf16Src {
-  static constexpr int kPairsPerBlock = 0;
-  const uint32_t* w;
-  explicit Bf16Src(const void* p) : w(static_cast<const uint32_t*>(p)) {}
-  void block(int64_t) {}
-  const char* at(int64_t kk) const { return reinterpret_cast<const char*>(w + kk * kNR); }
-  void pair(int64_t kk, __m512i& w0, __m512i& w1) const {
-    w0 = _mm512_loadu_si512(w + kk * kNR);
-    w1 = _mm512_loadu_si512(w + kk * kNR + 16);
-  }
-};
+struct Mxfp4Gemv;  // the decode GEMV's fast path (below)
 
 // MXFP4 weights ("mxfp4p32": per panel per block of 32 k, the 32 columns' scales, then per k
 // pair j the 32 columns' bytes j: 544 bytes). Decoded per k pair to the bf16 pair words the
@@ -98,6 +57,7 @@ struct Bf16Src {
 // 2**(s - 127) (exact) -> the high halves.
 struct Mxfp4Src {
   static constexpr int kPairsPerBlock = 16, kBlockBytes = 32 + 16 * 32;
+  using FastGemv = Mxfp4Gemv;
   const uint8_t* w;
   const uint8_t* blk = nullptr;
   __m512 f0, f1;  // 2**(s - 127) of columns 0-15, 16-31
@@ -134,104 +94,27 @@ struct Mxfp4Src {
   }
 };
 
-// C[M][NP * 32] (= or +=) kh k pairs of A (M rows of stride kp, bf16 pairs) x the weights of
-// NP panels (src[j], each from a block start); pf > 0: prefetch the weights pf bytes ahead (the
-// next K block). Every C element is one vdpbf16ps chain in k-pair order, the same for every M
-// and NP (batch-invariant); the chains are independent across rows and panels, so few rows
-// take several panels per call instead of splitting a sum.
-template <int M, int NP, class Src>
-inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, Src* src, float* c, int64_t ldc,
-                    bool accumulate, int64_t pf) {
-  constexpr int PB = Src::kPairsPerBlock;
-  __m512 c0[NP][M], c1[NP][M];
-  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-    c0[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR) : _mm512_setzero_ps();
-    c1[j][r] = accumulate ? _mm512_loadu_ps(c + r * ldc + j * kNR + 16) : _mm512_setzero_ps();
-  }
-  for (int64_t kk = 0; kk < kh; ++kk) {
-    if constexpr (PB > 0)
-      if (kk % PB == 0)
-        CPUKERN_UNROLL for (int j = 0; j < NP; ++j) src[j].block(kk / PB);
-    if (pf) {
-      CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-        const char* q = src[j].at(kk) + pf;
-        _mm_prefetch(q, _MM_HINT_T0);
-        _mm_prefetch(q + 64, _MM_HINT_T0);
-      }
-    }
-    CPUKERN_UNROLL for (int j = 0; j < NP; ++j) {
-      __m512i w0, w1;
-      src[j].pair(kk, w0, w1);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        const __m512i av = bcast_pair(a + r * kp + 2 * kk);
-        c0[j][r] = dp(c0[j][r], av, w0);
-        c1[j][r] = dp(c1[j][r], av, w1);
-      }
-    }
-  }
-  CPUKERN_UNROLL for (int j = 0; j < NP; ++j) CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-    _mm512_storeu_ps(c + r * ldc + j * kNR, c0[j][r]);
-    _mm512_storeu_ps(c + r * ldc + j * kNR + 16, c1[j][r]);
-  }
-}
-
-// The weight sources of panels w, w + panel, ...
-template <class Src, class WT, size_t... J>
-inline std::array<Src, sizeof...(J)> sources(const WT* w, int64_t panel,
-                                             std::index_sequence<J...>) {
-  return {Src(w + int64_t(J) * panel)...};
-}
-
-// np panels (stride `panel` W) in calls of G panels, the remainder in calls of G/2, G/4, ...
-template <int M, int G, class Src, class WT>
-inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int64_t panel,
-                      int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-  int j = 0;
-  for (; j + G <= np; j += G) {
-    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<G>());
-    dp_tile<M, G>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
-  }
-  if constexpr (G > 1)
-    if (j < np)
-      dp_panels<M, G / 2, Src>(a, kp, kh, w + j * panel, panel, np - j, c + j * kNR, ldc,
-                               accumulate, pf);
-}
-
-// The MXFP4 decode GEMV's fast path (as in avx2_fma.h): each accumulator is divided by its
-// column's block scale S = 2**(s - 127) for the block, so the weights enter unscaled: their
-// bf16 pair words come from two vpshufb tables and one unpack (no int->float conversion and
-// no multiply per weight), and one multiply per accumulator per 32-k block rescales (from one
-// block's scale to the next, and back at the end). Scaling by a power of two commutes with
-// every rounding while nothing is subnormal or overflows in either domain; vdpbf16ps also
-// flushes subnormal inputs and results (DAZ, FTZ), so the window keeps every nonzero value
-// normal in both: activations 0 or 2**-40 <= |a| <= 2**32 and the block's scales in
-// [95, 159] (every value is a multiple of 2**-80 in the bf16 kernel's domain, of 2**-112 in
-// the scaled one; every sum stays below 1.5 * 2**126 in both for K < 2**28, since
-// |a e S| <= 6 * 2**64 and 1/S <= 2**32). Other blocks or rows run the exact decode above
-// (same bits, slower). Accumulators hold the unpacks' column order
+// The MXFP4 decode GEMV's fast path (as in avx2_fma_mxfp4.h): each accumulator is divided by
+// its column's block scale S = 2**(s - 127) for the block, so the weights enter unscaled:
+// their bf16 pair words come from two vpshufb tables and one unpack (no int->float conversion
+// and no multiply per weight), and one multiply per accumulator per 32-k block rescales (from
+// one block's scale to the next, and back at the end). Scaling by a power of two commutes
+// with every rounding while nothing is subnormal or overflows in either domain; vdpbf16ps
+// also flushes subnormal inputs and results (DAZ, FTZ), so the window (mxfp4.h kFast*: why it
+// is exact there) keeps every nonzero value normal in both: activations 0 or
+// 2**kFastActMinExpFtz <= |a| <= 2**kFastActMaxExp, K < kFastMaxK, the block's scales in
+// [kFastScaleMin, kFastScaleMax]. Other blocks or rows run the exact decode above (same bits,
+// slower). Accumulators hold the unpacks' column order
 // ([0-3 | 8-11 | 16-19 | 24-27], [4-7 | 12-15 | 20-23 | 28-31]), restored at the store.
 namespace mxfp4_fast {
 
-inline bool rows_ok(const bf16_t* a, int64_t kp, int m, int64_t k) {
-  if (k >= (int64_t(1) << 28)) return false;
-  const __m256i abs = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
-  const __m256i lo = _mm256_set1_epi16((127 - 40) << 7), hi = _mm256_set1_epi16((127 + 32) << 7);
-  __m256i bad = zero;
-  for (int r = 0; r < m; ++r)
-    for (int64_t j = 0; j < k; j += 16) {  // k: whole 32-k blocks
-      const __m256i v = _mm256_and_si256(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * kp + j)), abs);
-      const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(lo, v), _mm256_cmpgt_epi16(v, hi));
-      bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi16(v, zero), out));
-    }
-  return _mm256_testz_si256(bad, bad);
-}
-
-// All 32 scales of a block (its first 32 bytes) in [95, 159].
+// All 32 scales of a block (its first 32 bytes) in the window (mxfp4::fast_scale_ok:
+// s - min <= span, unsigned).
 inline bool block_ok(const uint8_t* scales) {
   const __m256i s = _mm256_sub_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)),
-                                    _mm256_set1_epi8(95));
-  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(s, _mm256_set1_epi8(64)), s)) == -1;
+                                    _mm256_set1_epi8(mxfp4::kFastScaleMin));
+  const __m256i span = _mm256_set1_epi8(mxfp4::kFastScaleSpan);
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(s, span), s)) == -1;
 }
 
 // (x0, x1) <- (permutex2var(x0, i0, x1), permutex2var(x0, i0 + step, x1)).
@@ -252,13 +135,13 @@ inline void from_unpack_order(__m512& x0, __m512& x1) {
 }
 
 // 2**(s_from - s_to) of the 32 columns, in the unpack order; a null block is C (s = 127).
-// In the window both are in [95, 159] or 127, so 127 + s_from - s_to is in [63, 191].
+// In the window 127 + s_from - s_to is in [kFastStepMin, kFastStepMax] (mxfp4.h): no byte wraps.
 inline void step_factors(const uint8_t* from, const uint8_t* to, __m512& f0, __m512& f1) {
-  auto scales = [](const uint8_t* blk) {
-    return blk ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)) : _mm256_set1_epi8(127);
+  const __m256i bias = _mm256_set1_epi8(mxfp4::kScaleBias);
+  auto scales = [&](const uint8_t* blk) {
+    return blk ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)) : bias;
   };
-  const __m256i u =
-      _mm256_sub_epi8(_mm256_add_epi8(scales(from), _mm256_set1_epi8(127)), scales(to));
+  const __m256i u = _mm256_sub_epi8(_mm256_add_epi8(scales(from), bias), scales(to));
   auto pow2 = [](__m128i b16) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b16), 23));
   };
@@ -292,7 +175,7 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
     }
   };
   // The accumulators' domain: C, or divided by the scales of the previous fast block (offset
-  // `scaled`); the next block's domain is one multiply away (as in avx2_fma.h).
+  // `scaled`); the next block's domain is one multiply away (as in avx2_fma_mxfp4.h).
   int64_t scaled = -1;
   auto move_to = [&](int64_t to) {  // a block offset, or -1: C
     if (scaled < 0 && to < 0) return;
@@ -344,45 +227,40 @@ inline void tile(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int6
   store_c();
 }
 
-// np panels in calls of G, G/2, ... (dp_panels for the fast path).
-template <int M, int G>
-inline void panels(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
-                   int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-  int j = 0;
-  for (; j + G <= np; j += G)
-    tile<M, G>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate, pf);
-  if constexpr (G > 1)
-    if (j < np)
-      panels<M, G / 2>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc, accumulate, pf);
-}
-
 }  // namespace mxfp4_fast
 
-template <class Src>
-struct Tile : KpairsTile<kNR> {
-  // One row block (decode): up to 4 panels per call (panels() below).
-  static constexpr int kMR = 8, kActW = 16, kNPGemv = 4;
-  // Decode: MXFP4 at T=1 1.2-1.3x faster on Zen 5 with it (bf16 unchanged: at the bandwidth).
-  static constexpr int kPrefetchGemv = 2048;
-  static constexpr bool kBlockK = true;
-  using A = bf16_t;
-  // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
-  static int64_t rows(int64_t rem) {
-    const int64_t nb = (rem + kMR - 1) / kMR;
-    return (rem + nb - 1) / nb;
+// The fast path as Mxfp4Src::FastGemv (Tile::tile): rows_ok admits the rows (and K), panels
+// runs them (each block checked by mxfp4_fast::block_ok).
+struct Mxfp4Gemv {
+  // Every activation of the m rows 0 or in the window, and K < kFastMaxK.
+  static bool rows_ok(const bf16_t* a, int64_t kp, int m, int64_t k) {
+    if (k >= mxfp4::kFastMaxK) return false;
+    const __m256i abs = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
+    const __m256i lo = _mm256_set1_epi16(mxfp4::kFastActLoBf16);
+    const __m256i hi = _mm256_set1_epi16(mxfp4::kFastActHiBf16);
+    __m256i bad = zero;
+    for (int r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; j += 16) {  // k: whole 32-k blocks
+        const __m256i v = _mm256_and_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * kp + j)), abs);
+        const __m256i out =
+            _mm256_or_si256(_mm256_cmpgt_epi16(lo, v), _mm256_cmpgt_epi16(v, hi));
+        bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi16(v, zero), out));
+      }
+    return _mm256_testz_si256(bad, bad);
   }
-  static constexpr auto pack_a = avx512bf16::pack_a;
-  template <int M, class WT>
-  static void tile(const bf16_t* a, int64_t lda, int64_t nk, const WT* w, int64_t panel, int np,
-                   float* c, int64_t ldc, bool accumulate, int64_t pf) {
-    const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    // Panels per call: 8-16 independent chains (2 per row and panel) for every row count.
-    constexpr int G = M <= 2 ? 4 : M <= 4 ? 2 : 1;
-    if constexpr (std::is_same_v<Src, Mxfp4Src>)
-      if (mxfp4_fast::rows_ok(a, lda, M, 2 * kh))
-        return mxfp4_fast::panels<M, G>(a, lda, nk, reinterpret_cast<const uint8_t*>(w), panel,
-                                        np, c, ldc, accumulate, pf);
-    dp_panels<M, G, Src>(a, lda, kh, w, panel, np, c, ldc, accumulate, pf);
+
+  // np panels in calls of G, G/2, ... (dp_panels for the fast path).
+  template <int M, int G>
+  static void panels(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
+                     int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
+    int j = 0;
+    for (; j + G <= np; j += G)
+      mxfp4_fast::tile<M, G>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate, pf);
+    if constexpr (G > 1)
+      if (j < np)
+        panels<M, G / 2>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc, accumulate,
+                         pf);
   }
 };
 
