@@ -140,13 +140,9 @@ def serialized_size(experts: PackedExperts) -> int:
 
 
 def _from_pickle(buf: np.ndarray) -> PackedExperts:
-    from cpukern.ternary import aligned_empty
+    from cpukern.ternary import _aligned
 
-    if buf.ctypes.data % 64:  # unpickled arrays need not be aligned
-        aligned = aligned_empty(buf.size)
-        aligned[...] = buf
-        buf = aligned
-    return from_buffer(buf, verify=True)
+    return from_buffer(_aligned(buf), verify=True)
 
 
 def _reduce(self: PackedExperts) -> tuple:

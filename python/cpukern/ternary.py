@@ -314,12 +314,17 @@ def _op_of(buf: Any) -> str:
     return head[16:32].split(b"\0", 1)[0].decode("ascii", "replace")
 
 
+def _aligned(buf: np.ndarray) -> np.ndarray:
+    """buf, or a 64-byte aligned copy of it (unpickled arrays need not be aligned)."""
+    if buf.ctypes.data % 64 == 0:
+        return buf
+    aligned = aligned_empty(buf.size)
+    aligned[...] = buf
+    return aligned
+
+
 def _from_pickle(buf: np.ndarray) -> Union[TernaryWeights, WidelyLinearWeights]:
-    if buf.ctypes.data % 64:  # unpickled arrays need not be aligned
-        aligned = aligned_empty(buf.size)
-        aligned[...] = buf
-        buf = aligned
-    return from_buffer(buf, verify=True)
+    return from_buffer(_aligned(buf), verify=True)
 
 
 def _reduce(self: Any) -> tuple:
