@@ -148,7 +148,9 @@ class PackedExperts:
 
     @property
     def format(self) -> str:
-        """'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations)."""
+        """
+        'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).
+        """
 
     @property
     def shape(self) -> tuple[int, int, int]:
