@@ -225,3 +225,33 @@ def test_bad_arguments_name_the_argument():
         moe.prepack(blocks[None], format="mxfp4", scales=bad[None], act="int8")
     with pytest.raises(ValueError, match="^scales: required"):
         moe.prepack(blocks[None], format="mxfp4", act="int8")
+
+
+def test_torch_op_act_int8():
+    torch = pytest.importorskip("torch")
+    import cpukern.torch  # noqa: F401  (registers the ops)
+
+    rng = np.random.default_rng(10)
+    e, h, inter, t = 4, 64, 32, 5
+    b13, s13 = random_mx(rng, e * 2 * inter, h, 118, 124)
+    b2, s2 = random_mx(rng, e * h, inter, 118, 124)
+    b13, s13 = b13.reshape(e, 2 * inter, h // 32, 16), s13.reshape(e, 2 * inter, h // 32)
+    b2, s2 = b2.reshape(e, h, inter // 32, 16), s2.reshape(e, h, inter // 32)
+    x = bf16(rng.standard_normal((t, h)))
+    tw, ids = moe.route(rng.standard_normal((t, e)).astype(F32), 2)
+    want = moe.fused_moe(x, moe.prepack(b13, format="mxfp4", scales=s13, act="int8"),
+                         moe.prepack(b2, format="mxfp4", scales=s2, act="int8"), tw, ids,
+                         activation="swigluoai")
+    T = torch.from_numpy
+    xt = T(x.view(np.int16)).view(torch.bfloat16)
+    args = (xt, T(b13), T(b2), T(tw), T(ids))
+    got = torch.ops.cpukern.fused_moe(*args, activation="swigluoai", w13_scales=T(s13),
+                                      w2_scales=T(s2), act="int8")
+    np.testing.assert_array_equal(got.view(torch.int16).numpy(), want.view(np.int16))
+    exact = torch.ops.cpukern.fused_moe(*args, activation="swigluoai", w13_scales=T(s13),
+                                        w2_scales=T(s2))
+    assert not torch.equal(exact, got)  # the default stays exact (cached apart)
+    with pytest.raises(ValueError, match="^act:"):
+        bw = T(bf16(rng.standard_normal((e, 2 * inter, h))).view(np.int16)).view(torch.bfloat16)
+        bw2 = T(bf16(rng.standard_normal((e, h, inter))).view(np.int16)).view(torch.bfloat16)
+        torch.ops.cpukern.fused_moe(xt, bw, bw2, T(tw), T(ids), act="int8")
