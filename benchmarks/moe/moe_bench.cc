@@ -1,5 +1,5 @@
 // Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, every
-// weight format (bf16, mxfp4, int8), T in {1, 16, 64, 256},
+// weight format (bf16, mxfp4, int8, mxfp4_a8 = W4A8), T in {1, 16, 64, 256},
 // threads 1 and all. Counters: ms per call, TFLOP/s, GB/s of expert weights touched (each
 // distinct routed expert's w13 + w2 read once), of_probe = that GB/s over the all-core
 // streaming-read probe (benchmarks/bandwidth). The reference variant (scalar) runs T=1 only.
@@ -72,7 +72,7 @@ std::shared_ptr<const PackedExperts> pack_format(const std::vector<bf16_t>& raw,
   }
   std::vector<uint8_t> blocks(size_t(e * o * i / 2)), scales(size_t(e * o * i / 32));
   mxfp4::quantize(raw.data(), e * o, i, blocks.data(), scales.data());
-  return prepack_mxfp4(blocks.data(), scales.data(), e, o, i, isa);
+  return prepack_mxfp4(blocks.data(), scales.data(), e, o, i, isa, parse_format(format));
 }
 
 Packed& packed(const Layer& l, const std::string& isa, const std::string& format) {
@@ -179,10 +179,10 @@ int register_all() {
   for (const Layer& l : kLayers)
     for (const Variant& v : registry().variants()) {
       if (!v.supported()) continue;
-      for (std::string format : {"bf16", "mxfp4", "int8"})
+      for (std::string format : {"bf16", "mxfp4", "int8", "mxfp4_a8"})
       for (int64_t t : {1, 16, 64, 256}) {
         if (v.name == std::string("reference") && t > 1) continue;
-        if (format == "mxfp4" && (l.h % 32 || l.i % 32)) continue;
+        if (format.rfind("mxfp4", 0) == 0 && (l.h % 32 || l.i % 32)) continue;
         for (int th : all == 1 ? std::vector<int>{1} : std::vector<int>{1, all})
           for (bool cold : {false, true}) {
             if (cold && !cold_possible(l, format)) continue;
@@ -210,7 +210,7 @@ namespace {
 void run_ukernel(benchmark::State& state, std::string isa, std::string format, int64_t m,
                  int64_t k, int64_t cols) {
   const Variant& v = registry().select(isa);
-  const bool mx = format == "mxfp4", i8 = format == "int8";
+  const bool mx = format.rfind("mxfp4", 0) == 0, i8 = format == "int8";
   const Ukernel& uk = ukernel_for(v, parse_format(format));
   const int64_t panels = (cols + uk.nr - 1) / uk.nr;
   std::vector<bf16_t> w(size_t(panels * uk.nr * k)), a(size_t(m * k));
@@ -249,7 +249,7 @@ void run_ukernel(benchmark::State& state, std::string isa, std::string format, i
 int register_ukernels() {
   for (const Variant& v : registry().variants()) {
     if (!v.supported() || v.name == std::string("reference")) continue;
-    for (const char* f : {"bf16", "mxfp4", "int8"}) {
+    for (const char* f : {"bf16", "mxfp4", "int8", "mxfp4_a8"}) {
       const std::string pre = "ukernel/" + std::string(v.name) + "/" + f;
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16})
         benchmark::RegisterBenchmark(

@@ -58,6 +58,7 @@ def test_every_python_block_is_covered():
         ("README.md", "Python API"),
         ("docs/formats/checkpoints.md", "Importing ternary checkpoints (`cpukern.convert`)"),
         ("docs/formats/mxfp4.md", "MXFP4 MoE experts (gpt-oss's format)"),
+        ("docs/formats/mxfp4.md", "W4A8: int8 activations (opt-in)"),
         ("docs/formats/int8.md", "int8 MoE experts (W8A8)"),
         ("docs/formats/prepared_weights.md", "Prepared weights as bytes (`to_bytes` / `from_buffer`)"),
         ("docs/formats/prepared_weights.md",
@@ -94,6 +95,12 @@ def test_mxfp4_block(tmp_path, monkeypatch):
     exec(block("docs/formats/mxfp4.md", "MXFP4"), g)
     assert g["y"].shape == (g["T"], g["H"])
     assert sorted(g["layer"]) == ["activation", "w13", "w13_bias", "w2", "w2_bias"]
+
+
+def test_w4a8_block():
+    g = {}  # the block defines every name it uses
+    exec(block("docs/formats/mxfp4.md", "W4A8"), g)
+    assert g["y"].shape == (g["T"], g["H"]) and g["w2"].format == "mxfp4_a8"
 
 
 def test_int8_block():

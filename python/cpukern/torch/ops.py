@@ -13,7 +13,7 @@ import cpukern as _cpukern
 from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
-from cpukern._arrays import native
+from cpukern._arrays import native, str_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
@@ -229,10 +229,11 @@ def _(prepared, x, out_features):
 
 
 def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
-                           scales: Optional[Tensor] = None) -> Tensor:
+                           scales: Optional[Tensor] = None, act: str = "float") -> Tensor:
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
-    their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format)."""
-    packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales)
+    their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
+    act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepack)."""
+    packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales, act)
     out = torch.empty(_moe.serialized_size(packed), dtype=torch.uint8)
     _moe.to_bytes(packed, out=out)
     return out
@@ -258,9 +259,9 @@ def _expert_format(w: Tensor, name: str, scales: Optional[Tensor]) -> str:
 
 
 def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
-                              scales: Optional[Tensor] = None) -> Any:
+                              scales: Optional[Tensor] = None, act: str = "float") -> Any:
     fmt = _expert_format(w, name, scales)
-    return _moe.prepack(w, format=fmt, scales=scales, isa=isa)
+    return _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa)
 
 
 @torch.library.custom_op("cpukern::fused_moe_prepared", mutates_args=())
@@ -301,12 +302,15 @@ def experts_cache_key(fmt: str, scales: Optional[Tensor], isa: Optional[str]) ->
     return (fmt, _fingerprint(scales), isa)
 
 
-def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None) -> Any:
+def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None,
+                     act: str = "float") -> Any:
     """The PackedExperts of one expert tensor (any format, see _expert_format), from the cache
-    or made now (isa: a forced variant name or None)."""
+    or made now (isa: a forced variant name or None; act: "float", or "int8" for W4A8 on MXFP4
+    blocks, cached apart from the exact packing)."""
     fmt = _expert_format(w, name, scales)
-    return _CACHE.get(w, experts_cache_key(fmt, scales, isa),
-                      lambda: _moe.prepack(w, format=fmt, scales=scales, isa=isa))
+    key = fmt if act == "float" else f"{fmt}/act={act}"
+    return _CACHE.get(w, experts_cache_key(key, scales, isa),
+                      lambda: _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa))
 
 
 def _narrow_ids(ids: Tensor, e: int) -> Tensor:
@@ -328,10 +332,15 @@ def _narrow_ids(ids: Tensor, e: int) -> Tensor:
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
                     w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
-                    w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None) -> None:
+                    w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None,
+                    act: str = "float") -> None:
     forced = _isa(isa, "fused_moe")
-    p13 = prepared_experts(w13, "w13", forced, w13_scales)
-    p2 = prepared_experts(w2, "w2", forced, w2_scales)
+    act = str_arg(act, "act", _moe.ACTS)
+    if act == "int8" and torch.uint8 not in (w13.dtype, w2.dtype):
+        raise ValueError(f"act: expected 'float' with {w13.dtype} / {w2.dtype} experts (int8 "
+                         f"activations only with uint8 MXFP4 blocks), got 'int8'")
+    p13 = prepared_experts(w13, "w13", forced, w13_scales, act if w13.dtype == torch.uint8 else "float")
+    p2 = prepared_experts(w2, "w2", forced, w2_scales, act if w2.dtype == torch.uint8 else "float")
     if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
         topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
     _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
@@ -343,20 +352,21 @@ def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids
               activation: str = "silu", w13_bias: Optional[Tensor] = None,
               w2_bias: Optional[Tensor] = None, skip_weighted: bool = False,
               isa: str = "", w13_scales: Optional[Tensor] = None,
-              w2_scales: Optional[Tensor] = None) -> Tensor:
+              w2_scales: Optional[Tensor] = None, act: str = "float") -> Tensor:
     """Fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16, or either as
     MXFP4 blocks uint8 (E, O, I/32, 16) with its scales uint8 (E, O, I/32) in w13_scales /
     w2_scales (gpt-oss's layout), or as int8 (E, O, I) with float32 per-channel scales (E, O)
-    (cpukern.moe.quantize(w, format="int8"))."""
+    (cpukern.moe.quantize(w, format="int8")). act="int8": the MXFP4 weights run W4A8 (int8
+    activations, cpukern.moe.prepack's act; the default "float" is exact)."""
     out = torch.empty_like(x)
     _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, isa, w13_scales, w2_scales)
+                    skip_weighted, isa, w13_scales, w2_scales, act)
     return out
 
 
 @fused_moe.register_fake
 def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_bias=None,
-      skip_weighted=False, isa="", w13_scales=None, w2_scales=None):
+      skip_weighted=False, isa="", w13_scales=None, w2_scales=None, act="float"):
     torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return torch.empty_like(x)
