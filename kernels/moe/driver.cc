@@ -35,14 +35,20 @@ Activation parse_activation(const std::string& name) {
 }
 
 const char* format_name(WeightFormat f) {
-  return f == WeightFormat::kMxfp4 ? "mxfp4" : f == WeightFormat::kInt8 ? "int8" : "bf16";
+  switch (f) {
+    case WeightFormat::kMxfp4: return "mxfp4";
+    case WeightFormat::kInt8: return "int8";
+    case WeightFormat::kMxfp4A8: return "mxfp4_a8";
+    default: return "bf16";
+  }
 }
 
 WeightFormat parse_format(const std::string& name) {
   if (name == "bf16") return WeightFormat::kBf16;
   if (name == "mxfp4") return WeightFormat::kMxfp4;
   if (name == "int8") return WeightFormat::kInt8;
-  throw_arg("format", "expected one of bf16, mxfp4, int8, got '" + name + "'");
+  if (name == "mxfp4_a8") return WeightFormat::kMxfp4A8;
+  throw_arg("format", "expected one of bf16, mxfp4, int8, mxfp4_a8, got '" + name + "'");
 }
 
 // The SIMDe rows (simde_variants(), defined in //kernels/moe:simde) are selectable by name
@@ -77,7 +83,9 @@ static std::shared_ptr<PackedExperts> new_packed(const std::string& isa, WeightF
 
 std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
-                                                   const std::string& isa) {
+                                                   const std::string& isa, WeightFormat format) {
+  check_arg(format == WeightFormat::kMxfp4 || format == WeightFormat::kMxfp4A8, "format",
+            std::string("expected mxfp4 or mxfp4_a8 for MXFP4 blocks, got ") + format_name(format));
   check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
   check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
   check_arg(i >= mxfp4::kBlock && i % mxfp4::kBlock == 0, "i",
@@ -92,7 +100,7 @@ std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const 
                             ", row " + std::to_string(bad / nb % o) + ", block " +
                             std::to_string(bad % nb) + ": NaN scales are refused");
   }
-  auto p = new_packed(isa, WeightFormat::kMxfp4, e, o, i, "blocks");
+  auto p = new_packed(isa, format, e, o, i, "blocks");
   const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
   char* dst = p->data.data<char>();

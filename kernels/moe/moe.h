@@ -29,9 +29,11 @@ struct Ukernel;  // the micro-kernel interface (ukernel.h)
 // 2**(s-127)); i % 32 == 0; a scale of 255 (NaN in OCP MX) is refused (kernels/moe/mxfp4.h).
 // kInt8: W8A8, per-output-channel symmetric int8 weights (e, o, i) in [-127, 127] with fp32
 // scales (e, o) (W = q * s), activations quantised per token at run time (kernels/moe/int8.h).
-enum class WeightFormat { kBf16 = 0, kMxfp4 = 1, kInt8 = 2 };
-inline constexpr int kNumFormats = 3;
-const char* format_name(WeightFormat f);           // "bf16", "mxfp4", "int8"
+// kMxfp4A8: W4A8, kMxfp4's weights with activations quantised per token to int8 as kInt8 does
+// (opt-in, not exact: the arithmetic and its error bound are in kernels/moe/w4a8_loop.h).
+enum class WeightFormat { kBf16 = 0, kMxfp4 = 1, kInt8 = 2, kMxfp4A8 = 3 };
+inline constexpr int kNumFormats = 4;
+const char* format_name(WeightFormat f);           // "bf16", "mxfp4", "int8", "mxfp4_a8"
 WeightFormat parse_format(const std::string& name);  // else throws naming "format"
 
 // Expert weights (e, o, i) in nn.Linear [out, in] order, packed for one kernel family (a
@@ -49,10 +51,12 @@ struct PackedExperts {
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa);
 // MXFP4 experts: blocks (e, o, i/32, 16), scales (e, o, i/32); i a multiple of 32 (throws
-// naming "i"), no scale 255 (throws naming "scales" with its position).
+// naming "i"), no scale 255 (throws naming "scales" with its position). format: kMxfp4 (exact)
+// or kMxfp4A8 (int8 activations; else throws naming "format").
 std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
-                                                   const std::string& isa);
+                                                   const std::string& isa,
+                                                   WeightFormat format = WeightFormat::kMxfp4);
 // int8 experts: q (e, o, i) int8 in [-127, 127] (-128 throws naming "w"), scales (e, o) fp32,
 // finite and >= 0 (else throws naming "scales" with its position); i <= int8::kMaxK (the int32
 // sums stay exact; throws naming "i").
@@ -72,7 +76,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
 std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kernels/common/prepared_blob.h; serialize.cc) ------------------------
-// op "moe"; format "bf16" | "mxfp4" | "int8"; dims = {e, o, i}; one section: the packed
+// op "moe"; format "bf16" | "mxfp4" | "int8" | "mxfp4_a8"; dims = {e, o, i}; one section: the packed
 // experts as prepack wrote them. MoE packings cannot be unpacked, so a buffer for a variant
 // this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
 // threads are not used): prepack again from the expert weights.

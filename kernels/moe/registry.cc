@@ -11,21 +11,27 @@ namespace cpukern::moe {
 
 namespace {
 // The row's ukernel: the bf16 one, with its ukernel per format (the kernel list's columns).
-Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8) {
+Ukernel row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8,
+            const Ukernel& w4a8) {
   Ukernel u = bf16;
   u.formats[int(WeightFormat::kBf16)] = &bf16;
   u.formats[int(WeightFormat::kMxfp4)] = &mxfp4;
   u.formats[int(WeightFormat::kInt8)] = &int8;
+  u.formats[int(WeightFormat::kMxfp4A8)] = &w4a8;
   return u;
 }
 }  // namespace
 
-#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
-  CPUKERN_ON(arch, Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel)}, )
-#define CPUKERN_CATALOGUE_ONLY(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
-  CPUKERN_ON(arch,                                                                             \
-             Variant{#name, isa::isa_key, priority, row(ukernel, mxfp4_ukernel, int8_ukernel), \
-                     false}, )
+#define CPUKERN_VARIANT(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel, \
+                        w4a8_ukernel)                                                        \
+  CPUKERN_ON(arch,                                                                            \
+             Variant{#name, isa::isa_key, priority,                                           \
+                     row(ukernel, mxfp4_ukernel, int8_ukernel, w4a8_ukernel)}, )
+#define CPUKERN_CATALOGUE_ONLY(arch, name, isa_key, priority, ukernel, mxfp4_ukernel,        \
+                               int8_ukernel, w4a8_ukernel)                                   \
+  CPUKERN_ON(arch,                                                                            \
+             Variant{#name, isa::isa_key, priority,                                           \
+                     row(ukernel, mxfp4_ukernel, int8_ukernel, w4a8_ukernel), false}, )
 
 #if defined(CPUKERN_SIMDE)
 // The :simde library's compile of this file: the kernel list's simde rows (tests only).

@@ -57,7 +57,8 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   } catch (const InvalidArgument&) {
     throw_arg(arg, "corrupted header (format '" + blob::name(h.format) + "')");
   }
-  check_arg(format != WeightFormat::kMxfp4 || i % 32 == 0, arg, "corrupted header (MXFP4 I)");
+  check_arg((format != WeightFormat::kMxfp4 && format != WeightFormat::kMxfp4A8) || i % 32 == 0,
+            arg, "corrupted header (MXFP4 I)");
   check_arg(format != WeightFormat::kInt8 || i <= int8::kMaxK, arg, "corrupted header (int8 I)");
   const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
                     layout = blob::name(h.layout);

@@ -59,6 +59,11 @@ struct Ukernel {
   // every ISA) into its own A layout with the row's scale, so packed_a_size differs from the
   // row's bf16 ukernel's; its gemm gives C = (float(exact int32 sum) * sa) * sw, bitwise equal
   // to the scalar reference's on every variant (gemm_loop.h, "int8 tiles").
+  //
+  // A kMxfp4A8 ukernel (W4A8) packs with pack_mxfp4 like kMxfp4 (the same inputs), quantises
+  // A rows with int8::quantize_row in its own pack_a, and gives C bitwise equal to the scalar
+  // reference's on every variant (w4a8_loop.h: per-block exact int32 sums, one fp32 FMA per
+  // block, a double epilogue).
   WeightFormat format = WeightFormat::kBf16;
   void (*pack_mxfp4)(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                      void* dst) = nullptr;

@@ -148,7 +148,7 @@ class PackedExperts:
 
     @property
     def format(self) -> str:
-        """'bf16', 'mxfp4' or 'int8'."""
+        """'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations)."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -173,7 +173,7 @@ def moe_route(router_logits: Annotated[NDArray, dict(device='cpu', writable=Fals
 
 def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
 
-def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
+def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, arg3: str, /) -> PackedExperts: ...
 
 def moe_prepack_int8(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
 

@@ -18,6 +18,20 @@ Range: that epilogue stays finite while 127 * K * max|a| <= 3e38 for the activat
 GEMM (x with K = H for w13; the activation output with K = I for w2), e.g. max|x| <= 8e32 at
 H = 2880; past it a row can come out inf or NaN where bf16 experts with the same weights give
 finite values (not checked per call).
+
+W4A8 (opt-in): ``prepack(blocks, format="mxfp4", scales=s, act="int8")`` packs the MXFP4
+experts for int8 activations (``PackedExperts.format`` "mxfp4_a8"): each token row is quantised
+as the int8 path does (qa in [-127, 127], scale sa = amax / 127), each 32-weight block's
+products summed exactly in int32 against the integers 2 * e2m1 in [-12, 12], scaled by the
+block's e8m0 scale relative to its column's largest (one fp32 FMA per block, in block order)
+and, at the end, by sa and the column's largest scale in double, rounded once to fp32. Every
+variant gives the same bits; results are batch- and thread-count-invariant. Not exact; per GEMM
+output (K in-features, nb = K / 32 blocks, a_k = sa * qa_k the quantised activations,
+T_b = sum over block b of w_k a_k, F the blocks whose scale lies more than 126 below their
+column's largest, flushed to zero):
+    |C - sum_k w_k x_k| <= (sa / 2) * sum_k |w_k| + (nb + 1) * 2**-24 * sum_b |T_b|
+                           + sum_{b in F} |T_b| + 2**-149
+(docs/formats/mxfp4.md, "W4A8"). A row holding inf or NaN gives NaN outputs.
 """
 
 from __future__ import annotations
@@ -38,8 +52,11 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
 FORMATS = ("bf16", "mxfp4", "int8")
 
+# Activation formats prepack accepts: "float" (the exact kernels), "int8" (W4A8, MXFP4 only).
+ACTS = ("float", "int8")
+
 __all__ = ["route", "prepack", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
-           "PackedExperts", "ACTIVATIONS", "FORMATS", "to_bytes", "from_buffer", "serialized_size"]
+           "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
 
 def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[Any, Any]:
@@ -64,7 +81,7 @@ def _u8(a: Any, name: str, ndims: tuple[int, ...]) -> Any:
     return check_array(a, name, "uint8", ndims)
 
 
-def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
+def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "float",
             isa: Optional[str] = None) -> PackedExperts:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
     kernel family.
@@ -75,9 +92,16 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
     to bf16 (4.25 bits per weight packed). Scales of 255 (NaN) are refused.
     format="int8": w = q int8 (E, O, I) in [-127, 127], scales float32 (E, O), finite and >= 0
     (quantize(w_bf16, format="int8") makes both); 1 <= I <= 133144.
+    act="float" (default): activations as they come (bf16; MXFP4 exact). act="int8", only with
+    format="mxfp4": W4A8, activations quantised per token to int8 at run time (format
+    "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
     format = str_arg(format, "format", FORMATS)
+    act = str_arg(act, "act", ACTS)
+    if act == "int8" and format != "mxfp4":
+        raise ValueError(f"act: expected 'float' with format={format!r} (int8 activations only "
+                         f"with format='mxfp4'), got 'int8'")
     if format == "int8":
         if scales is None:
             raise ValueError("scales: required with format='int8' (float32 (E, O))")
@@ -98,7 +122,8 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None,
         if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
             raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
                              f"{describe(w)}")
-        return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa), isa)
+        return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
+                                              "mxfp4_a8" if act == "int8" else "mxfp4"), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))

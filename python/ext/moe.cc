@@ -23,7 +23,7 @@ void bind_moe(nb::module_& m) {
                             "(cpukern.moe.prepack).")
       .def_ro("isa", &PackedExperts::isa)
       .def_prop_ro("format", [](const PackedExperts& w) { return std::string(moe::format_name(w.format)); },
-                   "'bf16', 'mxfp4' or 'int8'.")
+                   "'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).")
       .def_prop_ro("shape", [](const PackedExperts& w) { return std::make_tuple(w.e, w.o, w.i); },
                    "(E, O, I) of the unpacked weights.")
       .def_prop_ro("nbytes", &PackedExperts::nbytes)
@@ -94,8 +94,10 @@ void bind_moe(nb::module_& m) {
     return moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
   });
 
-  // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout).
-  m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa) {
+  // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout);
+  // format "mxfp4" (exact) or "mxfp4_a8" (W4A8: int8 activations).
+  m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
+                                const std::string& format) {
     const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});
     const auto* sp = in_ptr<uint8_t>(scales, "scales", {3});
     const int64_t e = int64_t(blocks.shape(0)), o = int64_t(blocks.shape(1)),
@@ -103,8 +105,9 @@ void bind_moe(nb::module_& m) {
     if (blocks.shape(3) != 16)
       throw_arg("blocks", "expected shape (E, O, I/32, 16), got " + describe_array(blocks));
     check_shape(scales, "scales", {e, o, nb});
+    const moe::WeightFormat f = moe::parse_format(format);
     GilRelease release(double(blocks.size()) * 2.0);
-    return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa);
+    return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa, f);
   });
 
   // int8: q int8 (E, O, I), scales float32 (E, O).

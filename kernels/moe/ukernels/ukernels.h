@@ -5,9 +5,10 @@
 
 namespace cpukern::moe {
 
-#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel, mxfp4_ukernel, int8_ukernel) \
+#define CPUKERN_VARIANT(arch, name, isa, priority, ukernel, mxfp4_ukernel, int8_ukernel, \
+                        w4a8_ukernel)                                                       \
   CPUKERN_DECLARE(arch, extern const Ukernel ukernel; extern const Ukernel mxfp4_ukernel;    \
-                  extern const Ukernel int8_ukernel;)
+                  extern const Ukernel int8_ukernel; extern const Ukernel w4a8_ukernel;)
 #define CPUKERN_CATALOGUE_ONLY CPUKERN_VARIANT
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT

@@ -418,7 +418,7 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
   shipped = false;                  \
   CPUKERN_VARIANT(__VA_ARGS__)      \
   shipped = true;
-#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_, mxfp4_, int8_)        \
+#define CPUKERN_VARIANT(arch_, name_, isa_, priority_, ukernel_, mxfp4_, int8_, w4a8_) \
   CPUKERN_ON(arch_, {                                                                   \
     const Variant& v = registry().variants().at(n++);                                   \
     EXPECT_STREQ(v.name, #name_);                                                       \
@@ -439,6 +439,11 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kInt8), &int8_) << #name_;                  \
     EXPECT_TRUE(int8_.format == WeightFormat::kInt8 && int8_.pack_int8 && !int8_.pack)  \
         << #int8_;                                                                      \
+    EXPECT_STREQ(w4a8_.name, #w4a8_);                                                   \
+    EXPECT_EQ(&ukernel_for(v, WeightFormat::kMxfp4A8), &w4a8_) << #name_;               \
+    EXPECT_TRUE(w4a8_.format == WeightFormat::kMxfp4A8 && w4a8_.pack_mxfp4 &&           \
+                !w4a8_.pack)                                                            \
+        << #w4a8_;                                                                      \
   })
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
@@ -1073,11 +1078,13 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
     std::mt19937 rng(2024u + uint32_t(c.e));
     Problem p = make_problem(c, 555u + uint32_t(c.e));
     std::shared_ptr<const PackedExperts> w13, w2;
-    if (prm.format == WeightFormat::kMxfp4) {
+    if (prm.format == WeightFormat::kMxfp4 || prm.format == WeightFormat::kMxfp4A8) {
       const Mx m13 = make_mx(p.w13, c.e * 2 * c.i, c.h, false, rng);
       const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
-      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, prm.variant);
-      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, prm.variant);
+      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, prm.variant,
+                          prm.format);
+      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, prm.variant,
+                         prm.format);
     } else if (prm.format == WeightFormat::kInt8) {
       const Q8 q13 = make_q8(p.w13, c.e * 2 * c.i, c.h), q2 = make_q8(p.w2, c.e * c.h, c.i);
       w13 = prepack_int8(q13.q.data(), q13.s.data(), c.e, 2 * c.i, c.h, prm.variant);
@@ -1135,7 +1142,8 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
 std::vector<BatchParam> batch_params() {
   std::vector<BatchParam> ps;
   for (const auto& v : variant_names())
-    for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8})
+    for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8,
+                           WeightFormat::kMxfp4A8})
       ps.push_back({v, f});
   return ps;
 }

@@ -43,11 +43,11 @@ std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int6
     const auto w = random_bf16(kE * o * i, 0.1f, rng);
     return prepack(w.data(), kE, o, i, v.name);
   }
-  if (f == WeightFormat::kMxfp4) {
+  if (f == WeightFormat::kMxfp4 || f == WeightFormat::kMxfp4A8) {
     std::vector<uint8_t> blocks(static_cast<size_t>(kE * o * i / 2)), scales(static_cast<size_t>(kE * o * i / 32));
     for (auto& b : blocks) b = uint8_t(rng());
     for (auto& s : scales) s = uint8_t(120 + rng() % 8);
-    return prepack_mxfp4(blocks.data(), scales.data(), kE, o, i, v.name);
+    return prepack_mxfp4(blocks.data(), scales.data(), kE, o, i, v.name, f);
   }
   std::vector<int8_t> q(static_cast<size_t>(kE * o * i));
   for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
@@ -103,7 +103,8 @@ std::vector<const Variant*> rows() {
   return out;
 }
 
-const WeightFormat kFormats[] = {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8};
+const WeightFormat kFormats[] = {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8,
+                                 WeightFormat::kMxfp4A8};
 
 TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
   std::mt19937 rng(1);
