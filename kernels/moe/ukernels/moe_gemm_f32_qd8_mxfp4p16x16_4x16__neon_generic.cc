@@ -54,7 +54,7 @@ inline void smlal_pass(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* 
                                          column_products(lo[1], hi[1], a0, a1));
         const int16x8_t p23 = vpaddq_s16(column_products(lo[2], hi[2], a0, a1),
                                          column_products(lo[3], hi[3], a0, a1));
-        const int32x4_t s = vpadalq_s16(k.start, vpaddq_s16(p01, p23));
+        const int32x4_t s = vpadalq_s16(k.start(), vpaddq_s16(p01, p23));
         c[r][q] = fma_block(k, s, m[q], c[r][q]);
       }
     }

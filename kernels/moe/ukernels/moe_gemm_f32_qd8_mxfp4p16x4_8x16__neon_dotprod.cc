@@ -31,7 +31,7 @@ using namespace neonw4a8;
 template <int M>
 inline void quad_sums(const Consts& k, const int8_t* a, int64_t lda, const uint8_t* codes,
                       int32x4_t (&s)[M]) {
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r) s[r] = k.start;
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r) s[r] = k.start();
   CPUKERN_UNROLL for (int h = 0; h < 2; ++h) {  // 16 k: groups 2h, 2h + 1
     int8x16_t av[M];
     CPUKERN_UNROLL for (int r = 0; r < M; ++r) av[r] = vld1q_s8(a + r * lda + 16 * h);

@@ -26,46 +26,47 @@ namespace {
 
 using namespace neonw4a8;
 
-// acc rows 0 .. M-1 x 8 columns = step 5 over nb blocks of one panel, RP = (M + 1) / 2 row
-// pairs (a: the first pair's packed rows; a pair's 8 k steps are 16 bytes apart).
-template <int M>
-inline void smmla_panel(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
-                        const uint8_t* codes, float* acc, int64_t ldacc) {
+// acc rows 0 .. M-1 x columns 2 j0 .. 2 (j0 + NJ) - 1 = step 5 over nb blocks of one panel,
+// RP = (M + 1) / 2 row pairs (a: the first pair's packed rows; a pair's 8 k steps are 16
+// bytes apart), column pairs j0 .. j0 + NJ - 1.
+template <int M, int NJ>
+inline void smmla_pass(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
+                       const uint8_t* codes, int j0, float* acc, int64_t ldacc) {
   constexpr int RP = (M + 1) / 2;
   const Consts k;
-  float32x4_t c[RP][4];
+  float32x4_t c[RP][NJ];
   CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
-    CPUKERN_UNROLL for (int j = 0; j < 4; ++j) c[q][j] = vdupq_n_f32(0.0f);
+    CPUKERN_UNROLL for (int j = 0; j < NJ; ++j) c[q][j] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* ab = a + b * 64;  // 4 steps of 8 k x 2 rows
-    const uint8_t* cb = codes + b * 128;
-    float32x4_t m03, m47;
-    mults8(rel + b * 8, m03, m47);
-    CPUKERN_UNROLL for (int j = 0; j < 4; ++j) {
+    const uint8_t* cb = codes + b * 128 + 32 * j0;
+    CPUKERN_UNROLL for (int j = 0; j < NJ; ++j) {
+      // A is re-read per column pair: an opaque copy of the pointer keeps GCC from holding
+      // the block's 4 RP A vectors across the pairs (spills, whose stores take V pipes).
+      const int8_t* aj = ab;
+      asm("" : "+r"(aj));
       int32x4_t s[RP];
-      CPUKERN_UNROLL for (int q = 0; q < RP; ++q) s[q] = k.start;
+      CPUKERN_UNROLL for (int q = 0; q < RP; ++q) s[q] = k.start();
       CPUKERN_UNROLL for (int h = 0; h < 2; ++h) {
         int8x16_t lo, hi;
         decode(k, cb + (2 * j + h) * 16, lo, hi);
         CPUKERN_UNROLL for (int q = 0; q < RP; ++q) {
-          const int8_t* aq = ab + 2 * q * lda + 32 * h;
+          const int8_t* aq = aj + 2 * q * lda + 32 * h;
           s[q] = vmmlaq_s32(s[q], vld1q_s8(aq), lo);
           s[q] = vmmlaq_s32(s[q], vld1q_s8(aq + 16), hi);
         }
       }
-      // [m(2j) m(2j+1) m(2j) m(2j+1)]: the 64-bit half of the pair, twice.
-      const float64x2_t mh = vreinterpretq_f64_f32(j < 2 ? m03 : m47);
-      const float32x4_t m = vreinterpretq_f32_f64(j % 2 ? vzip2q_f64(mh, mh) : vzip1q_f64(mh, mh));
+      const float32x4_t m = mults_pair(rel + b * 8 + 2 * (j0 + j));
       CPUKERN_UNROLL for (int q = 0; q < RP; ++q) c[q][j] = fma_block(k, s[q], m, c[q][j]);
     }
   }
   // Two column pairs -> 4 columns of each row of the pair (zip of the 64-bit halves).
   CPUKERN_UNROLL for (int q = 0; q < RP; ++q)
-    CPUKERN_UNROLL for (int j = 0; j < 4; j += 2) {
+    CPUKERN_UNROLL for (int j = 0; j < NJ; j += 2) {
       const float64x2_t x = vreinterpretq_f64_f32(c[q][j]), y = vreinterpretq_f64_f32(c[q][j + 1]);
-      vst1q_f32(acc + 2 * q * ldacc + 2 * j, vreinterpretq_f32_f64(vzip1q_f64(x, y)));
-      if (2 * q + 1 < M)
-        vst1q_f32(acc + (2 * q + 1) * ldacc + 2 * j, vreinterpretq_f32_f64(vzip2q_f64(x, y)));
+      float* r0 = acc + 2 * q * ldacc + 2 * (j0 + j);
+      vst1q_f32(r0, vreinterpretq_f32_f64(vzip1q_f64(x, y)));
+      if (2 * q + 1 < M) vst1q_f32(r0 + ldacc, vreinterpretq_f32_f64(vzip2q_f64(x, y)));
     }
 }
 
@@ -88,8 +89,10 @@ struct Tile : W4a8TileDefaults {
   static void tile(const int8_t* a, int64_t lda, const int32_t*, int64_t, int64_t nb,
                    const uint8_t* rel, const uint8_t* codes, int64_t panel, int np, float* acc,
                    int64_t ldacc) {
+    constexpr int NJ = M <= 4 ? 4 : 2;  // column pairs per pass: 8 rows hold 2 x 4 x 2 sums
     for (int j = 0; j < np; ++j)
-      smmla_panel<M>(a, lda, nb, rel + j * panel, codes + j * panel, acc + j * kNR, ldacc);
+      CPUKERN_UNROLL for (int j0 = 0; j0 < 4; j0 += NJ)
+        smmla_pass<M, NJ>(a, lda, nb, rel + j * panel, codes + j * panel, j0, acc + j * kNR, ldacc);
   }
 };
 

@@ -23,9 +23,10 @@ inline constexpr float kMagic = 12582912.0f;  // 1.5 * 2**23
 struct Consts {
   const int8x16_t table = vld1q_s8(mxfp4::kTwice);  // code -> 2 * e2m1 value, in [-12, 12]
   const uint8x16_t low = vdupq_n_u8(0x0f);
-  const int32x4_t start = vdupq_n_s32(kMagicBits);
   const float32x4_t magic = vdupq_n_f32(kMagic);
+  int32x4_t start() const { return vreinterpretq_s32_f32(magic); }  // kMagicBits: one register
 };
+static_assert(kMagic == 0x1.8p23f, "kMagicBits are the bits of kMagic");
 
 // 16 code bytes (32 weights) -> the int8 w2 of the low nibbles and of the high nibbles: one
 // tbl per 16 weights.
@@ -55,6 +56,14 @@ inline void mults(const uint8_t* rel, float32x4_t (&m)[NQ]) {
     mults8(rel, m[0], m[1]);
     if constexpr (NQ == 4) mults8(rel + 8, m[2], m[3]);
   }
+}
+
+// [m(2j) m(2j+1) m(2j) m(2j+1)] from the column pair's 2 rel bytes (the SMMLA accumulator order).
+inline float32x4_t mults_pair(const uint8_t* rel2) {
+  uint16_t raw;
+  std::memcpy(&raw, rel2, 2);
+  const uint16x8_t r = vshll_n_u8(vreinterpret_u8_u16(vdup_n_u16(raw)), 7);
+  return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(r), 16));
 }
 
 // One block's step 5 for four elements: acc = fma(float(isum), mult, acc), isum from s (which
