@@ -33,35 +33,24 @@ inline int16x8_t column_products(int8x16_t lo, int8x16_t hi, int8x16_t a0, int8x
   return vmlal_high_s8(p, hi, a1);
 }
 
-template <int M, int NQ>
-inline void smlal_pass(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
-                       const uint8_t* codes, int q0, float* acc, int64_t ldacc) {
-  const Consts k;
-  float32x4_t c[M][NQ];
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) c[r][q] = vdupq_n_f32(0.0f);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rb = rel + b * 16 + 4 * q0;
-    const uint8_t* cb = codes + b * 256 + 64 * q0;
-    float32x4_t m[NQ];
-    mults<NQ>(rb, m);
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) {
-      int8x16_t lo[4], hi[4];
-      CPUKERN_UNROLL for (int i = 0; i < 4; ++i) decode(k, cb + 64 * q + 16 * i, lo[i], hi[i]);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-        const int8x16_t a0 = vld1q_s8(a + r * lda + b * 32), a1 = vld1q_s8(a + r * lda + b * 32 + 16);
-        const int16x8_t p01 = vpaddq_s16(column_products(lo[0], hi[0], a0, a1),
-                                         column_products(lo[1], hi[1], a0, a1));
-        const int16x8_t p23 = vpaddq_s16(column_products(lo[2], hi[2], a0, a1),
-                                         column_products(lo[3], hi[3], a0, a1));
-        const int32x4_t s = vpadalq_s16(k.start(), vpaddq_s16(p01, p23));
-        c[r][q] = fma_block(k, s, m[q], c[r][q]);
-      }
+// One quad of one block: the 4 columns decoded once, then per row 16 widening multiplies,
+// 3 pairwise adds and a sadalp.
+struct SmlalSums {
+  template <int M>
+  static void run(const Consts& k, const int8_t* a, int64_t lda, const uint8_t* codes,
+                  int32x4_t (&s)[M]) {
+    int8x16_t lo[4], hi[4];
+    CPUKERN_UNROLL for (int i = 0; i < 4; ++i) decode(k, codes + 16 * i, lo[i], hi[i]);
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+      const int8x16_t a0 = vld1q_s8(a + r * lda), a1 = vld1q_s8(a + r * lda + 16);
+      const int16x8_t p01 = vpaddq_s16(column_products(lo[0], hi[0], a0, a1),
+                                       column_products(lo[1], hi[1], a0, a1));
+      const int16x8_t p23 = vpaddq_s16(column_products(lo[2], hi[2], a0, a1),
+                                       column_products(lo[3], hi[3], a0, a1));
+      s[r] = vpadalq_s16(k.start(), vpaddq_s16(p01, p23));
     }
   }
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) vst1q_f32(acc + r * ldacc + 4 * (q0 + q), c[r][q]);
-}
+};
 
 struct Tile : W4a8TileDefaults {
   static constexpr int kMR = 4, kNR = 16, kNP = 1, kActW = 4;
@@ -72,16 +61,8 @@ struct Tile : W4a8TileDefaults {
   static void tile(const int8_t* a, int64_t lda, const int32_t*, int64_t, int64_t nb,
                    const uint8_t* rel, const uint8_t* codes, int64_t panel, int np, float* acc,
                    int64_t ldacc) {
-    for (int j = 0; j < np; ++j) {
-      const uint8_t *rj = rel + j * panel, *cj = codes + j * panel;
-      float* aj = acc + j * kNR;
-      if constexpr (M <= 2) {
-        smlal_pass<M, 4>(a, lda, nb, rj, cj, 0, aj, ldacc);
-      } else {
-        smlal_pass<M, 2>(a, lda, nb, rj, cj, 0, aj, ldacc);
-        smlal_pass<M, 2>(a, lda, nb, rj, cj, 2, aj, ldacc);
-      }
-    }
+    constexpr int NQ = M <= 2 ? 4 : 2;  // quads per pass (the decoded quad: 8 registers)
+    quad_tile<SmlalSums, M, NQ>(a, lda, nb, rel, codes, panel, np, acc, ldacc);
   }
 };
 

@@ -28,49 +28,28 @@ namespace {
 using namespace neonw4a8;
 
 // The 4 groups of one quad of one block: 8 sdot per row (lanes of A as template constants).
-template <int M>
-inline void quad_sums(const Consts& k, const int8_t* a, int64_t lda, const uint8_t* codes,
-                      int32x4_t (&s)[M]) {
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r) s[r] = k.start();
-  CPUKERN_UNROLL for (int h = 0; h < 2; ++h) {  // 16 k: groups 2h, 2h + 1
-    int8x16_t av[M];
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) av[r] = vld1q_s8(a + r * lda + 16 * h);
-    int8x16_t lo, hi;
-    decode(k, codes + 32 * h, lo, hi);
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      s[r] = vdotq_laneq_s32(s[r], lo, av[r], 0);
-      s[r] = vdotq_laneq_s32(s[r], hi, av[r], 1);
-    }
-    decode(k, codes + 32 * h + 16, lo, hi);
-    CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
-      s[r] = vdotq_laneq_s32(s[r], lo, av[r], 2);
-      s[r] = vdotq_laneq_s32(s[r], hi, av[r], 3);
-    }
-  }
-}
-
-// acc[M][4 (q0 .. q0 + NQ - 1) .. + 4) = step 5 over nb blocks, quads q0 .. q0 + NQ - 1.
-template <int M, int NQ>
-inline void sdot_pass(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
-                      const uint8_t* codes, int q0, float* acc, int64_t ldacc) {
-  const Consts k;
-  float32x4_t c[M][NQ];
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) c[r][q] = vdupq_n_f32(0.0f);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rb = rel + b * 16 + 4 * q0;
-    const uint8_t* cb = codes + b * 256 + 64 * q0;
-    float32x4_t m[NQ];
-    mults<NQ>(rb, m);
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) {
-      int32x4_t s[M];
-      quad_sums<M>(k, a + b * 32, lda, cb + 64 * q, s);
-      CPUKERN_UNROLL for (int r = 0; r < M; ++r) c[r][q] = fma_block(k, s[r], m[q], c[r][q]);
+struct SdotSums {
+  template <int M>
+  static void run(const Consts& k, const int8_t* a, int64_t lda, const uint8_t* codes,
+                  int32x4_t (&s)[M]) {
+    CPUKERN_UNROLL for (int r = 0; r < M; ++r) s[r] = k.start();
+    CPUKERN_UNROLL for (int h = 0; h < 2; ++h) {  // 16 k: groups 2h, 2h + 1
+      int8x16_t av[M];
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) av[r] = vld1q_s8(a + r * lda + 16 * h);
+      int8x16_t lo, hi;
+      decode(k, codes + 32 * h, lo, hi);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        s[r] = vdotq_laneq_s32(s[r], lo, av[r], 0);
+        s[r] = vdotq_laneq_s32(s[r], hi, av[r], 1);
+      }
+      decode(k, codes + 32 * h + 16, lo, hi);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) {
+        s[r] = vdotq_laneq_s32(s[r], lo, av[r], 2);
+        s[r] = vdotq_laneq_s32(s[r], hi, av[r], 3);
+      }
     }
   }
-  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
-    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) vst1q_f32(acc + r * ldacc + 4 * (q0 + q), c[r][q]);
-}
+};
 
 struct Tile : W4a8TileDefaults {
   static constexpr int kMR = 8, kNR = 16, kNP = 1, kActW = 4;
@@ -84,13 +63,8 @@ struct Tile : W4a8TileDefaults {
   static void tile(const int8_t* a, int64_t lda, const int32_t*, int64_t, int64_t nb,
                    const uint8_t* rel, const uint8_t* codes, int64_t panel, int np, float* acc,
                    int64_t ldacc) {
-    for (int j = 0; j < np; ++j) {
-      const uint8_t *rj = rel + j * panel, *cj = codes + j * panel;
-      float* aj = acc + j * kNR;
-      constexpr int NQ = M <= 2 ? 4 : M <= 4 ? 2 : 1;
-      CPUKERN_UNROLL for (int q0 = 0; q0 < 4; q0 += NQ)
-        sdot_pass<M, NQ>(a, lda, nb, rj, cj, q0, aj, ldacc);
-    }
+    constexpr int NQ = M <= 2 ? 4 : M <= 4 ? 2 : 1;  // quads per pass
+    quad_tile<SdotSums, M, NQ>(a, lda, nb, rel, codes, panel, np, acc, ldacc);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/unroll.h"
 #include "kernels/moe/mxfp4.h"
 
 namespace cpukern::moe::neonw4a8 {
@@ -70,6 +71,43 @@ inline float32x4_t mults_pair(const uint8_t* rel2) {
 // started at kMagicBits).
 inline float32x4_t fma_block(const Consts& k, int32x4_t s, float32x4_t m, float32x4_t acc) {
   return vfmaq_f32(acc, vsubq_f32(vreinterpretq_f32_s32(s), k.magic), m);
+}
+
+// The 16-column tiles (SDOT, smull/smlal): per panel and 32-k block, 16 rel bytes and 256
+// code bytes, 64 per quad of columns. One pass over the blocks keeps NQ quads (q0 ..) of M rows
+// in fp32 registers: acc[r][4 q0 ..) = step 5. Sums::run<M>(k, a, lda, codes, s) gives one
+// quad's int32 block sums of the M rows (A of the block at a, rows lda apart; the quad's 64
+// code bytes), started at k.start().
+template <class Sums, int M, int NQ>
+inline void quad_pass(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
+                      const uint8_t* codes, int q0, float* acc, int64_t ldacc) {
+  const Consts k;
+  float32x4_t c[M][NQ];
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) c[r][q] = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* cb = codes + b * 256 + 64 * q0;
+    float32x4_t m[NQ];
+    mults<NQ>(rel + b * 16 + 4 * q0, m);
+    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) {
+      int32x4_t s[M];
+      Sums::template run<M>(k, a + b * 32, lda, cb + 64 * q, s);
+      CPUKERN_UNROLL for (int r = 0; r < M; ++r) c[r][q] = fma_block(k, s[r], m[q], c[r][q]);
+    }
+  }
+  CPUKERN_UNROLL for (int r = 0; r < M; ++r)
+    CPUKERN_UNROLL for (int q = 0; q < NQ; ++q) vst1q_f32(acc + r * ldacc + 4 * (q0 + q), c[r][q]);
+}
+
+// A 16-column tile's call: per panel, passes of NQ quads over the blocks (the decode is per
+// weight and shared by the M rows, so a pass costs only A and rel re-reads from L1).
+template <class Sums, int M, int NQ>
+inline void quad_tile(const int8_t* a, int64_t lda, int64_t nb, const uint8_t* rel,
+                      const uint8_t* codes, int64_t panel, int np, float* acc, int64_t ldacc) {
+  for (int j = 0; j < np; ++j)
+    CPUKERN_UNROLL for (int q0 = 0; q0 < 4; q0 += NQ)
+      quad_pass<Sums, M, NQ>(a, lda, nb, rel + j * panel, codes + j * panel, q0, acc + j * 16,
+                             ldacc);
 }
 
 }  // namespace
