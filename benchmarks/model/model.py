@@ -86,6 +86,9 @@ def parse_args():
     ap.add_argument("--kernel", default="", help="regex over micro-kernel names")
     ap.add_argument("--cores", default="", help="comma list overriding the cores")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--w4a8", action="store_true",
+                    help="the AArch64 W4A8 tiles against the MXFP4 tiles they replace, per row "
+                         "count (w4a8_table below)")
     ap.add_argument("--calibrate", default="",
                     help="path of the calibration binary (benchmarks/model:calibrate): adds the "
                          "measured cycles per weight of the x86 kernels on this machine")
@@ -287,7 +290,17 @@ CORE_EXTS = {"neoverse-n1": {"dotprod"},
              "neoverse-v2": {"dotprod", "i8mm", "bf16"}}
 
 
+_MCA_CACHE = {}
+
+
 def mca(tool, body, arch, cpu, iterations=1000, flags=()):
+    key = (tool, tuple(body), arch, cpu, iterations, tuple(flags))
+    if key not in _MCA_CACHE:
+        _MCA_CACHE[key] = _mca(tool, body, arch, cpu, iterations, flags)
+    return _MCA_CACHE[key]
+
+
+def _mca(tool, body, arch, cpu, iterations, flags):
     triple = "aarch64-linux-gnu" if arch == "arm" else "x86_64-linux-gnu"
     r = subprocess.run([tool, "-mtriple=" + triple, "-mcpu=" + cpu, "-iterations=%d" % iterations,
                         "-bottleneck-analysis"] + mattr(flags),
@@ -455,8 +468,103 @@ def calibrate(args, results):
     return ghz, meas, out
 
 
+# --- W4A8 (issue 28): the int8-activation MXFP4 tiles against the exact MXFP4 tiles --------
+# (W4A8 tile, the MXFP4 tile of the row it serves, weights its MXFP4 decode gives per tbl).
+# Every loop of both files that decodes e2m1 codes (has tbl) and multiplies is classified by
+# rows = multiply-adds / decoded weights (each weight serves every row of the tile; SMMLA and
+# BFMMLA compute row pairs, so 1 row runs the 2-row loop at half use). The MXFP4 tiles' fast
+# paths and in-register decodes both have tbl; their prefill over a decoded buffer (more rows
+# than the tile: gemm_loop.h decoded_gemm) has none and is listed as "buffer", its decode not
+# counted.
+W4A8_PAIRS = [
+    ("moe_gemm_f32_qd8_mxfp4p16x4_8x16__neon_dotprod", "moe_gemm_f32_f32_mxfp4p16_4x16__neon_fma", 16),
+    ("moe_gemm_f32_qd8_mxfp4p8x8_8x8__neon_i8mm", "moe_gemm_f32_bf16p8x4_mxfp4p8x4_8x8__neon_bfmmla", 8),
+    ("moe_gemm_f32_qd8_mxfp4p16x16_4x16__neon_generic", "moe_gemm_f32_f32_mxfp4p16_4x16__neon_fma", 16),
+]
+MACS = {"sdot": 16, "smmla": 32, "smull": 8, "smull2": 8, "smlal": 8, "smlal2": 8, "bfmmla": 16,
+        "fmla": 4}  # multiply-adds per instruction (fmla: .4s only)
+
+
+def macs_of(body):
+    return sum(MACS.get(mnemonic(s), 0) for s in body if mnemonic(s) != "fmla" or ".4s" in s)
+
+
+def w4a8_loops(args, copts, isa_copts, sym, wpt, tmp):
+    """{rows: (body, MAC/iter)} of the kernel's e2m1 loops (rows 0: the decoded-buffer loop)."""
+    src = os.path.join(args.root, "kernels", "moe", "ukernels", sym + ".cc")
+    flags = copts + isa_copts.get(build_isa(args.root, "moe", sym + ".cc") or "portable", [])
+    asm, _ = compile_asm(args.root, src, "arm", flags, tmp)
+    out = {}
+    for _, body in innermost_loops(asm, "arm"):
+        mac, tbl = macs_of(body), sum(1 for s in body if mnemonic(s) == "tbl")
+        rows = round(mac / (tbl * wpt)) if tbl else 0
+        if mac == 0 or (rows == 0 and mac < max((m for _, m in out.get(0, [])), default=0)):
+            continue
+        out.setdefault(rows, []).append((body, mac))
+    return out, flags
+
+
+def w4a8_table(args):
+    copts, isa_copts = bzl_tables(args.root)
+    tmp = tempfile.mkdtemp(prefix="cpukern_model_")
+    cores = args.cores.split(",") if args.cores else ARM_CORES
+    lines = []
+    hdr = ["W4A8 tile", "MXFP4 tile", "rows", "core", "W4A8 MAC/cycle", "cycles per block",
+           "MXFP4 MAC/cycle", "W4A8 / MXFP4"]
+    lines.append(hdr)
+    for w4, base, wpt in W4A8_PAIRS:
+        wl, wflags = w4a8_loops(args, copts, isa_copts, w4, 16, tmp)
+        bl, bflags = w4a8_loops(args, copts, isa_copts, base, wpt, tmp)
+        nr = int(re.search(r"_\d+x(\d+)__", w4).group(1))
+        for m in (1, 2, 4, 8):
+            need = set(f.split("+", 1)[1] for f in wflags + bflags if f.startswith("-march=") and "+" in f)
+            def best(loops, rows, flags, cpu):
+                """MAC/cycle of the fastest loop for `rows` rows (a pair loop for an odd count
+                at its use), cycles of that loop per 32-k block of rows x nr columns."""
+                cands = [(b, mac, rows / r) for r, ls in loops.items() if r in (rows, rows + 1) and r
+                         for b, mac in ls]
+                if not cands:
+                    return None
+                res = []
+                for b, mac, use in cands:
+                    cyc, _ = mca(args.mca, b, "arm", cpu, flags=flags)
+                    res.append((mac * use / cyc, cyc))
+                return max(res)
+            for cpu in cores:
+                exts = set()
+                for f in wflags + bflags:
+                    if f.startswith("-march="):
+                        exts |= set(f.split("+")[1:])
+                if exts - CORE_EXTS.get(cpu, exts):
+                    continue
+                w = best(wl, m, wflags, cpu)
+                if w is None:
+                    continue
+                b = best(bl, m, bflags, cpu)
+                note = ""
+                if b is None and 0 in bl:  # more rows than the MXFP4 tile: its decoded buffer
+                    b = max((mac / mca(args.mca, bb, "arm", cpu, flags=bflags)[0], 0)
+                            for bb, mac in bl[0])
+                    note = " (buffer)"
+                cyc_block = m * nr * 32 / w[0]
+                lines.append([w4, base, str(m), short(cpu), "%.1f" % w[0], "%.1f" % cyc_block,
+                              ("%.1f" % b[0] + note) if b else "-",
+                              "%.2fx" % (w[0] / b[0]) if b else "-"])
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("All numbers: %s, hot loop only (operands in L1). MAC = useful multiply-adds "
+          "(a 1-row SMMLA / BFMMLA loop counts half); cycles per block = one 32-k block of "
+          "rows x the W4A8 tile's columns." % LABEL)
+    for i, l in enumerate(lines):
+        print("| " + " | ".join(l) + " |" if args.markdown else "  ".join(l))
+        if args.markdown and i == 0:
+            print("|" + "---|" * len(l))
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.w4a8:
+        return w4a8_table(args)
     copts, isa_copts = bzl_tables(args.root)
     kernels = micro_kernels(args.root)
     if args.quick:
