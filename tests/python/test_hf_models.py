@@ -290,7 +290,7 @@ def test_patch_report_and_errors(checkpoints):
 
 
 @pytest.mark.parametrize("mode", ["online", "offline"])
-def test_bitnet_autobitlinear(mode):
+def test_bitnet_autobitlinear(mode, tmp_path):
     """transformers' AutoBitLinear (per-tensor absmean of float weights online, or ternary
     weights times weight_scale offline, with ActQuant's per-token rule) -> TernaryLinear."""
     from transformers.integrations.bitnet import replace_with_bitnet_linear
@@ -311,3 +311,8 @@ def test_bitnet_autobitlinear(mode):
     report = ct.patch(model)
     assert len(report.replaced) == 7 * cfg.num_hidden_layers, str(report)
     check_against_stock("bitnet", ref, model, BOUND[("bitnet", "int8_bitnet")])
+    # The same weights as an AutoBitLinear checkpoint (unpacked), through from_pretrained.
+    _write(ref, ref.state_dict(), str(tmp_path), qc.to_dict())
+    loaded = ct.from_pretrained(str(tmp_path))
+    assert len(loaded.cpukern_report.replaced) == 7 * cfg.num_hidden_layers
+    check_against_stock("bitnet", ref, loaded, BOUND[("bitnet", "int8_bitnet")])

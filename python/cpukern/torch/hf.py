@@ -119,8 +119,9 @@ def _options(kind: str, isa: Any, act: Any, format: Any, threads: Any) -> tuple:
 # --- building cpukern modules from the model's tensors -----------------------------------
 
 def _ternary_linear(codes: np.ndarray, scale: float, bias: Optional[Tensor], act: str,
-                    isa: str) -> TernaryLinear:
-    """TernaryLinear over int8 {-1, 0, +1} codes (out, in) times a per-tensor float32 scale."""
+                    isa: str, norm: Optional[nn.Module] = None) -> nn.Module:
+    """TernaryLinear (prepared) over int8 {-1, 0, +1} codes (out, in) times a per-tensor
+    float32 scale; behind the layer's optional RMSNorm (kept in torch)."""
     out_f, in_f = codes.shape
     tl = TernaryLinear(in_f, out_f, bias is not None, act=act, isa=isa)
     with torch.no_grad():
@@ -128,7 +129,8 @@ def _ternary_linear(codes: np.ndarray, scale: float, bias: Optional[Tensor], act
         tl.scale.fill_(float(scale))
         if bias is not None:
             tl.bias.copy_(bias.detach().to(torch.float32))
-    return tl
+    tl.prepare()
+    return tl if norm is None else nn.Sequential(norm, tl)
 
 
 def _inverse_scale(ws: Tensor, name: str) -> float:
@@ -142,32 +144,34 @@ def _inverse_scale(ws: Tensor, name: str) -> float:
     return float(inv)
 
 
-def _with_norm(norm: Optional[nn.Module], tl: TernaryLinear) -> nn.Module:
-    return tl if norm is None else nn.Sequential(norm, tl)
+def _bitlinear_codes(packed: np.ndarray, out_features: int, ws: Tensor, name: str) -> tuple:
+    """transformers' BitLinear: packed uint8 (out/4, in), y = (W q) / (s * weight_scale)."""
+    return bitnet_unpack(packed)[:out_features], _inverse_scale(ws, name)
+
+
+def _autobitlinear_codes(w: Tensor, ws: Optional[Tensor], name: str) -> tuple:
+    """AutoBitLinear: online (ws None: transformers' WeightQuant, per-tensor absmean of the
+    float weights) or offline (ternary weights stored unpacked, output times weight_scale)."""
+    w = w.detach().to(torch.float32)
+    if ws is None:
+        inv = 1.0 / w.abs().mean().clamp(min=1e-5)  # WeightQuant's scale, float32
+        return ((w * inv).round().clamp(-1, 1).to(torch.int8).numpy(),
+                float(np.float32(1.0) / np.float32(float(inv))))
+    if not bool(((w == -1) | (w == 0) | (w == 1)).all()):
+        raise ValueError(f"{name}: offline AutoBitLinear weights are not all in {{-1, 0, +1}}")
+    return w.to(torch.int8).numpy(), float(ws.detach().to(torch.float32).reshape(-1)[0])
 
 
 def _from_bitlinear(mod: nn.Module, name: str, act: str, isa: str) -> nn.Module:
-    """transformers' BitLinear: packed uint8 (out/4, in), y = (W q) / (s * weight_scale)."""
-    codes = bitnet_unpack(mod.weight.detach().numpy())[: mod.out_features]
-    return _with_norm(mod.rms_norm, _ternary_linear(codes, _inverse_scale(mod.weight_scale, name),
-                                                    mod.bias, act, isa))
+    codes, scale = _bitlinear_codes(mod.weight.detach().numpy(), mod.out_features,
+                                    mod.weight_scale, name)
+    return _ternary_linear(codes, scale, mod.bias, act, isa, mod.rms_norm)
 
 
 def _from_autobitlinear(mod: nn.Module, name: str, act: str, isa: str) -> nn.Module:
-    """AutoBitLinear: offline (ternary weights stored unpacked, times weight_scale) or online
-    (transformers' WeightQuant: per-tensor absmean of the float weights)."""
-    w = mod.weight.detach().to(torch.float32)
-    if mod.online_quant:
-        inv = 1.0 / w.abs().mean().clamp(min=1e-5)  # WeightQuant's scale, float32
-        codes = (w * inv).round().clamp(-1, 1)
-        scale = float(np.float32(1.0) / np.float32(float(inv)))
-    else:
-        codes = w
-        if not bool(((w == -1) | (w == 0) | (w == 1)).all()):
-            raise ValueError(f"{name}: offline AutoBitLinear weights are not all in {{-1, 0, +1}}")
-        scale = float(mod.weight_scale.detach().to(torch.float32).reshape(-1)[0])
-    return _with_norm(mod.rms_norm, _ternary_linear(codes.to(torch.int8).numpy(), scale, mod.bias,
-                                                    act, isa))
+    codes, scale = _autobitlinear_codes(mod.weight, None if mod.online_quant else mod.weight_scale,
+                                        name)
+    return _ternary_linear(codes, scale, mod.bias, act, isa, mod.rms_norm)
 
 
 def _fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tensor], *,
@@ -292,8 +296,6 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
                 continue
         if new is None:
             continue
-        if isinstance(new, TernaryLinear):
-            new.prepare()
         model.set_submodule(name, new)
         done.append(name)
         report.replaced.append((name, cls, what))
@@ -356,32 +358,44 @@ def _take(tensors: dict, used: set, key: str, dtype: Optional[torch.dtype] = Non
 
 def _load_bitnet(model: nn.Module, tensors: dict, used: set, act: str, isa: str,
                  report: PatchReport) -> None:
+    """Every linear layer the BitNet quantization config quantises: packed (BitLinear) or
+    unpacked ternary / float weights (AutoBitLinear offline / online)."""
     qc = getattr(model.config, "quantization_config", None)
     qc = qc.to_dict() if hasattr(qc, "to_dict") else (qc or {})
+    if not qc:
+        return  # a float BitNet: transformers runs its nn.Linear layers in float
     auto = qc.get("linear_class", "bitlinear") == "autobitlinear"
-    norm_eps = qc.get("rms_norm_eps", 1e-6)
+    online = auto and qc.get("quantization_mode", "offline") == "online"
+    skip = set(qc.get("modules_to_not_convert") or ["lm_head"])
     for name, mod in list(model.named_modules()):
         key = name + ".weight"
-        if not isinstance(mod, nn.Linear) or key not in tensors or tensors[key].dtype != np.uint8:
+        if not isinstance(mod, nn.Linear) or key not in tensors or name in skip:
             continue
-        if name + ".weight_scale" not in tensors:
-            raise ValueError(f"path: packed BitNet weight {key!r} has no {name}.weight_scale")
-        used.update((key, name + ".weight_scale"))
-        codes = bitnet_unpack(tensors[key])[: mod.out_features]
-        ws = _torch(tensors[name + ".weight_scale"])
-        # BitLinear divides by weight_scale, AutoBitLinear multiplies by it
-        scale = (float(ws.to(torch.float32).reshape(-1)[0]) if auto else _inverse_scale(ws, key))
+        packed = tensors[key].dtype == np.uint8
+        if not online and name + ".weight_scale" not in tensors:
+            raise ValueError(f"path: BitNet weight {key!r} has no {name}.weight_scale")
+        ws = None if online else _take(tensors, used, name + ".weight_scale")
+        if packed and auto:  # AutoBitLinear unpacks packed checkpoints (BitNetDeserialize)
+            used.add(key)
+            codes = torch.from_numpy(bitnet_unpack(tensors[key])[: mod.out_features])
+            codes, scale = _autobitlinear_codes(codes, ws, key)
+        elif packed:
+            used.add(key)
+            codes, scale = _bitlinear_codes(tensors[key], mod.out_features, ws, key)
+        elif auto:
+            codes, scale = _autobitlinear_codes(_take(tensors, used, key), ws, key)
+        else:
+            raise ValueError(f"path: BitLinear weight {key!r} is {tensors[key].dtype}, expected "
+                             f"packed uint8")
         bias = _take(tensors, used, name + ".bias") if mod.bias is not None else None
         norm = None
         if qc.get("use_rms_norm", False):
             from transformers.models.llama.modeling_llama import LlamaRMSNorm
-            norm = LlamaRMSNorm(mod.in_features, eps=norm_eps)
+            norm = LlamaRMSNorm(mod.in_features, eps=qc.get("rms_norm_eps", 1e-6))
             norm.weight = nn.Parameter(_take(tensors, used, name + ".rms_norm.weight",
                                              model.dtype), requires_grad=False)
-        tl = _ternary_linear(codes, scale, bias, act, isa)
-        tl.prepare()
-        model.set_submodule(name, _with_norm(norm, tl))
-        report.replaced.append((name, "packed BitNet weight", f"TernaryLinear act={act}"))
+        model.set_submodule(name, _ternary_linear(codes, scale, bias, act, isa, norm))
+        report.replaced.append((name, "BitNet weight", f"TernaryLinear act={act}"))
 
 
 def _load_gpt_oss(model: nn.Module, tensors: dict, used: set, fmt: Optional[str], isa: str,
