@@ -22,10 +22,6 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers.integrations.bitnet import pack_weights  # noqa: E402
 from variants import variant_params  # noqa: E402
 
-# transformers' BitLinear runs its activation quantiser through torch.compile: eager here
-# (seconds instead of a compile per shape; the same arithmetic).
-torch._dynamo.config.disable = True
-
 STEPS = 16
 PROMPT = [3, 17, 42, 5, 99, 64, 7]
 
@@ -106,13 +102,17 @@ OP = {"bitnet": "ternary_gemv", "gpt_oss": "fused_moe", "qwen3_moe": "fused_moe"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models: torch's thread pool costs more than it gains (and far more on a loaded
-    machine); the kernels' results do not depend on the thread count."""
-    n = torch.get_num_threads()
+def eager_one_thread():
+    """transformers' BitLinear runs its activation quantiser through torch.compile: eager here
+    (seconds instead of a compile per shape; the same arithmetic). Tiny models: torch's thread
+    pool costs more than it gains (far more on a loaded machine); the kernels' results do not
+    depend on the thread count. Both restored after this module."""
+    n, disabled = torch.get_num_threads(), torch._dynamo.config.disable
     torch.set_num_threads(1)
+    torch._dynamo.config.disable = True
     yield
     torch.set_num_threads(n)
+    torch._dynamo.config.disable = disabled
 
 
 @pytest.fixture(scope="module")

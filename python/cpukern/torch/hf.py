@@ -278,7 +278,9 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
                     continue
                 conv = _from_bitlinear if cls == "BitLinear" else _from_autobitlinear
                 new = conv(mod, name, act, isa)
-                what = f"TernaryLinear act={act}" + (" (rms_norm kept in front)" if mod.rms_norm is not None else "")
+                what = f"TernaryLinear act={act}"
+                if mod.rms_norm is not None:
+                    what += " (rms_norm kept in front)"
             elif cls == "GptOssExperts" and isinstance(mod, classes.get(cls, ())):
                 why = _swiglu_reason(mod)
                 if why:
