@@ -13,6 +13,7 @@
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/ternary/act_bitnet.h"
 #include "kernels/ternary/grouped.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
@@ -273,10 +274,11 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(scale_len == 0 || scale_len == 1 || scale_len == m, "scale",
             "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
-  check_arg(act == Act::kF32 || act == Act::kInt8, "act", "expected fp32 or int8");
+  check_arg(act == Act::kF32 || act == Act::kInt8 || act == Act::kInt8BitNet, "act",
+            "expected fp32, int8 or int8_bitnet");
   // int8 mode: |acc| = |sum_k w q| <= 127 * K must be exact in the int32 accumulators.
   constexpr int64_t kMaxInt8K = INT32_MAX / 127;
-  check_arg(act != Act::kInt8 || k <= kMaxInt8K, "act",
+  check_arg(act == Act::kF32 || k <= kMaxInt8K, "act",
             "int8 mode needs K <= " + s(kMaxInt8K) + " (127 * K must fit int32), got K = " + s(k) +
                 "; use act='fp32'");
   check_arg(w.group_size == 0 || scale_len == 0, "scale",
@@ -289,7 +291,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   }
   if (batch == 0 || m == 0) return;
 
-  if (act == Act::kInt8) {
+  if (act != Act::kF32) {
     // Validate (x finite) before anything is written.
     for (int64_t i = 0; i < batch * k; ++i)
       if (!std::isfinite(x[i]))
@@ -310,6 +312,13 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
     float* post = reinterpret_cast<float*>(xsum + batch);
     for (int64_t b = 0; b < batch; ++b) {
       const float* xb = x + b * k;
+      if (act == Act::kInt8BitNet) {
+        int8_t* q = xq + b * stride;
+        xsum[b] = act_bitnet::quantize_row(xb, k, q, &dq[b]);
+        post[b] = 1.0f;
+        if (stride > k) std::memset(q + k, 0, size_t(stride - k));
+        continue;
+      }
       float amax = 0.0f;
       for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xb[j]));
       // A row with max|x| < 2**-100 (127 / max|x| overflows below ~3.7e-37, max|x| / 127 is

@@ -96,7 +96,8 @@ void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* p
 Act parse_act(const std::string& act) {
   if (act == "fp32") return Act::kF32;
   if (act == "int8") return Act::kInt8;
-  throw_arg("act", "expected 'fp32' or 'int8', got '" + act + "'");
+  if (act == "int8_bitnet") return Act::kInt8BitNet;
+  throw_arg("act", "expected 'fp32', 'int8' or 'int8_bitnet', got '" + act + "'");
 }
 
 }  // namespace cpukern::ternary

@@ -28,8 +28,11 @@ void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t*
 // w: (m, k) float32. packed: (m, words_for(k)); scale: (m,) (the same value repeated when per_tensor).
 void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* packed, float* scale);
 
-enum class Act { kF32, kInt8 };
-Act parse_act(const std::string& act);  // "fp32" | "int8", else throws naming "act"
+// kInt8: q = round(x * 127 / max|x|) per row; kInt8BitNet: Hugging Face BitNet's rule
+// (act_bitnet.h: max|x| floored at 1e-5). Both run the same int8 micro-kernels.
+enum class Act { kF32, kInt8, kInt8BitNet };
+// "fp32" | "int8" | "int8_bitnet", else throws naming "act"
+Act parse_act(const std::string& act);
 
 struct TernaryGemvUkernel;  // see ukernel.h
 using Variant = cpukern::Variant<TernaryGemvUkernel>;  // a registry row

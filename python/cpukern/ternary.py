@@ -25,8 +25,13 @@ __all__ = [
     "pack", "unpack", "quantize", "prepare", "gemv", "TernaryWeights",
     "phase_quantize", "widely_linear_dense", "prepare_widely_linear", "widely_linear",
     "WidelyLinearWeights", "save", "load", "to_bytes", "from_buffer", "serialized_size",
-    "aligned_empty",
+    "aligned_empty", "ACTS",
 ]
+
+
+# gemv's activation rules: fp32 (exact), int8 (cpukern's absmax), int8_bitnet (Hugging Face
+# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does).
+ACTS = ("fp32", "int8", "int8_bitnet")
 
 
 def _words(k: int) -> int:
@@ -183,7 +188,11 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     integer dot products, one rescale per output: |y - y_exact| <= |scale| * max|x| / 254 *
     sum_k |w_k| + the fp32 bound above (+ 2**-149 where y is subnormal), for every finite x
     (a row with max|x| < 2**-100 is quantised as x * 2**64, exactly, and rescaled by 2**-64).
-    K <= 16909320 in int8 mode (127 * K must fit the int32 accumulators), else ValueError.
+    act="int8_bitnet": Hugging Face BitNet's per-token rule (transformers' BitLinear /
+    ActQuant): s = 127 / max(max|x|, 1e-5), q = clamp(round(x * s), -128, 127), y = scale *
+    sum(w q) / s. The same q as act="int8" except on rows with max|x| < 1e-5 (smaller codes
+    there, as the model computes them); the bound above holds with max(max|x|, 1e-5).
+    K <= 16909320 in int8 modes (127 * K must fit the int32 accumulators), else ValueError.
     Range: the sums and the rescale are fp32, and every intermediate stays finite while
     K * max|x| * max(1, |scale|) <= 1e38 (the largest |scale| with group scales): the bounds
     above hold there. Past it (e.g. max|x| = 3e37 with K = 256) a partial sum or the int8
@@ -193,7 +202,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
     x = check_array(x, "x", "float32", (1, 2))
-    act = str_arg(act, "act", ("fp32", "int8"))
+    act = str_arg(act, "act", ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
     if isinstance(weights, TernaryWeights):

@@ -170,8 +170,8 @@ void bind_ternary(nb::module_& m) {
         if (w->m != m_expected)
           throw_arg("prepared", "holds " + std::to_string(w->m) + " output rows, the op was given " +
                                     std::to_string(m_expected));
-        if (a == ternary::Act::kInt8 && !w->i8_ready())
-          throw_arg("prepared", "has no int8 layout (export it with int8=True) for act='int8'");
+        if (a != ternary::Act::kF32 && !w->i8_ready())
+          throw_arg("prepared", "has no int8 layout (export it with int8=True) for act='" + act + "'");
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         if (int64_t(x.shape(x.ndim() - 1)) != w->k)

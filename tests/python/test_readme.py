@@ -64,6 +64,7 @@ def test_every_python_block_is_covered():
         ("docs/formats/prepared_weights.md",
          "PyTorch: the prepared layout is a plain tensor (vLLM's convention)"),
         ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
+        ("docs/pytorch.md", "Hugging Face models (`patch`, `from_pretrained`)"),
     ])
 
 
@@ -138,6 +139,14 @@ def test_prepared_torch_block(tmp_path, monkeypatch):
     exec(shrink(block("docs/formats/prepared_weights.md", "PyTorch: the prepared layout"),
                 {4096: 256}), g)
     assert tuple(g["y"].shape) == (4, 256)
+
+
+def test_hf_block():
+    pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("transformers", reason="transformers is not installed here")
+    g = {}
+    exec(block("docs/pytorch.md", "Hugging Face models"), g)
+    assert len(g["report"].replaced) == 2 and tuple(g["ids"].shape) == (1, 11)
 
 
 def test_pytorch_block():

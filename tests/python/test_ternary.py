@@ -148,7 +148,7 @@ def test_gemv_bad_input_names_the_argument():
         ternary.gemv(packed, np.ones((2, 64), np.float32)[:, ::2])
     with pytest.raises(ValueError, match="packed|k"):
         ternary.gemv(packed, np.ones(50, np.float32))
-    with pytest.raises(ValueError, match="act: expected 'fp32' or 'int8'"):
+    with pytest.raises(ValueError, match="act: expected one of 'fp32', 'int8', 'int8_bitnet'"):
         ternary.gemv(packed, x, act="int4")
     with pytest.raises(ValueError, match="scale"):
         ternary.gemv(packed, x, np.ones(3, np.float32))

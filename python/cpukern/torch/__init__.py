@@ -2,7 +2,8 @@
 
 Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
 torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
-``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``_weight_cache`` (the prepared-weight
+``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``hf`` (patch / from_pretrained for
+Hugging Face transformers models), ``_weight_cache`` (the prepared-weight
 cache below).
 
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
@@ -89,5 +90,7 @@ from cpukern.torch._weight_cache import cache_info, clear_cache
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
 from cpukern.torch.modules import FusedMoE, TernaryLinear, WidelyLinear
+from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE", "clear_cache", "cache_info"]
+__all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE", "clear_cache", "cache_info", "patch",
+           "from_pretrained", "PatchReport"]

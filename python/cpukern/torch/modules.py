@@ -213,7 +213,7 @@ class _PreparedBuffer(nn.Module):
         """`t` checked (header, checksum, shape) and usable here: itself, a tensor prepared again
         for this CPU, or None when it must be prepared from the plain weights."""
         adopted = _ops.adopt_prepared(t, key, self.isa, verify=True,
-                                      int8=getattr(self, "act", "fp32") == "int8")
+                                      int8=getattr(self, "act", "fp32") != "fp32")
         if adopted is not None:
             self._check_prepared_shape(adopted, key)
         return adopted
@@ -284,7 +284,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
                  act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
         in_features = int_arg(in_features, "in_features", 1)
         out_features = int_arg(out_features, "out_features", 1)
-        act = str_arg(act, "act", ("fp32", "int8"))
+        act = str_arg(act, "act", _ternary.ACTS)
         isa = _isa_arg(isa)
         group_size = int_arg(group_size, "group_size", 0)
         if group_size % 16:
@@ -355,7 +355,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
     def _prepare_one(self, name: str) -> Tensor:
         """The ``prepared`` buffer (with act="int8" the int8 layout too)."""
         return _ops.prepare_ternary_tensor(self.packed, self.in_features, self.scale, self.isa,
-                                           self.group_size, int8=self.act == "int8")
+                                           self.group_size, int8=self.act != "fp32")
 
     def _check_prepared_shape(self, t: Tensor, name: str) -> None:
         w = _ternary.from_buffer(t, name=name)

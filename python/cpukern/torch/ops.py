@@ -192,8 +192,8 @@ def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
     M, which the tensor's header must hold (the fake kernel needs it). The header is validated
     on every call (O(1)); nothing is cached or prepared here."""
     _check_2d_or_1d(x, "x")
-    if act not in ("fp32", "int8"):
-        raise ValueError(f"act: expected 'fp32' or 'int8', got {act!r}")
+    if act not in _ternary.ACTS:
+        raise ValueError(f"act: expected one of {_ternary.ACTS}, got {act!r}")
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
     _ext.ternary_gemv_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"), act,
                              _threads_or_zero(), native(y, "out"))

@@ -258,6 +258,47 @@ TEST_P(VariantTest, LargeShapesCrossTilingPaths) {
   }
 }
 
+// act="int8_bitnet" (act_bitnet.h): Hugging Face BitNet's per-token rule, s = 127 /
+// max(max|x|, 1e-5), q = round(x s), y = scale * sum(w q) / s, against a model of it written
+// here; rows with max|x| below the 1e-5 floor (where the rule differs from kInt8), zero rows
+// and ragged k included.
+TEST_P(VariantTest, Int8BitNetRule) {
+  std::mt19937 rng(5);
+  const int64_t m = 37, k = 301, batch = 5;
+  const auto w = make_weights(m, k, Fill::kRandom, rng);
+  const auto p = pack_weights(w, m, k);
+  const std::vector<float> scale(size_t(m), 0.75f);
+  const auto pw = prep(p, m, k, scale.data());
+  auto x = random_x(batch * k, rng, false);
+  const float row_gain[batch] = {1.0f, 3e4f, 2e-7f, 0.0f, 4e-6f};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < k; ++j) x[size_t(b * k + j)] *= row_gain[b];
+  std::vector<float> y(size_t(batch * m), NAN), y8(size_t(batch * m), NAN);
+  gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8BitNet, 2, y.data());
+  gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, 1, y8.data());
+  bool differs_on_tiny_rows = false;
+  for (int64_t b = 0; b < batch; ++b) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(x[size_t(b * k + j)]));
+    const float s = 127.0f / std::max(amax, 1e-5f);
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t acc = 0, mag = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t q = int64_t(std::nearbyint(x[size_t(b * k + j)] * s));
+        acc += w[size_t(r * k + j)] * q;
+        mag += std::abs(w[size_t(r * k + j)] * q);
+      }
+      const double want = 0.75 * double(acc) / double(s);
+      const double got = y[size_t(b * m + r)];
+      ASSERT_LE(std::fabs(got - want), 4e-7 * 0.75 * double(mag) / double(s) + 1e-37)
+          << "b=" << b << " r=" << r;
+      if (row_gain[b] < 1e-5f && row_gain[b] > 0.0f && y8[size_t(b * m + r)] != y[size_t(b * m + r)])
+        differs_on_tiny_rows = true;
+    }
+  }
+  EXPECT_TRUE(differs_on_tiny_rows) << "rows below the 1e-5 floor should quantise differently";
+}
+
 // Group scales (grouped.h): one scale per row and group of G columns. Exact inputs (small
 // integer x, power-of-two scales) give the float64 model's value exactly in fp32 mode; int8
 // mode equals the reference variant bitwise (exact int32 group sums, one shared epilogue);
