@@ -51,11 +51,13 @@ def log(msg: str) -> None:
 
 
 def model_specs(args) -> dict[str, W.ModelSpec]:
-    specs = {"bitnet": lambda: W.bitnet(args.bitnet_layers)}
-    for k in ("qwen3_moe", "gpt_oss"):
-        if hasattr(W, k):
-            specs[k.replace("_", "-")] = (lambda k=k: getattr(W, k)(getattr(args, k + "_layers")))
-    return {k: f() for k, f in specs.items() if k in args.models}
+    specs = {"bitnet": lambda: W.bitnet(args.bitnet_layers),
+             "qwen3-moe": lambda: W.qwen3_moe(args.qwen3_moe_layers),
+             "gpt-oss": lambda: W.gpt_oss(args.gpt_oss_layers)}
+    unknown = set(args.models) - set(specs)
+    if unknown:
+        raise SystemExit(f"--models: expected names from {sorted(specs)}, got {sorted(unknown)}")
+    return {k: specs[k]() for k in args.models}
 
 
 # ---------------------------------------------------------------- child processes
@@ -162,25 +164,45 @@ def worker(cfg: dict) -> dict[str, Any]:
     res: dict[str, Any] = {"engine": cfg["engine"]}
     from transformers import AutoModelForCausalLM
     lift_accelerate_check()
-    model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16)
-    model.eval()
+    kw = {"threads": cfg["threads"]}
+    if cfg.get("isa"):
+        kw["isa"] = cfg["isa"]
+    mxfp4 = json.load(open(os.path.join(cfg["hf_dir"], "config.json"))).get(
+        "quantization_config", {}).get("quant_method") == "mxfp4"
     if cfg["engine"] == "cpukern":
         try:
             import cpukern.torch as ct
         except Exception as e:  # noqa: BLE001 (report any import failure as the skip reason)
             return {**res, "skip": f"import cpukern.torch failed: {e}"}
-        if not hasattr(ct, "patch"):
-            return {**res, "skip": "cpukern.torch.patch not available"}
-        kw = {"threads": cfg["threads"]}
-        if cfg.get("isa"):
-            kw["isa"] = cfg["isa"]
-        report = ct.patch(model, **kw)
-        res["patched"] = str(report)[:300]
+        if mxfp4:
+            # Loading stock first would dequantise every expert to bf16 (42 GB): MXFP4
+            # checkpoints go straight into cpukern layouts.
+            if not hasattr(ct, "from_pretrained"):
+                return {**res, "skip": "cpukern.torch.from_pretrained not available"}
+            model = ct.from_pretrained(cfg["hf_dir"], **kw)
+        else:
+            if not hasattr(ct, "patch"):
+                return {**res, "skip": "cpukern.torch.patch not available"}
+            model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16)
+            res["patched"] = str(ct.patch(model, **kw))[:300]
+    else:
+        extra = {}
+        if mxfp4:  # what transformers does on a CPU anyway, without asking for accelerate
+            from transformers import Mxfp4Config
+            extra["quantization_config"] = Mxfp4Config(dequantize=True)
+        model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **extra)
+    model.eval()
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (1, PREFILL), generator=g)
     with torch.inference_mode():
-        model(ids[:, :32], logits_to_keep=1)  # warm-up (lazy inits, torch.compile'd helpers)
+        # Warm-up: two prompt lengths (torch.compile'd helpers, as in HF BitLinear, turn
+        # dynamic on the second shape) and two cached one-token steps, so no compile is timed.
+        for n in (32, 48):
+            w = model(ids[:, :n], use_cache=True, logits_to_keep=1)
+        for _ in range(2):
+            w = model(ids[:, :1], past_key_values=w.past_key_values, use_cache=True, logits_to_keep=1)
+        del w
         t0 = time.perf_counter()
         model(ids, logits_to_keep=1, use_cache=False)
         res["prefill"] = PREFILL / (time.perf_counter() - t0)
@@ -267,9 +289,9 @@ def main() -> None:
     ap.add_argument("--isa", default="", help="cpukern variant to force (default: automatic)")
     ap.add_argument("--probe", help="benchmarks/bandwidth binary")
     ap.add_argument("--bitnet-layers", type=int, default=30)
-    ap.add_argument("--qwen3_moe-layers", "--qwen3-moe-layers", dest="qwen3_moe_layers", type=int, default=8,
+    ap.add_argument("--qwen3-moe-layers", dest="qwen3_moe_layers", type=int, default=8,
                     help="Qwen3-30B-A3B layers kept (of 48; bf16 experts are 1.2 GB a layer)")
-    ap.add_argument("--gpt_oss-layers", "--gpt-oss-layers", dest="gpt_oss_layers", type=int, default=24)
+    ap.add_argument("--gpt-oss-layers", dest="gpt_oss_layers", type=int, default=24)
     ap.add_argument("--gpt-oss-stock-layers", type=int, default=4,
                     help="layers of gpt-oss for stock transformers (it dequantises MXFP4 to bf16)")
     ap.add_argument("--prepare-only", action="store_true", help="write the weight files and stop")
@@ -295,6 +317,14 @@ def main() -> None:
 
     results = []
     for key, spec in specs.items():
+        stock_name, stock_dir = "transformers stock", None
+        if key == "gpt-oss" and args.gpt_oss_stock_layers < spec.config["num_hidden_layers"]:
+            # Stock transformers dequantises MXFP4 experts to bf16 (42 GB for 24 layers): it
+            # runs on a checkpoint of the first layers only (the same tensors).
+            small = W.gpt_oss(args.gpt_oss_stock_layers)
+            small.ensure(log, gguf_types=())
+            stock_name = f"transformers stock ({args.gpt_oss_stock_layers} of 24 layers)"
+            stock_dir = small.hf_dir
         for t in threads:
             rows: dict[str, list] = {}
             for rnd in range(args.rounds):
@@ -305,8 +335,7 @@ def main() -> None:
                                  else {"engine": f"llama.cpp {q}", "skip": "no --llama-cpp-build"})
                                 for q in spec.gguf_types]
                     elif e == "transformers":
-                        hf_dir = spec.stock_dir(args) if hasattr(spec, "stock_dir") else None
-                        jobs = [("transformers stock", lambda: run_hf(spec, "transformers stock", t, args, hf_dir))]
+                        jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
                     elif e == "cpukern":
                         jobs = [("cpukern", lambda: run_hf(spec, "cpukern", t, args))]
                     for name, job in jobs:
@@ -314,6 +343,7 @@ def main() -> None:
                         r = job()
                         log(f"  -> {json.dumps({k: v for k, v in r.items() if k != 'patched'})}")
                         rows.setdefault(name, []).append(r)
+            # "x stock" compares like with like: no ratio against a stock run on fewer layers.
             stock = median_row(rows["transformers stock"]) if "transformers stock" in rows else None
             for name, rs in rows.items():
                 results.append((spec.title, t, median_row(rs), stock))

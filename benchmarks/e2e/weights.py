@@ -443,3 +443,129 @@ def qwen3_moe_gguf(spec: ModelSpec, qname: str, path: str) -> None:
 def qwen3_moe(layers: int = 8) -> ModelSpec:
     return ModelSpec("qwen3-moe", f"Qwen3-30B-A3B ({layers} of 48 layers)", qwen3_moe_config(layers),
                      ("BF16",), qwen3_moe_hf, qwen3_moe_gguf, experts=(128, 8))
+
+
+# --- gpt-oss-20b
+
+def gpt_oss_config(layers: int = 24) -> dict:
+    return {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+        "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880,
+        "num_hidden_layers": layers, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 64, "num_local_experts": 32, "num_experts_per_tok": 4,
+        "experts_per_token": 4, "sliding_window": 128,
+        "layer_types": ["sliding_attention" if L % 2 == 0 else "full_attention" for L in range(layers)],
+        "rope_theta": 150000.0, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False, "original_max_position_embeddings": 4096},
+        "initial_context_length": 4096, "rms_norm_eps": 1e-5, "attention_bias": True,
+        "attention_dropout": 0.0, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+        "hidden_act": "silu", "router_aux_loss_coef": 0.9, "output_router_logits": False,
+        "eos_token_id": 200002, "pad_token_id": 199999, "torch_dtype": "bfloat16",
+        "dtype": "bfloat16",
+        "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+            "lm_head"]},
+    }
+
+
+def _gpt_oss_dense(c: dict) -> list[Tensor]:
+    h, v, hd, e = c["hidden_size"], c["vocab_size"], c["head_dim"], c["num_local_experts"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    ts = [normal_bf16("model.embed_tokens.weight", (v, h))]
+    for L in range(c["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+        ts += [normal_bf16(p + "input_layernorm.weight", (h,), 0.05, 1.0),
+               normal_bf16(p + "post_attention_layernorm.weight", (h,), 0.05, 1.0)]
+        for n, o, k in (("q_proj", q, h), ("k_proj", kv, h), ("v_proj", kv, h), ("o_proj", h, q)):
+            ts += [normal_bf16(p + f"self_attn.{n}.weight", (o, k)),
+                   normal_bf16(p + f"self_attn.{n}.bias", (o,))]
+        ts += [normal_bf16(p + "self_attn.sinks", (c["num_attention_heads"],), 0.5),
+               normal_bf16(p + "mlp.router.weight", (e, h)),
+               normal_bf16(p + "mlp.router.bias", (e,))]
+    return ts + [normal_bf16("model.norm.weight", (h,), 0.05, 1.0),
+                 normal_bf16("lm_head.weight", (v, h))]
+
+
+def _gpt_oss_experts(c: dict, L: int) -> dict[str, Tensor]:
+    """HF MXFP4 expert tensors of layer L: gate_up rows interleaved (even gate, odd up)."""
+    h, i, e = c["hidden_size"], c["intermediate_size"], c["num_local_experts"]
+    p = f"model.layers.{L}.mlp.experts."
+    out = {}
+    for n, rows, k in (("gate_up_proj", 2 * i, h), ("down_proj", h, i)):
+        def part(which, n=n, rows=rows, k=k):
+            return mxfp4(p + n, (e, rows), k)[which]
+        out[n + "_blocks"] = Tensor(p + n + "_blocks", (e, rows, k // 32, 16), np.dtype(np.uint8),
+                                    lambda part=part: part(0))
+        out[n + "_scales"] = Tensor(p + n + "_scales", (e, rows, k // 32), np.dtype(np.uint8),
+                                    lambda part=part: part(1))
+        out[n + "_bias"] = normal_bf16(p + n + "_bias", (e, rows))
+    return out
+
+
+def gpt_oss_hf(spec: ModelSpec) -> list[Tensor]:
+    c = spec.config
+    ts = _gpt_oss_dense(c)
+    for L in range(c["num_hidden_layers"]):
+        ts += list(_gpt_oss_experts(c, L).values())
+    return ts
+
+
+def ggml_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """OCP/HF MXFP4 (byte b = codes 2b | 2b+1 << 4) -> ggml block_mxfp4 rows: per 32 values the
+    e8m0 byte, then qs[j] = code j | code j+16 << 4."""
+    codes = np.empty(blocks.shape[:-1] + (32,), np.uint8)
+    codes[..., 0::2] = blocks & 15
+    codes[..., 1::2] = blocks >> 4
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    out = np.concatenate([scales[..., None], qs], axis=-1)  # (..., nb, 17)
+    return out.reshape(out.shape[:-2] + (-1,))
+
+
+def gpt_oss_gguf(spec: ModelSpec, qname: str, path: str) -> None:
+    import gguf
+    assert qname == "MXFP4", qname
+    c = spec.config
+    tmap = _tensor_map("GPT_OSS", c["num_hidden_layers"])
+    G = gguf.GGMLQuantizationType
+    f32 = lambda t: quantized(G.F32, lambda: t.make().astype(np.float32))  # noqa: E731
+    ts = []
+    for t in _gpt_oss_dense(c):
+        name = t.name + (".weight" if t.name.endswith("sinks") else "")
+        g = _gguf_name(tmap, name)
+        if len(t.shape) == 1:
+            ts.append(GTensor(g, t.shape, G.F32, f32(t)))
+        else:
+            ts.append(GTensor(g, t.shape, G.BF16, bf16_raw(t.make)))
+    e, h, i = c["num_local_experts"], c["hidden_size"], c["intermediate_size"]
+    for L in range(c["num_hidden_layers"]):
+        x = _gpt_oss_experts(c, L)
+        gu = lambda sl, x=x: ggml_mxfp4(x["gate_up_proj_blocks"].make()[:, sl],  # noqa: E731
+                                        x["gate_up_proj_scales"].make()[:, sl])
+        ts += [GTensor(f"blk.{L}.ffn_gate_exps.weight", (e, i, h), G.MXFP4, lambda gu=gu: gu(slice(0, None, 2))),
+               GTensor(f"blk.{L}.ffn_up_exps.weight", (e, i, h), G.MXFP4, lambda gu=gu: gu(slice(1, None, 2))),
+               GTensor(f"blk.{L}.ffn_down_exps.weight", (e, h, i), G.MXFP4,
+                       lambda x=x: ggml_mxfp4(x["down_proj_blocks"].make(), x["down_proj_scales"].make())),
+               GTensor(f"blk.{L}.ffn_gate_exps.bias", (e, i), G.F32,
+                       lambda x=x: x["gate_up_proj_bias"].make()[:, 0::2].astype(np.float32)),
+               GTensor(f"blk.{L}.ffn_up_exps.bias", (e, i), G.F32,
+                       lambda x=x: x["gate_up_proj_bias"].make()[:, 1::2].astype(np.float32)),
+               GTensor(f"blk.{L}.ffn_down_exps.bias", (e, h), G.F32,
+                       lambda x=x: x["down_proj_bias"].make().astype(np.float32))]
+
+    def kv(w):
+        _common_kv(c, c["head_dim"])(w)
+        w.add_feed_forward_length(c["intermediate_size"])
+        w.add_expert_count(e)
+        w.add_expert_used_count(c["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(i)
+        w.add_sliding_window(c["sliding_window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(c["rope_scaling"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(c["rope_scaling"]["original_max_position_embeddings"])
+    write_gguf(path, "gpt-oss", kv, ts)
+
+
+def gpt_oss(layers: int = 24) -> ModelSpec:
+    return ModelSpec("gpt-oss", "gpt-oss-20b" + ("" if layers == 24 else f" ({layers} of 24 layers)"),
+                     gpt_oss_config(layers), ("MXFP4",), gpt_oss_hf, gpt_oss_gguf, experts=(32, 4))
