@@ -173,7 +173,7 @@ def worker(cfg: dict) -> dict[str, Any]:
         try:
             import cpukern.torch as ct
         except Exception as e:  # noqa: BLE001 (report any import failure as the skip reason)
-            return {**res, "skip": f"import cpukern.torch failed: {e}"}
+            return {**res, "skip": f"cpukern.torch.patch not available ({e})"}
         if mxfp4:
             # Loading stock first would dequantise every expert to bf16 (42 GB): MXFP4
             # checkpoints go straight into cpukern layouts.
@@ -305,8 +305,8 @@ def main() -> None:
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     specs = model_specs(args)
-    for s in specs.values():
-        s.ensure(log)
+    for s in specs.values():  # GGUF files only where llama.cpp runs
+        s.ensure(log, gguf_types=None if "llama.cpp" in engines or args.prepare_only else ())
     if args.prepare_only:
         return
     if "llama.cpp" in engines and not args.llama_cpp_build:

@@ -187,6 +187,21 @@ def quantized(qtype, make_f32: Callable[[], np.ndarray]) -> Callable[[], np.ndar
     return make
 
 
+def exact(qtype, make_f32: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+    """quantized(), checked to round-trip (the ternary types hold BitNet weights exactly up to
+    the fp16 block scale, which is compared at fp16 precision)."""
+    import gguf
+
+    def make():
+        a = make_f32()
+        q = gguf.quants.quantize(a, qtype)
+        back = gguf.quants.dequantize(q, qtype)
+        if not np.allclose(back, a, rtol=1e-3, atol=0):
+            raise AssertionError(f"{qtype.name} does not hold these weights exactly")
+        return q
+    return make
+
+
 def bf16_raw(make_bf16: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
     """bf16 tensor bytes as ggml BF16 (same bits), viewed as uint8 rows."""
     def make():
@@ -344,7 +359,7 @@ def bitnet_gguf(spec: ModelSpec, qname: str, path: str) -> None:
         def w(name=name, o=o, k=k):
             t, ws = ternary(name, o, k)
             return t.astype(np.float32) * np.float32(1.0 / ws)
-        ts.append(GTensor(_gguf_name(tmap, name + ".weight"), (o, k), q, quantized(q, w)))
+        ts.append(GTensor(_gguf_name(tmap, name + ".weight"), (o, k), q, exact(q, w)))
     write_gguf(path, "bitnet", _common_kv(c, c["hidden_size"] // c["num_attention_heads"]), ts)
 
 
@@ -522,9 +537,22 @@ def ggml_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return out.reshape(out.shape[:-2] + (-1,))
 
 
+def check_mxfp4_repack() -> None:
+    """ggml_mxfp4 against gguf's own MXFP4 dequantiser and the e2m1 x e8m0 definition."""
+    import gguf
+    b, s = mxfp4("check", (4,), 128)
+    codes = np.empty(b.shape[:-1] + (32,), np.uint8)
+    codes[..., 0::2], codes[..., 1::2] = b & 15, b >> 4
+    ref = (FP4_VALUES[codes] * np.exp2(s.astype(np.float32) - 127)[..., None]).reshape(4, 128)
+    got = gguf.quants.dequantize(ggml_mxfp4(b, s), gguf.GGMLQuantizationType.MXFP4)
+    if not np.array_equal(ref, got):
+        raise AssertionError("MXFP4 repack differs from gguf's dequantiser")
+
+
 def gpt_oss_gguf(spec: ModelSpec, qname: str, path: str) -> None:
     import gguf
     assert qname == "MXFP4", qname
+    check_mxfp4_repack()
     c = spec.config
     tmap = _tensor_map("GPT_OSS", c["num_hidden_layers"])
     G = gguf.GGMLQuantizationType
