@@ -192,6 +192,8 @@ def worker(cfg: dict) -> dict[str, Any]:
             extra["quantization_config"] = Mxfp4Config(dequantize=True)
         model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **extra)
     model.eval()
+    global PREFILL, PROMPT, DECODE
+    PREFILL, PROMPT, DECODE = cfg.get("lengths", (PREFILL, PROMPT, DECODE))
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (1, PREFILL), generator=g)
@@ -222,7 +224,7 @@ def worker(cfg: dict) -> dict[str, Any]:
 
 def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None) -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir,
-           "experts": list(spec.experts), "isa": args.isa}
+           "experts": list(spec.experts), "isa": args.isa, "lengths": (PREFILL, PROMPT, DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
                                        json.dumps(cfg)], env=env)
@@ -257,7 +259,7 @@ def median_row(rows: list[dict]) -> dict:
 
 
 def fmt_table(results: list[tuple], gbs: dict) -> str:
-    hdr = ("| model | engine | threads | prefill tok/s (512) | decode tok/s (128 after 128) "
+    hdr = (f"| model | engine | threads | prefill tok/s ({PREFILL}) | decode tok/s ({DECODE} after {PROMPT}) "
            "| decode x stock | peak RSS GB | weight MB/token | of probe |")
     lines = [hdr, "|" + "---|" * 9]
     for model, threads, row, stock in results:
@@ -278,6 +280,7 @@ def fmt_table(results: list[tuple], gbs: dict) -> str:
 
 
 def main() -> None:
+    global PREFILL, PROMPT, DECODE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--llama-cpp-build", help="the user's llama.cpp CMake build directory")
@@ -294,6 +297,9 @@ def main() -> None:
     ap.add_argument("--gpt-oss-layers", dest="gpt_oss_layers", type=int, default=24)
     ap.add_argument("--gpt-oss-stock-layers", type=int, default=4,
                     help="layers of gpt-oss for stock transformers (it dequantises MXFP4 to bf16)")
+    ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt before decode (128)")
+    ap.add_argument("--decode", type=int, default=DECODE, help="greedy tokens timed (128)")
     ap.add_argument("--prepare-only", action="store_true", help="write the weight files and stop")
     args = ap.parse_args()
 
@@ -301,6 +307,7 @@ def main() -> None:
         print(json.dumps(worker(json.loads(args.worker))), flush=True)
         return
 
+    PREFILL, PROMPT, DECODE = args.prefill, args.prompt, args.decode
     args.models = args.models.split(",")
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
