@@ -1,0 +1,363 @@
+"""Whole models, three engines, one run: cpukern under Hugging Face transformers
+(`cpukern.torch.patch`), stock transformers, and llama.cpp's own `llama-bench` on GGUF files
+of the same random weights.
+
+    ./bazelw run //benchmarks/e2e -- --llama-cpp-build /path/to/llama.cpp/build \
+        [--models bitnet,qwen3-moe,gpt-oss] [--threads 1,2] [--rounds 1]
+
+The llama.cpp build is the user's (nothing of it is vendored or built here): a CMake Release
+build with the CPU backend, e.g.
+    cmake -S llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
+    cmake --build build --target llama-bench
+
+Per (model, threads), the engines run one after the other, each in its own process (its peak
+RSS is that process's, from wait4), round after round, so their ratios come from the same
+minutes of a shared machine. Columns:
+  prefill tok/s  one forward over 512 tokens (HF: logits of the last token only, like
+                 llama-bench's pp512);
+  decode tok/s   128 greedy tokens after a 128-token prompt (HF: the prompt's forward, then
+                 128 one-token forwards with the KV cache, argmax; llama-bench: tg128 at depth
+                 128, `-n 128 -d 128`);
+  peak RSS       of the process (llama-bench maps the GGUF: resident pages count);
+  weight B/tok   bytes of weights a decode step reads: all weights but the input embedding
+                 (counted when it is tied to the LM head), MoE experts times top-k/E;
+  of probe       weight B/tok x decode tok/s over the all-core read probe's GB/s at that
+                 thread count (benchmarks/bandwidth).
+Weights are random and deterministic (weights.py), written once under ~/.cache/cpukern/e2e.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import weights as W  # noqa: E402
+
+PREFILL, PROMPT, DECODE = 512, 128, 128
+
+
+def log(msg: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def model_specs(args) -> dict[str, W.ModelSpec]:
+    specs = {"bitnet": lambda: W.bitnet(args.bitnet_layers),
+             "qwen3-moe": lambda: W.qwen3_moe(args.qwen3_moe_layers),
+             "gpt-oss": lambda: W.gpt_oss(args.gpt_oss_layers)}
+    unknown = set(args.models) - set(specs)
+    if unknown:
+        raise SystemExit(f"--models: expected names from {sorted(specs)}, got {sorted(unknown)}")
+    return {k: specs[k]() for k in args.models}
+
+
+# ---------------------------------------------------------------- child processes
+
+def run_measured(cmd: list[str], env: Optional[dict] = None, timeout: float = 3600) -> tuple[int, str, str, int]:
+    """Runs cmd with its peak RSS taken from wait4 (that child alone)."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+        t0 = time.time()
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.time() - t0 > timeout:
+                p.kill()
+            time.sleep(0.05)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        return p.returncode, fo.read(), fe.read(), int(ru.ru_maxrss) * 1024
+
+
+# ---------------------------------------------------------------- llama.cpp
+
+def llama_bench(build: str) -> str:
+    for c in ("bin/llama-bench", "llama-bench", "tools/llama-bench/llama-bench"):
+        p = os.path.join(build, c)
+        if os.path.exists(p):
+            return p
+    raise SystemExit(f"--llama-cpp-build: no llama-bench under {build}")
+
+
+def gguf_bytes_per_token(path: str, experts: tuple) -> int:
+    import gguf
+    r = gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    total = 0
+    for t in r.tensors:
+        n = int(t.n_bytes)
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            continue  # one row per token; the LM head is its own tensor
+        if "_exps" in t.name and experts[0]:
+            n = n * experts[1] // experts[0]
+        total += n
+    return total
+
+
+def run_llama(spec: W.ModelSpec, qtype: str, threads: int, args) -> dict[str, Any]:
+    exe = llama_bench(args.llama_cpp_build)
+    path = spec.gguf_path(qtype)
+    res: dict[str, Any] = {"engine": f"llama.cpp {qtype}"}
+    rss = 0
+    for what, flags in (("prefill", ["-p", str(PREFILL), "-n", "0"]),
+                        ("decode", ["-p", "0", "-n", str(DECODE), "-d", str(PROMPT)])):
+        cmd = [exe, "-m", path, "-t", str(threads), "-r", str(args.llama_reps), "-o", "json"] + flags
+        rc, out, err, peak = run_measured(cmd)
+        rss = max(rss, peak)
+        if rc != 0:
+            res["skip"] = f"llama-bench failed (rc {rc}): {err.strip().splitlines()[-1:] or ''}"
+            return res
+        rows = json.loads(out)
+        res[what] = float(rows[0]["avg_ts"])
+        res["build"] = rows[0].get("build_commit", "?")
+    res["rss"] = rss
+    res["bytes_per_token"] = gguf_bytes_per_token(path, spec.experts)
+    return res
+
+
+# ---------------------------------------------------------------- transformers (worker side)
+
+def hf_bytes_per_token(model, experts: tuple) -> int:
+    seen, total = set(), 0
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight.data_ptr() == emb.data_ptr()
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.data_ptr() in seen or t.device.type == "meta":
+            continue
+        seen.add(t.data_ptr())
+        n = t.numel() * t.element_size()
+        if t.data_ptr() == emb.data_ptr() and not tied:
+            continue
+        if ".experts." in name + "." and experts[0]:
+            n = n * experts[1] // experts[0]
+        total += n
+    return total
+
+
+def lift_accelerate_check() -> None:
+    """transformers' BitNet quantizer refuses to load without `accelerate` importable, which
+    its CPU path never uses (and which is not pinned here): lift that one check only."""
+    from transformers.utils import is_accelerate_available
+    if is_accelerate_available():
+        return
+    from transformers.quantizers import quantizer_bitnet
+    quantizer_bitnet.BitNetHfQuantizer.validate_environment = lambda self, *a, **k: None
+
+
+def worker(cfg: dict) -> dict[str, Any]:
+    """One engine on one model at one thread count, in this (fresh) process."""
+    import torch
+    torch.set_num_threads(cfg["threads"])
+    res: dict[str, Any] = {"engine": cfg["engine"]}
+    from transformers import AutoModelForCausalLM
+    lift_accelerate_check()
+    kw = {"threads": cfg["threads"]}
+    if cfg.get("isa"):
+        kw["isa"] = cfg["isa"]
+    mxfp4 = json.load(open(os.path.join(cfg["hf_dir"], "config.json"))).get(
+        "quantization_config", {}).get("quant_method") == "mxfp4"
+    if cfg["engine"] == "cpukern":
+        try:
+            import cpukern.torch as ct
+        except Exception as e:  # noqa: BLE001 (report any import failure as the skip reason)
+            return {**res, "skip": f"cpukern.torch.patch not available ({e})"}
+        if mxfp4:
+            # Loading stock first would dequantise every expert to bf16 (42 GB): MXFP4
+            # checkpoints go straight into cpukern layouts.
+            if not hasattr(ct, "from_pretrained"):
+                return {**res, "skip": "cpukern.torch.from_pretrained not available"}
+            model = ct.from_pretrained(cfg["hf_dir"], **kw)
+        else:
+            if not hasattr(ct, "patch"):
+                return {**res, "skip": "cpukern.torch.patch not available"}
+            model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16)
+            res["patched"] = str(ct.patch(model, **kw))[:300]
+    else:
+        extra = {}
+        if mxfp4:  # what transformers does on a CPU anyway, without asking for accelerate
+            from transformers import Mxfp4Config
+            extra["quantization_config"] = Mxfp4Config(dequantize=True)
+        model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **extra)
+    model.eval()
+    global PREFILL, PROMPT, DECODE
+    PREFILL, PROMPT, DECODE = cfg.get("lengths", (PREFILL, PROMPT, DECODE))
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (1, PREFILL), generator=g)
+    with torch.inference_mode():
+        # Warm-up: two prompt lengths (torch.compile'd helpers, as in HF BitLinear, turn
+        # dynamic on the second shape) and two cached one-token steps, so no compile is timed.
+        for n in (32, 48):
+            w = model(ids[:, :n], use_cache=True, logits_to_keep=1)
+        for _ in range(2):
+            w = model(ids[:, :1], past_key_values=w.past_key_values, use_cache=True, logits_to_keep=1)
+        del w
+        t0 = time.perf_counter()
+        model(ids, logits_to_keep=1, use_cache=False)
+        res["prefill"] = PREFILL / (time.perf_counter() - t0)
+        out = model(ids[:, :PROMPT], use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        t0 = time.perf_counter()
+        for _ in range(DECODE):
+            out = model(tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        res["decode"] = DECODE / (time.perf_counter() - t0)
+    res["bytes_per_token"] = hf_bytes_per_token(model, tuple(cfg["experts"]))
+    res["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return res
+
+
+def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None) -> dict[str, Any]:
+    cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir,
+           "experts": list(spec.experts), "isa": args.isa, "lengths": (PREFILL, PROMPT, DECODE)}
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
+                                       json.dumps(cfg)], env=env)
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc != 0 or not lines:
+        tail = (err.strip().splitlines() or ["?"])[-1]
+        return {"engine": engine, "skip": f"worker failed (rc {rc}): {tail[:200]}"}
+    res = json.loads(lines[-1])
+    res["rss"] = max(res.get("rss", 0), peak)
+    return res
+
+
+# ---------------------------------------------------------------- the table
+
+def probe(binary: Optional[str]) -> dict[str, Any]:
+    if binary and os.path.exists(binary):
+        return json.loads(subprocess.run([binary, "--json"], check=True, capture_output=True,
+                                         text=True).stdout)
+    return {}
+
+
+def median_row(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "skip" not in r]
+    if not ok:
+        return rows[-1]
+    out = dict(ok[-1])
+    for k in ("prefill", "decode"):
+        if all(k in r for r in ok):
+            out[k] = statistics.median(r[k] for r in ok)
+    out["rss"] = max(r.get("rss", 0) for r in ok)
+    return out
+
+
+def fmt_table(results: list[tuple], gbs: dict) -> str:
+    hdr = (f"| model | engine | threads | prefill tok/s ({PREFILL}) | decode tok/s ({DECODE} after {PROMPT}) "
+           "| decode x stock | peak RSS GB | weight MB/token | of probe |")
+    lines = [hdr, "|" + "---|" * 9]
+    for model, threads, row, stock in results:
+        if "skip" in row:
+            lines.append(f"| {model} | {row['engine']} | {threads} | skipped: {row['skip']} |||||")
+            continue
+        ratio = (f"{row['decode'] / stock['decode']:.2f}x"
+                 if stock and "decode" in stock and "decode" in row else "-")
+        bpt = row.get("bytes_per_token", 0)
+        frac = "-"
+        probe_gbs = gbs.get(str(threads))
+        if bpt and probe_gbs and "decode" in row:
+            frac = f"{bpt * row['decode'] / (probe_gbs * 1e9):.0%}"
+        lines.append(f"| {model} | {row['engine']} | {threads} | {row.get('prefill', 0):.1f} | "
+                     f"{row.get('decode', 0):.2f} | {ratio} | {row.get('rss', 0) / 1e9:.2f} | "
+                     f"{bpt / 1e6:.0f} | {frac} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    global PREFILL, PROMPT, DECODE
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--llama-cpp-build", help="the user's llama.cpp CMake build directory")
+    ap.add_argument("--models", default="bitnet,qwen3-moe,gpt-oss")
+    ap.add_argument("--engines", default="cpukern,transformers,llama.cpp")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median)")
+    ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench -r")
+    ap.add_argument("--isa", default="", help="cpukern variant to force (default: automatic)")
+    ap.add_argument("--probe", help="benchmarks/bandwidth binary")
+    ap.add_argument("--bitnet-layers", type=int, default=30)
+    ap.add_argument("--qwen3-moe-layers", dest="qwen3_moe_layers", type=int, default=8,
+                    help="Qwen3-30B-A3B layers kept (of 48; bf16 experts are 1.2 GB a layer)")
+    ap.add_argument("--gpt-oss-layers", dest="gpt_oss_layers", type=int, default=24)
+    ap.add_argument("--gpt-oss-stock-layers", type=int, default=4,
+                    help="layers of gpt-oss for stock transformers (it dequantises MXFP4 to bf16)")
+    ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt before decode (128)")
+    ap.add_argument("--decode", type=int, default=DECODE, help="greedy tokens timed (128)")
+    ap.add_argument("--prepare-only", action="store_true", help="write the weight files and stop")
+    args = ap.parse_args()
+
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))), flush=True)
+        return
+
+    PREFILL, PROMPT, DECODE = args.prefill, args.prompt, args.decode
+    args.models = args.models.split(",")
+    engines = args.engines.split(",")
+    threads = [int(t) for t in args.threads.split(",")]
+    specs = model_specs(args)
+    for s in specs.values():  # GGUF files only where llama.cpp runs
+        s.ensure(log, gguf_types=None if "llama.cpp" in engines or args.prepare_only else ())
+    if args.prepare_only:
+        return
+    if "llama.cpp" in engines and not args.llama_cpp_build:
+        log("no --llama-cpp-build: the llama.cpp rows are skipped")
+    pr = probe(args.probe)
+    gbs = pr.get("read_GB_s", {})
+    print(f"machine: {pr.get('cpu', '?')}; read probe GB/s by threads: {gbs or 'not run'}")
+
+    results = []
+    for key, spec in specs.items():
+        stock_name, stock_dir = "transformers stock", None
+        if key == "gpt-oss" and args.gpt_oss_stock_layers < spec.config["num_hidden_layers"]:
+            # Stock transformers dequantises MXFP4 experts to bf16 (42 GB for 24 layers): it
+            # runs on a checkpoint of the first layers only (the same tensors).
+            small = W.gpt_oss(args.gpt_oss_stock_layers)
+            small.ensure(log, gguf_types=())
+            stock_name = f"transformers stock ({args.gpt_oss_stock_layers} of 24 layers)"
+            stock_dir = small.hf_dir
+        for t in threads:
+            rows: dict[str, list] = {}
+            for rnd in range(args.rounds):
+                for e in engines:
+                    jobs = []
+                    if e == "llama.cpp":
+                        jobs = [(f"llama.cpp {q}", lambda q=q: run_llama(spec, q, t, args) if args.llama_cpp_build
+                                 else {"engine": f"llama.cpp {q}", "skip": "no --llama-cpp-build"})
+                                for q in spec.gguf_types]
+                    elif e == "transformers":
+                        jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
+                    elif e == "cpukern":
+                        jobs = [("cpukern", lambda: run_hf(spec, "cpukern", t, args))]
+                    for name, job in jobs:
+                        log(f"{key} threads={t} round {rnd + 1}: {name}")
+                        r = job()
+                        log(f"  -> {json.dumps({k: v for k, v in r.items() if k != 'patched'})}")
+                        rows.setdefault(name, []).append(r)
+            # "x stock" compares like with like: no ratio against a stock run on fewer layers.
+            stock = median_row(rows["transformers stock"]) if "transformers stock" in rows else None
+            for name, rs in rows.items():
+                results.append((spec.title, t, median_row(rs), stock))
+            print(fmt_table(results, gbs), flush=True)
+    print()
+    print(fmt_table(results, gbs))
+
+
+if __name__ == "__main__":
+    main()
