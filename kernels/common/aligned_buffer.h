@@ -84,12 +84,27 @@ class AlignedBuffer {
     n_ = bytes;
   }
   static bool huge_pages_enabled() {
-    static const bool on = [] {
-      const char* v = std::getenv("CPUKERN_HUGEPAGES");
-      return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = huge_pages_allowed(std::getenv("CPUKERN_HUGEPAGES"));
     return on;
   }
+
+ public:
+  // CPUKERN_HUGEPAGES: "0", "off", "no" or "false" (any case, surrounding blanks ignored)
+  // turn huge pages off, as the Python package reads it; unset or anything else leaves them on.
+  static bool huge_pages_allowed(const char* v) {
+    if (!v) return true;
+    while (*v == ' ' || *v == '\t') ++v;
+    size_t n = std::strlen(v);
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\n')) --n;
+    char low[8] = {};
+    if (n >= sizeof(low)) return true;
+    for (size_t i = 0; i < n; ++i) low[i] = char(v[i] >= 'A' && v[i] <= 'Z' ? v[i] + 32 : v[i]);
+    for (const char* off : {"0", "off", "no", "false"})
+      if (std::strcmp(low, off) == 0) return false;
+    return true;
+  }
+
+ private:
 
   void* p_ = nullptr;
   size_t n_ = 0;

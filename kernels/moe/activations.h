@@ -128,6 +128,19 @@ inline T load(const void* p) {
   return v;
 }
 
+// The elements idx[q] of the concatenation (v0, v1): GCC's __builtin_shuffle (uzp1/uzp2 on
+// NEON); clang, which only the fuzz build uses, lacks its variable-mask form: a lane loop.
+template <int W, class F, class I>
+inline F shuffle2(F v0, F v1, I idx) {
+#if defined(__clang__)
+  F r;
+  for (int q = 0; q < W; ++q) r[q] = idx[q] < W ? v0[idx[q]] : v1[idx[q] - W];
+  return r;
+#else
+  return __builtin_shuffle(v0, v1, idx);
+#endif
+}
+
 template <int W, bool kInterleaved>
 inline void activation_row(Activation a, int64_t n, const float* g, const float* u,
                            const bf16_t* bias_g, const bf16_t* bias_u, bf16_t* out) {
@@ -149,14 +162,14 @@ inline void activation_row(Activation a, int64_t n, const float* g, const float*
       const F v0 = load<F>(src), v1 = load<F>(src + W);
       I even, odd;
       for (int q = 0; q < W; ++q) even[q] = 2 * q, odd[q] = 2 * q + 1;
-      gate = __builtin_shuffle(v0, v1, even);  // de-interleave (uzp1/uzp2 on NEON)
-      up = __builtin_shuffle(v0, v1, odd);
+      gate = shuffle2<W>(v0, v1, even);  // de-interleave
+      up = shuffle2<W>(v0, v1, odd);
       if (bias_g) {
         uint16_t bt[2 * W] = {};
         std::memcpy(bt, bias_g + 2 * j, sizeof(uint16_t) * 2 * cnt);
         const F b0 = widen<W>(load<H>(bt)), b1 = widen<W>(load<H>(bt + W));
-        gate += __builtin_shuffle(b0, b1, even);
-        up += __builtin_shuffle(b0, b1, odd);
+        gate += shuffle2<W>(b0, b1, even);
+        up += shuffle2<W>(b0, b1, odd);
       }
     } else {
       if (cnt == W) {

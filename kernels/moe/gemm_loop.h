@@ -269,22 +269,9 @@ void int8_pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, i
   for (int64_t r = m; r < round_up(m, 16); ++r) sa[r] = 0.0f;
 }
 
-// C (= or +=) (float(acc) * sa) * sw, written once for every int8 tile. Each product is kept
-// from fusing with the accumulating add (GCC contracts a * b + c into an FMA under its default
-// -ffp-contract=fast on FMA targets): the result must be the two-rounding formula everywhere.
-namespace {  // internal linkage: compiled per ISA
-inline float int8_keep(float v) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm("" : "+x"(v));
-#elif defined(__aarch64__)
-  asm("" : "+w"(v));
-#else
-  asm("" : "+m"(v));
-#endif
-  return v;
-}
-}  // namespace
-
+// C (= or +=) float(double(acc) * double(sa) * double(sw)), written once for every int8 tile
+// (int8.h: why double). No product is fused with the accumulating add: the only fp32 value is
+// the rounded epilogue, and a conversion separates it from any multiply.
 template <class T>
 void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
                float* c, int64_t ldc, bool accumulate) {
@@ -295,14 +282,16 @@ void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
   const int64_t pb = int8_panel_bytes<T>(k);
   const char* wb = static_cast<const char*>(w);
   alignas(64) int32_t acc[T::kMR * T::kNP * T::kNR];
-  alignas(64) float sw[T::kNP * T::kNR];
+  alignas(64) float swf[T::kNP * T::kNR];
+  alignas(64) double sw[T::kNP * T::kNR];
   for (int64_t p = p0; p < p1; p += T::kNP) {
     const int np = int(std::min<int64_t>(T::kNP, p1 - p));
     const char* wp = wb + p * pb;
     const int64_t ncol = int64_t(np) * T::kNR;
     float* cp = c + (p - p0) * T::kNR;
     for (int j = 0; j < np; ++j)  // the panels' column scales
-      std::memcpy(sw + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
+      std::memcpy(swf + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
+    for (int64_t col = 0; col < ncol; ++col) sw[col] = double(swf[col]);
     for (int64_t r = 0, mb; r < m; r += mb) {
       mb = T::rows(m - r);
       tile_rows<T>(mb, a + r * lda, lda, ks,
@@ -310,9 +299,9 @@ void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
                    ncol);
       for (int64_t rr = 0; rr < mb; ++rr) {
         float* cr = cp + (r + rr) * ldc;
-        const float s = sa[r + rr];
+        const double s = double(sa[r + rr]);
         for (int64_t col = 0; col < ncol; ++col) {
-          const float v = int8_keep((float(acc[rr * ncol + col]) * s) * sw[col]);
+          const float v = float(double(acc[rr * ncol + col]) * s * sw[col]);
           cr[col] = accumulate ? cr[col] + v : v;
         }
       }

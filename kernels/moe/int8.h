@@ -9,8 +9,14 @@
 // amax / 127.0f (all fp32). A row with amax < 2**-64 is first scaled by 2**64 (exact, x_k and
 // amax alike) so that inv stays finite; a row holding an inf or NaN gets q = 0 and sa = NaN
 // (its outputs are NaN, as a float GEMM would make them inf or NaN).
-// GEMM: C[r][c] = (float(acc) * sa_r) * sw_c (then + C when accumulating), acc the exact int32
-// sum of q_a * q_w: K <= kMaxK keeps |acc| <= K * 127 * 127 < 2**31.
+// GEMM: C[r][c] = float(double(acc) * double(sa_r) * double(sw_c)) (then + C when
+// accumulating), acc the exact int32 sum of q_a * q_w: K <= kMaxK keeps |acc| <= K * 127 * 127
+// < 2**31. In double nothing overflows or underflows (|acc| sa sw is within 2**-298..2**287),
+// double(acc) * sa is exact while |acc| < 2**29 and each double product is within 2**-53 of
+// exact, so the one fp32 rounding dominates: |C - acc sa sw| <= 1.0000001 u |acc sa sw|
+// (u = 2**-24; + 2**-150 for a subnormal C), and C is inf only where acc sa sw itself rounds
+// past FLT_MAX. (The fp32 products (float(acc) * sa) * sw of the first version overflowed for
+// |x| around 1e36 where the exact result was finite, and turned the rest of the row into NaN.)
 #pragma once
 #include <cmath>
 #include <cstdint>

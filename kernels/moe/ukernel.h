@@ -57,7 +57,7 @@ struct Ukernel {
   // A kInt8 ukernel (W8A8) packs with pack_int8 (pack is null): one expert's q (o, i) int8 and
   // scales (o) fp32. Its pack_a quantises each bf16 row (int8::quantize_row, the same bytes on
   // every ISA) into its own A layout with the row's scale, so packed_a_size differs from the
-  // row's bf16 ukernel's; its gemm gives C = (float(exact int32 sum) * sa) * sw, bitwise equal
+  // row's bf16 ukernel's; its gemm gives C = float(double(exact int32 sum) * sa * sw), bitwise equal
   // to the scalar reference's on every variant (gemm_loop.h, "int8 tiles").
   //
   // A kMxfp4A8 ukernel (W4A8) packs with pack_mxfp4 like kMxfp4 (the same inputs), quantises

@@ -12,6 +12,7 @@
 
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
+#include "kernels/common/prescale.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/ternary/act_bitnet.h"
 #include "kernels/ternary/grouped.h"
@@ -240,25 +241,32 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
 }
 
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
-                        int64_t scale_len) {
-  if (scale_len == 0) return;
+                        int64_t scale_len, const int* exps) {
   for (int64_t b = 0; b < batch; ++b) {
     float* yb = y + b * m;
-    if (scale_len == 1) {
+    if (exps && exps[b] != 0) {  // a pre-scaled row: one rounding of the exact y * s * 2**e
+      const double f = std::ldexp(1.0, exps[b]);
+      for (int64_t r = 0; r < m; ++r) {
+        const double s = scale_len == 0 ? 1.0 : scale_len == 1 ? scale[0] : scale[r];
+        yb[r] = float(double(yb[r]) * s * f);
+      }
+    } else if (scale_len == 1) {
       for (int64_t r = 0; r < m; ++r) yb[r] *= scale[0];
-    } else {
+    } else if (scale_len == m) {
       for (int64_t r = 0; r < m; ++r) yb[r] *= scale[r];
     }
   }
 }
 
-void scale_epilogue_i8(const int32_t* acc, const float* dq, int64_t batch, int64_t m,
-                       const float* scale, int64_t scale_len, float* y) {
-  for (int64_t b = 0; b < batch; ++b)
+void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, int64_t batch,
+                       int64_t m, const float* scale, int64_t scale_len, float* y) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const double d = double(dq[b]), p = double(post[b]);
     for (int64_t r = 0; r < m; ++r) {
-      const float s = scale_len == 0 ? 1.0f : scale_len == 1 ? scale[0] : scale[r];
-      y[b * m + r] = float(acc[b * m + r]) * dq[b] * s;
+      const double s = scale_len == 0 ? 1.0 : scale_len == 1 ? scale[0] : scale[r];
+      y[b * m + r] = float(double(acc[b * m + r]) * d * s * p);
     }
+  }
 }
 
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
@@ -356,18 +364,33 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
         uk.run(&a);
       });
     }
-    scale_epilogue_i8(acc, dq, batch, m, scale, scale_len, y);
-    for (int64_t b = 0; b < batch; ++b)
-      if (post[b] != 1.0f)
-        for (int64_t r = 0; r < m; ++r) y[b * m + r] *= post[b];
+    scale_epilogue_i8(acc, dq, post, batch, m, scale, scale_len, y);
     return;
   }
 
   const F32Ukernel& uk = v.ukernel.f32;
+  // Rows with K * max|x| > 2**120 run as x * 2**-e and are scaled back in the epilogue
+  // (prescale.h): no partial sum overflows where the exact result is finite.
+  const int* exps = nullptr;
+  if (k > 0) {
+    AlignedBuffer& eb = scratch(1);
+    eb.reserve(size_t(batch) * sizeof(int));
+    int* e = eb.data<int>();
+    bool any = false;
+    for (int64_t b = 0; b < batch; ++b) any |= (e[b] = prescale::exponent(x + b * k, k, k)) != 0;
+    if (any) {
+      AlignedBuffer& sb = scratch(2);
+      sb.reserve(size_t(batch * k) * sizeof(float));
+      float* xs = sb.data<float>();
+      for (int64_t b = 0; b < batch; ++b) prescale::scale_row(x + b * k, k, e[b], xs + b * k);
+      x = xs;
+      exps = e;
+    }
+  }
   if (k == 0) {
     std::fill(y, y + batch * m, 0.0f);
   } else if (w.group_size > 0) {
-    grouped::gemv_f32(w, uk, x, batch, nthreads, y);
+    grouped::gemv_f32(w, uk, x, exps, batch, nthreads, y);
     return;
   } else {
     const F32Geometry geo = uk.geometry(m, k);
@@ -383,7 +406,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       uk.run(&a);
     });
   }
-  scale_epilogue_f32(y, batch, m, scale, scale_len);
+  scale_epilogue_f32(y, batch, m, scale, scale_len, exps);
 }
 
 }  // namespace cpukern::ternary

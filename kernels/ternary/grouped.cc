@@ -2,6 +2,7 @@
 #include "kernels/ternary/grouped.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -73,26 +74,34 @@ void unpack(const Plan& plan, const Packer& packer, const void* src, int64_t k, 
 
 namespace {
 
-// y rows [r0, r0 + rows) of every batch row += s[r] * partial[b, r] (the first group sets).
+// sum[b, r] (+)= double(s[r]) * partial[b, r] for rows [0, rows) of a block (the first group
+// sets): each product is exact in double, and no sum overflows.
 // s: the group's scales of these rows, contiguous (PreparedWeights keeps them group-major).
 template <class T>
 void add_scaled(const T* partial, int64_t ldp, const float* s, bool first, int64_t rows,
-                int64_t batch, int64_t m, float* y) {
+                int64_t batch, double* sum) {
   for (int64_t b = 0; b < batch; ++b) {
-    float* yb = y + b * m;
+    double* sb = sum + b * ldp;
     const T* pb = partial + b * ldp;
     if (first) {
-      for (int64_t r = 0; r < rows; ++r) yb[r] = s[r] * float(pb[r]);
+      for (int64_t r = 0; r < rows; ++r) sb[r] = double(s[r]) * double(pb[r]);
     } else {
-      for (int64_t r = 0; r < rows; ++r) yb[r] += s[r] * float(pb[r]);
+      for (int64_t r = 0; r < rows; ++r) sb[r] += double(s[r]) * double(pb[r]);
     }
   }
 }
 
+// y rows [r0, r0 + rows) = float(sum[b, r] * f[b]): the one fp32 rounding.
+void store(const double* sum, int64_t lds, const double* f, int64_t rows, int64_t batch,
+           int64_t m, float* y) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) y[b * m + r] = float(sum[b * lds + r] * f[b]);
+}
+
 }  // namespace
 
-void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, int64_t batch,
-              int threads, float* y) {
+void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, const int* exps,
+              int64_t batch, int threads, float* y) {
   const int64_t m = w.m, k = w.k;
   const Plan plan(m, k, w.group_size, uk.packed_size);
   const int64_t groups = plan.groups();
@@ -103,6 +112,9 @@ void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, in
     geo[size_t(gi)] = uk.geometry(kBlockRows, plan.cols(gi));
     xoff[size_t(gi) + 1] = xoff[size_t(gi)] + batch * geo[size_t(gi)].x_bytes;
   }
+  std::vector<double> f(static_cast<size_t>(batch), 1.0);  // 2**e of pre-scaled rows
+  if (exps)
+    for (int64_t b = 0; b < batch; ++b) f[size_t(b)] = std::ldexp(1.0, exps[b]);
   AlignedBuffer xp(size_t(xoff.back()));
   for (int64_t gi = 0; gi < groups; ++gi)
     for (int64_t b = 0; b < batch; ++b)
@@ -112,13 +124,15 @@ void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, in
   parallel_for(plan.blocks(), threads, [&](int64_t blk) {
     const int64_t r0 = blk * kBlockRows, rows = plan.rows(blk);
     std::vector<float> partial(size_t(batch * kBlockRows));
+    std::vector<double> sum(size_t(batch * kBlockRows));
     for (int64_t gi = 0; gi < groups; ++gi) {
       F32Args a{base + plan.offset(blk, gi), rows, xp.data<char>() + xoff[size_t(gi)], batch,
                 partial.data(), kBlockRows, &geo[size_t(gi)]};
       uk.run(&a);
       add_scaled(partial.data(), kBlockRows, w.scales() + gi * m + r0, gi == 0, rows, batch,
-                 m, y + r0);
+                 sum.data());
     }
+    store(sum.data(), kBlockRows, f.data(), rows, batch, m, y + r0);
   });
 }
 
@@ -141,20 +155,22 @@ void gemv_i8(const PreparedWeights& w, const I8Ukernel& uk, const int8_t* xq, in
       for (int64_t j = 0; j < plan.cols(gi); ++j) sum += dst[j] = src[j];
       sums[size_t(gi * batch + b)] = sum;
     }
+  std::vector<double> f(static_cast<size_t>(batch));  // dq * post, exact in double
+  for (int64_t b = 0; b < batch; ++b) f[size_t(b)] = double(dq[b]) * double(post[b]);
   const char* base = static_cast<const char*>(w.i8_data(threads));
   parallel_for(plan.blocks(), threads, [&](int64_t blk) {
     const int64_t r0 = blk * kBlockRows, rows = plan.rows(blk);
     std::vector<int32_t> acc(size_t(batch * kBlockRows));
+    std::vector<double> sum(size_t(batch * kBlockRows));
     for (int64_t gi = 0; gi < groups; ++gi) {
       I8Args a{base + plan.offset(blk, gi), rows, plan.cols(gi),
                qg.data<int8_t>() + gi * batch * kp, kp, &sums[size_t(gi * batch)], batch,
                acc.data(), kBlockRows};
       uk.run(&a);
-      add_scaled(acc.data(), kBlockRows, w.scales() + gi * m + r0, gi == 0, rows, batch, m,
-                 y + r0);
+      add_scaled(acc.data(), kBlockRows, w.scales() + gi * m + r0, gi == 0, rows, batch,
+                 sum.data());
     }
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t r = 0; r < rows; ++r) y[b * m + r0 + r] = y[b * m + r0 + r] * dq[b] * post[b];
+    store(sum.data(), kBlockRows, f.data(), rows, batch, m, y + r0);
   });
 }
 

@@ -45,11 +45,14 @@ void pack(const Plan& plan, const Packer& packer, const uint32_t* words, int64_t
 // The inverse (the int8 layout is packed lazily from the fp32 one).
 void unpack(const Plan& plan, const Packer& packer, const void* src, int64_t k, uint32_t* words);
 
-// y[b, r] = sum_g scale[r, g] * sum_{j in g} w[r, j] x[b, j], g in order.
-void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, int64_t batch,
-              int threads, float* y);
+// y[b, r] = sum_g scale[r, g] * sum_{j in g} w[r, j] x[b, j], g in order; the scaled group
+// sums are added in double (exact products) and rounded to fp32 once, times 2**exps[b] for a
+// row the driver pre-scaled (exps may be null: none).
+void gemv_f32(const PreparedWeights& w, const F32Ukernel& uk, const float* x, const int* exps,
+              int64_t batch, int threads, float* y);
 // int8 mode from the driver's quantised activations (q rows of `stride`, zero-padded; dq and
-// post as in the driver): y[b, r] = (sum_g scale[r, g] * acc_g[b, r]) * dq[b] * post[b].
+// post as in the driver): y[b, r] = float((sum_g scale[r, g] * acc_g[b, r]) * dq[b] * post[b])
+// in double.
 void gemv_i8(const PreparedWeights& w, const I8Ukernel& uk, const int8_t* xq, int64_t stride,
              const float* dq, const float* post, int64_t batch, int threads, float* y);
 

@@ -157,11 +157,13 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
                                                        int64_t m, int64_t k, const float* scale,
                                                        int threads = 0, int64_t group_size = 0);
 
-// Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0).
+// Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0); a row
+// run pre-scaled by 2**-e (exps[b] = e > 0, prescale.h) gets float(double(y) * s(r) * 2**e).
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
-                        int64_t scale_len);
-// y[b, r] = float(acc[b, r]) * dq[b] * s(r).
-void scale_epilogue_i8(const int32_t* acc, const float* dq, int64_t batch, int64_t m,
-                       const float* scale, int64_t scale_len, float* y);
+                        int64_t scale_len, const int* exps);
+// y[b, r] = float(double(acc[b, r]) * dq[b] * s(r) * post[b]): one fp32 rounding, and nothing
+// overflows in double (|acc| < 2**31, dq and s fp32, post a power of two).
+void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, int64_t batch,
+                       int64_t m, const float* scale, int64_t scale_len, float* y);
 
 }  // namespace cpukern::ternary

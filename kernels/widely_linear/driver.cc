@@ -3,12 +3,14 @@
 // the 8 dot products from the variant's ukernel, then the scale epilogue), so results do
 // not depend on the thread count, the batch size, or the fused/unfused schedule.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
+#include "kernels/common/prescale.h"
 #include "kernels/common/ternary_codes.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/widely_linear/ukernel.h"
@@ -87,9 +89,19 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   const int64_t per_b = 4 * w16 + tab;
   AlignedBuffer act(size_t(checked_mul(batch, per_b, "x")) * sizeof(float));
   std::vector<Acts> acts(static_cast<size_t>(batch));
+  // A batch row whose sums could overflow runs as x * 2**-e; its epilogue scales back by
+  // `up` = 2**e in double (prescale.h). Other rows: up = 1, the plain fp32 epilogue.
+  std::vector<double> up(static_cast<size_t>(batch), 1.0);
+  std::vector<float> row;
   for (int64_t b = 0; b < batch; ++b) {
     float* base = act.data<float>() + b * per_b;
     const float* xb = x + b * 2 * d.m;
+    if (const int e = prescale::exponent(xb, 2 * d.m, 2 * d.m)) {
+      row.resize(size_t(2 * d.m));
+      prescale::scale_row(xb, 2 * d.m, e, row.data());
+      xb = row.data();
+      up[size_t(b)] = std::ldexp(1.0, e);
+    }
     for (int64_t c = 0; c < d.m; ++c) {
       base[c] = xb[c];
       base[w16 + c] = -xb[c];
@@ -131,7 +143,8 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
       kernel(c);
       for (int b = 0; b < nb; ++b) {
         float* yb = y + (b0 + b) * 2 * d.n;
-        scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n);
+        scale_epilogue(c.dots[b], scales + s * 4 * d.n, d.n, r0, r1, s == 0, yb, yb + d.n,
+                       up[size_t(b0 + b)]);
       }
     }
   };
@@ -193,7 +206,7 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
         for (int b = 0; b < nb; ++b) {
           float* yb = y + (b0 + b) * 2 * d.n;
           scale_epilogue(dots.data() + b * per + r0 * kNumSub, scales + s * 4 * d.n, d.n, r0,
-                         r1, s == 0, yb, yb + d.n);
+                         r1, s == 0, yb, yb + d.n, up[size_t(b0 + b)]);
         }
       });
     }

@@ -130,8 +130,10 @@ struct Packer {
 // Portable scale epilogue (O4: scales applied once per row, after the reductions).
 // dots: (r1 - r0, 8) for one stage; scales: that stage's (4, n) per-row scales.
 // first: y = contribution, else y += contribution. y_re, y_im: (n,) of one batch row.
+// up: 1, or 2**e for a batch row the driver ran as x * 2**-e (prescale.h); then each stage's
+// contribution is summed in double (exact products) and rounded to fp32 once.
 void scale_epilogue(const float* dots, const float* scales, int64_t n, int64_t r0, int64_t r1,
-                    bool first, float* y_re, float* y_im);
+                    bool first, float* y_re, float* y_im, double up = 1.0);
 
 // The registry rows (ukernels.inc), the SIMDe rows (tests only; defined in :simde) and the
 // packers, all from the kernel list.

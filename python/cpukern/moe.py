@@ -13,11 +13,9 @@ prepacked as bf16 for the same variant, bit for bit.
 int8 (W8A8): ``w`` int8 (E, N, K) in [-127, 127] with ``scales`` float32 (E, N), one per output
 channel (W = q * s); K <= 133144 (the int32 sums stay exact). Activations are quantised per
 token at run time (symmetric: amax / 127), the products summed exactly in int32, and each
-output is (float(sum) * sa) * sw in fp32: every variant gives the same bits for a GEMM.
-Range: that epilogue stays finite while 127 * K * max|a| <= 3e38 for the activations a of each
-GEMM (x with K = H for w13; the activation output with K = I for w2), e.g. max|x| <= 8e32 at
-H = 2880; past it a row can come out inf or NaN where bf16 experts with the same weights give
-finite values (not checked per call).
+output is float(double(sum) * sa * sw), rounded once to fp32: every variant gives the same bits
+for a GEMM, and no intermediate overflows (an output is inf only where the exact value is past
+fp32's range; tokens up to bf16's max give finite results wherever bf16 experts do).
 
 W4A8 (opt-in): ``prepack(blocks, format="mxfp4", scales=s, act="int8")`` packs the MXFP4
 experts for int8 activations (``PackedExperts.format`` "mxfp4_a8"): each token row is quantised

@@ -193,11 +193,10 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     sum(w q) / s. The same q as act="int8" except on rows with max|x| < 1e-5 (smaller codes
     there, as the model computes them); the bound above holds with max(max|x|, 1e-5).
     K <= 16909320 in int8 modes (127 * K must fit the int32 accumulators), else ValueError.
-    Range: the sums and the rescale are fp32, and every intermediate stays finite while
-    K * max|x| * max(1, |scale|) <= 1e38 (the largest |scale| with group scales): the bounds
-    above hold there. Past it (e.g. max|x| = 3e37 with K = 256) a partial sum or the int8
-    rescale can overflow to inf or NaN even where the exact result is finite; such inputs are
-    not checked (that would cost a pass over x per call).
+    No intermediate overflows where the exact result is finite: a row with K * max|x| > 2**120
+    runs as x * 2**-e (an exact power of two; the same sums, exactly scaled) and the rescale
+    (fp32 and int8, group scales too) is computed in double and rounded to fp32 once, so y is
+    inf only where the exact result is past fp32's range.
     threads: None or 0 = the default (cpukern.set_num_threads, else all cores), or
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """

@@ -30,13 +30,14 @@ fi
 isa_flags() {
   case "$1" in
     scalar) echo "" ;;
-    avx2) echo "-mavx2 -mfma" ;;
+    avx2 | avx2_fma) echo "-mavx2 -mfma" ;;
+    avx_vnni) echo "-mavx2 -mfma -mavxvnni" ;;
     avx2_bmi2) echo "-mavx2 -mfma -mbmi2" ;;
     avx512) echo "-mavx512f -mavx512bw -mavx512vl -mfma" ;;
     avx512_bmi2) echo "-mavx512f -mavx512bw -mavx512vl -mbmi2 -mfma" ;;
     avx512_vnni) echo "-mavx512f -mavx512bw -mavx512vl -mfma -mavx512vnni" ;;
-    avx512_bf16) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma" ;;
-    neon | neon_fma) echo "" ;;
+    avx512_bf16) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mavx512vnni -mfma" ;;
+    neon | neon_fma | neon_generic) echo "" ;;
     neon_dotprod) echo "-march=armv8.2-a+dotprod" ;;
     neon_bf16 | neon_bfmmla) echo "-march=armv8.2-a+bf16+i8mm" ;;
     neon_i8mm) echo "-march=armv8.2-a+i8mm+dotprod" ;;
@@ -46,8 +47,8 @@ isa_flags() {
 
 arch_isas() {  # the ukernel suffixes this machine compiles
   case "$(uname -m)" in
-    x86_64) echo "scalar avx2 avx2_bmi2 avx512 avx512_bmi2 avx512_vnni avx512_bf16" ;;
-    aarch64) echo "scalar neon neon_fma neon_dotprod neon_bf16 neon_bfmmla neon_i8mm" ;;
+    x86_64) echo "scalar avx2 avx2_fma avx2_bmi2 avx_vnni avx512 avx512_bmi2 avx512_vnni avx512_bf16" ;;
+    aarch64) echo "scalar neon neon_fma neon_generic neon_dotprod neon_bf16 neon_bfmmla neon_i8mm" ;;
   esac
 }
 
@@ -59,13 +60,18 @@ sources_common() {
   echo "kernels/common/thread_pool.cc"
 }
 
-sources_ternary_unpack() {
-  sources_common
-  local f isa flags
-  for f in "$root"/kernels/ternary/*.cc; do  # driver, grouped, pack, registry: every one
+# An op's files: its driver-level sources, then its micro-kernels with their ISA flags
+# (files without an __isa suffix are portable).
+sources_op() {
+  local op="$1" f isa flags
+  for f in "$root"/kernels/"$op"/*.cc; do  # driver, registry, serialize, ...: every one
     echo "${f#"$root"/}"
   done
-  for f in "$root"/kernels/ternary/ukernels/*.cc; do
+  for f in "$root"/kernels/"$op"/ukernels/*.cc; do
+    if [[ "$f" != *__* ]]; then
+      echo "${f#"$root"/}"
+      continue
+    fi
     isa="${f##*__}"
     isa="${isa%.cc}"
     [[ " $(arch_isas) " == *" $isa "* ]] || continue
@@ -78,8 +84,21 @@ sources_ternary_unpack() {
   done
 }
 
-build() {  # build NAME -> $out/NAME
-  local name="$1" objdir="$out/obj/$1" objs=() line src flags obj
+sources_ternary_unpack() {
+  sources_common
+  sources_op ternary
+}
+
+sources_prepared_blob() {
+  sources_common
+  echo "kernels/common/sigint.cc"
+  sources_op ternary
+  sources_op widely_linear
+  sources_op moe
+}
+
+build() {  # build NAME -> $out/NAME (objects shared between targets: same flags)
+  local name="$1" objdir="$out/obj" objs=() line src flags obj
   local common=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
     -fno-sanitize-recover=undefined -I"$root" -DCPUKERN_FUZZ=1)
   mkdir -p "$objdir"
@@ -91,9 +110,10 @@ build() {  # build NAME -> $out/NAME
     flags=""
     [[ "$line" == *"|"* ]] && flags="${line#*|}"
     obj="$objdir/$(echo "$src" | tr '/' '_').o"
+    objs+=("$obj")
+    [[ -f "$obj" ]] && continue
     # shellcheck disable=SC2086
     "$CXX" "${common[@]}" $flags -c "$root/$src" -o "$obj" &
-    objs+=("$obj")
   done <<<"$srcs"
   wait
   "$CXX" "${common[@]}" -fsanitize=fuzzer -c "$here/${name}_fuzz.cc" -o "$objdir/${name}_fuzz.o"

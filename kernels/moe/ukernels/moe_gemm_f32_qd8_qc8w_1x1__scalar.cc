@@ -1,7 +1,8 @@
 // Portable scalar int8 (W8A8) micro-kernel, the oracle of the int8 tiles: "qd8" = int8
 // activations quantised per token at run time (dynamic), "qc8w" = int8 weights with one scale
 // per output channel, stored [column][scale, k int8] (a panel is one column, a k step one k).
-// Each C element: the exact int32 sum, then (float(acc) * sa) * sw (gemm_loop.h, int8 tiles).
+// Each C element: the exact int32 sum, then float(double(acc) * sa * sw) (gemm_loop.h, int8
+// tiles).
 #include "kernels/moe/gemm_loop.h"
 #include "kernels/moe/ukernels/ukernels.h"
 

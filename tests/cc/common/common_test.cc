@@ -333,9 +333,20 @@ bool advised_huge(const void* p) {
   return hg;
 }
 
+// CPUKERN_HUGEPAGES is read with the Python package's spellings (cpukern/__init__.py): before,
+// only "0" turned huge pages off and "no" / "off" left them on silently.
+TEST(AlignedBuffer, HugePagesSpellings) {
+  using cpukern::AlignedBuffer;
+  for (const char* off : {"0", "no", "off", "false", "NO", "Off", "FALSE", " no ", "off\n"})
+    EXPECT_FALSE(AlignedBuffer::huge_pages_allowed(off)) << off;
+  for (const char* on : {"1", "yes", "on", "true", "", "nope", "00", "offline", "falsehood"})
+    EXPECT_TRUE(AlignedBuffer::huge_pages_allowed(on)) << on;
+  EXPECT_TRUE(AlignedBuffer::huge_pages_allowed(nullptr));
+}
+
 TEST(AlignedBuffer, AlignmentZeroingAndHugePageAdvice) {
   const char* env = std::getenv("CPUKERN_HUGEPAGES");
-  const bool huge = !(env && std::string(env) == "0");
+  const bool huge = cpukern::AlignedBuffer::huge_pages_allowed(env);
   for (size_t n : {size_t(1), size_t(100), cpukern::AlignedBuffer::kHugeFrom - 64,
                    cpukern::AlignedBuffer::kHugeFrom, cpukern::AlignedBuffer::kHugeFrom * 3 + 7}) {
     cpukern::AlignedBuffer b(n);

@@ -358,6 +358,82 @@ TEST_P(VariantTest, GroupScalesMatchFloat64Model) {
   }
 }
 
+// Activations near fp32's max (max|x| 3e37 and 3e38; K max|x| far past FLT_MAX) with small
+// scales, so that the exact results are finite: every partial sum used to overflow to inf
+// (fp32) and float(acc) * dq too (int8), where now the rows run pre-scaled by an exact power
+// of two (prescale.h) and the epilogues work in double. fp32: y(x) equals y(x * 2**-40)
+// times 2**40 bit for bit (the pre-scaled row is the plain row's computation, exactly
+// scaled) and lies within the fp32 bound; int8: within the int8 bound and bitwise equal to
+// the reference; batch rows of different magnitudes; per-row and group scales.
+TEST_P(VariantTest, HugeActivationsGiveFiniteResults) {
+  std::mt19937 rng(2718);
+  for (int64_t k : {int64_t(301), int64_t(4096 + 7)})
+    for (int64_t g : {int64_t(0), int64_t(64)}) {
+      const int64_t m = 37, batch = 4, groups = g ? groups_for(k, g) : 1;
+      const auto w = make_weights(m, k, Fill::kRandom, rng);
+      const auto p = pack_weights(w, m, k);
+      std::vector<float> s(size_t(m * groups));
+      for (auto& v : s) v = std::uniform_real_distribution<float>(0.5f, 1.0f)(rng) / float(k);
+#if defined(CPUKERN_TEST_SIMDE)
+      const auto pw = prepare_variant(*variant_, p.data(), m, k, s.data(), 2, g);
+#else
+      const auto pw = prepare(p.data(), m, words_for(k), k, s.data(), variant_->name, 2, g);
+#endif
+      const auto pr = prepare(p.data(), m, words_for(k), k, s.data(), "reference", 1, g);
+      auto x = random_x(batch * k, rng, false);
+      const float mags[batch] = {1.0f, 1.5e37f, 1.5e38f, 1e-3f};  // |x| < 2 before
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t j = 0; j < k; ++j) x[size_t(b * k + j)] *= mags[b];
+      std::vector<float> xs(x);
+      for (auto& v : xs) v = std::ldexp(v, -40);
+      // the float64 model with the effective per-(row, column) scale
+      std::vector<double> want(size_t(batch * m)), mag(size_t(batch * m)), nnz(size_t(batch * m));
+      for (int64_t b = 0; b < batch; ++b) {
+        double amax = 0;
+        for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(double(x[size_t(b * k + j)])));
+        for (int64_t r = 0; r < m; ++r) {
+          double acc = 0, abs = 0, cnt = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double sc = s[size_t(g ? r * groups + j / g : r)];
+            const double t = double(w[size_t(r * k + j)]) * x[size_t(b * k + j)] * sc;
+            acc += t, abs += std::fabs(t), cnt += std::fabs(w[size_t(r * k + j)] * sc);
+          }
+          want[size_t(b * m + r)] = acc, mag[size_t(b * m + r)] = abs;
+          nnz[size_t(b * m + r)] = cnt * amax;
+        }
+      }
+      std::vector<float> y(size_t(batch * m)), ys(y.size()), yq(y.size()), yr(y.size());
+      for (int threads : {1, 3}) {
+        gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, threads, y.data());
+        gemv(*pw, xs.data(), batch, nullptr, 0, Act::kF32, threads, ys.data());
+        gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, threads, yq.data());
+        gemv(*pr, x.data(), batch, nullptr, 0, Act::kInt8, 1, yr.data());
+        for (int64_t i = 0; i < batch * m; ++i) {
+          const double wv = want[size_t(i)];
+          ASSERT_TRUE(std::isfinite(y[size_t(i)]) && std::isfinite(yq[size_t(i)]))
+              << "k=" << k << " g=" << g << " b=" << i / m << " r=" << i % m << ": fp32 "
+              << y[size_t(i)] << ", int8 " << yq[size_t(i)] << ", exact " << wv;
+          ASSERT_LE(std::fabs(double(y[size_t(i)]) - wv), 1e-5 * mag[size_t(i)] + 1e-30)
+              << "fp32 k=" << k << " g=" << g << " b=" << i / m << " r=" << i % m;
+          ASSERT_LE(std::fabs(double(yq[size_t(i)]) - wv),
+                    nnz[size_t(i)] / 254.0 * 1.0001 + 1e-5 * mag[size_t(i)] + 1e-30)
+              << "int8 k=" << k << " g=" << g << " b=" << i / m << " r=" << i % m;
+          if (i / m == 1 || i / m == 2) {  // the pre-scaled rows
+            ASSERT_EQ(y[size_t(i)], std::ldexp(ys[size_t(i)], 40))
+                << "k=" << k << " g=" << g << " b=" << i / m << " r=" << i % m;
+          }
+        }
+        ASSERT_EQ(0, std::memcmp(yq.data(), yr.data(), yq.size() * 4)) << "int8 vs reference";
+      }
+      // batch rows alone equal their rows of the batch
+      for (int64_t b = 0; b < batch; ++b) {
+        std::vector<float> y1(static_cast<size_t>(m));
+        gemv(*pw, x.data() + b * k, 1, nullptr, 0, Act::kF32, 1, y1.data());
+        ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + b * m, size_t(m) * 4)) << "b=" << b;
+      }
+    }
+}
+
 TEST_P(VariantTest, EmptyShapes) {
   std::mt19937 rng(5);
   // k = 0: y = 0.
