@@ -27,8 +27,8 @@ variant gives the same bits; results are batch- and thread-count-invariant. Not 
 output (K in-features, nb = K / 32 blocks, a_k = sa * qa_k the quantised activations,
 T_b = sum over block b of w_k a_k, F the blocks whose scale lies more than 126 below their
 column's largest, flushed to zero):
-    |C - sum_k w_k x_k| <= (sa / 2) * sum_k |w_k| + (nb + 1) * 2**-24 * sum_b |T_b|
-                           + sum_{b in F} |T_b| + 2**-149
+    |C - sum_k w_k x_k| <= (sa / 2 * (1 + 2**-14) + 2**-143) * sum_k |w_k|
+                           + (nb + 2) * 2**-24 * sum_b |T_b| + sum_{b in F} |T_b| + 2**-149
 (docs/formats/mxfp4.md, "W4A8"). A row holding inf or NaN gives NaN outputs.
 """
 

@@ -182,6 +182,8 @@ BOUND = {
     # bf16 models: cpukern accumulates in fp32 and rounds the activation output and the result
     # once; stock transformers rounds after every bf16 op.
     ("gpt_oss", "mxfp4"): 0.02,
+    # W4A8: the experts' inputs quantised to int8 per token as well.
+    ("gpt_oss", "mxfp4_a8"): 0.04,
     ("qwen3_moe", "bf16"): 0.02,
     # int8 W8A8 experts (per-channel weights, per-token activations) vs bf16 experts.
     ("qwen3_moe", "int8"): 0.03,
@@ -248,6 +250,24 @@ def test_qwen3_moe_int8_experts(checkpoints):
     model = ct.from_pretrained(checkpoints["qwen3_moe"], format="int8")
     assert model.model.layers[0].mlp.experts.moe.w13.dtype == torch.int8
     check_against_stock("qwen3_moe", ref, model, BOUND[("qwen3_moe", "int8")])
+
+
+def test_gpt_oss_w4a8_experts(checkpoints):
+    """format="mxfp4_a8": the checkpoint's MXFP4 blocks run W4A8 (int8 activations)."""
+    ref = stock(checkpoints["gpt_oss"])
+    model = ct.from_pretrained(checkpoints["gpt_oss"], format="mxfp4_a8")
+    experts = model.model.layers[0].mlp.experts.moe
+    assert experts.w13.dtype == torch.uint8 and experts.act == "int8"
+    assert any("mxfp4_a8" in what for _, _, what in model.cpukern_report.replaced)
+    check_against_stock("gpt_oss", ref, model, BOUND[("gpt_oss", "mxfp4_a8")])
+    # int8 activations are not exact: the logits differ from the exact MXFP4 experts'.
+    exact = ct.from_pretrained(checkpoints["gpt_oss"], format="mxfp4")
+    assert not torch.equal(decode(model, steps=2)[0], decode(exact, steps=2)[0])
+    patched = copy.deepcopy(ref)
+    report = ct.patch(patched, format="mxfp4_a8")
+    assert all(patched.model.layers[i].mlp.experts.moe.act == "int8"
+               for i in range(ref.config.num_hidden_layers)), str(report)
+    check_against_stock("gpt_oss", ref, patched, BOUND[("gpt_oss", "mxfp4_a8")])
 
 
 @pytest.mark.parametrize("isa", variant_params("ternary_gemv"))

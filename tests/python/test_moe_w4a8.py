@@ -255,3 +255,38 @@ def test_torch_op_act_int8():
         bw = T(bf16(rng.standard_normal((e, 2 * inter, h))).view(np.int16)).view(torch.bfloat16)
         bw2 = T(bf16(rng.standard_normal((e, h, inter))).view(np.int16)).view(torch.bfloat16)
         torch.ops.cpukern.fused_moe(xt, bw, bw2, T(tw), T(ids), act="int8")
+
+
+def test_fused_moe_module_act_int8():
+    """FusedMoE.from_mxfp4(act="int8") runs W4A8: the same bits as the op, prepared or not;
+    a prepared state_dict of the other act is packed again, never run as the wrong mode."""
+    torch = pytest.importorskip("torch")
+    from cpukern.torch import FusedMoE
+
+    rng = np.random.default_rng(11)
+    e, h, inter, t = 4, 64, 32, 3
+    b13, s13 = random_mx(rng, e * 2 * inter, h, 118, 124)
+    b2, s2 = random_mx(rng, e * h, inter, 118, 124)
+    T = torch.from_numpy
+    q = (T(b13.reshape(e, 2 * inter, h // 32, 16)), T(s13.reshape(e, 2 * inter, h // 32)),
+         T(b2.reshape(e, h, inter // 32, 16)), T(s2.reshape(e, h, inter // 32)))
+    x = T(bf16(rng.standard_normal((t, h))).view(np.int16)).view(torch.bfloat16)
+    tw, ids = (T(a) for a in moe.route(rng.standard_normal((t, e)).astype(F32), 2))
+    want = torch.ops.cpukern.fused_moe(x, q[0], q[2], tw, ids, activation="swigluoai",
+                                       w13_scales=q[1], w2_scales=q[3], act="int8")
+    a8 = FusedMoE.from_mxfp4(*q, topk=2, act="int8")
+    exact = FusedMoE.from_mxfp4(*q, topk=2)
+    assert a8.act == "int8" and exact.act == "float" and "act='int8'" in repr(a8)
+    assert torch.equal(a8.experts(x, tw, ids), want)
+    a8.prepare()
+    assert moe.from_buffer(a8.w13_prepared.numpy()).format == "mxfp4_a8"
+    assert torch.equal(a8.experts(x, tw, ids), want)
+    exact.prepare()
+    y_exact = exact.experts(x, tw, ids)
+    assert not torch.equal(y_exact, want)
+    # The exact module's prepared buffers loaded into the W4A8 module: packed again as W4A8.
+    a8.load_state_dict(exact.state_dict())
+    assert moe.from_buffer(a8.w13_prepared.numpy()).format == "mxfp4_a8"
+    assert torch.equal(a8.experts(x, tw, ids), want)
+    with pytest.raises(ValueError, match="^act:"):
+        FusedMoE.from_mxfp4(*q, topk=2, act="int4")

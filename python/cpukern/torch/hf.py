@@ -18,8 +18,9 @@ routers, embeddings, lm_head):
 * gpt-oss (``GptOssForCausalLM``): ``GptOssExperts`` -> ``FusedMoE`` with ``swigluoai``
   (alpha 1.702, limit 7, both biases, gate/up rows interleaved as the model stores them) on
   MXFP4 experts (``format="mxfp4"``, the default: bf16 experts are quantised with
-  ``cpukern.moe.quantize``, exact for weights that came from MXFP4) or bf16
-  (``format="bf16"``). The router stays (softmax over the top-k logits).
+  ``cpukern.moe.quantize``, exact for weights that came from MXFP4), the same MXFP4 experts
+  with int8 activations (``format="mxfp4_a8"``, W4A8: faster, not exact; the bound is in
+  ``cpukern.moe``'s docstring) or bf16 (``format="bf16"``). The router stays (softmax over the top-k logits).
 * Qwen3-MoE (``Qwen3MoeForCausalLM``): ``Qwen3MoeExperts`` -> ``FusedMoE`` on bf16 experts
   (``format="bf16"``, default) or int8 W8A8 (``format="int8"``), rows [gate; up], the model's
   activation (silu). The router stays (softmax, top-k, ``norm_topk_prob``).
@@ -107,7 +108,7 @@ def _options(kind: str, isa: Any, act: Any, format: Any, threads: Any) -> tuple:
     if act is not None:
         str_arg(act, "act", _ternary.ACTS)
     if format is not None:
-        allowed = {"gpt_oss": ("mxfp4", "bf16"), "qwen3_moe": ("bf16", "int8")}.get(kind, ())
+        allowed = {"gpt_oss": ("mxfp4", "mxfp4_a8", "bf16"), "qwen3_moe": ("bf16", "int8")}.get(kind, ())
         if format not in allowed:
             raise ValueError(f"format: expected None or one of {allowed} for a {kind or 'this'} "
                              f"model, got {format!r}")
@@ -181,17 +182,21 @@ def _fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tens
     if fmt == "bf16":
         mod = FusedMoE.from_experts(w13, w2, b13, b2, **kw)
     else:
-        q13, s13 = _moe.quantize(w13.to(torch.bfloat16).contiguous(), format=fmt)
-        q2, s2 = _moe.quantize(w2.to(torch.bfloat16).contiguous(), format=fmt)
-        make = FusedMoE.from_mxfp4 if fmt == "mxfp4" else FusedMoE.from_int8
-        mod = make(q13, s13, q2, s2, b13, b2, **kw)
+        qfmt = "int8" if fmt == "int8" else "mxfp4"
+        q13, s13 = _moe.quantize(w13.to(torch.bfloat16).contiguous(), format=qfmt)
+        q2, s2 = _moe.quantize(w2.to(torch.bfloat16).contiguous(), format=qfmt)
+        if qfmt == "int8":
+            mod = FusedMoE.from_int8(q13, s13, q2, s2, b13, b2, **kw)
+        else:
+            mod = FusedMoE.from_mxfp4(q13, s13, q2, s2, b13, b2, **kw,
+                                      act="int8" if fmt == "mxfp4_a8" else "float")
     return mod.prepare()
 
 
 def _gpt_oss_format(fmt: Optional[str], h: int, i: int) -> tuple[str, str]:
     """(format, note): MXFP4 needs H and I multiples of 32 (blocks of 32 along each input)."""
     fmt = fmt or "mxfp4"
-    if fmt == "mxfp4" and (h % 32 or i % 32):
+    if fmt in ("mxfp4", "mxfp4_a8") and (h % 32 or i % 32):
         return "bf16", f" (bf16: MXFP4 needs hidden and intermediate multiples of 32, got {h}, {i})"
     return fmt, ""
 
@@ -256,8 +261,8 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
 
     isa: force a variant (cpukern.kernels(op)) for every replaced module; None: automatic.
     act: ternary layers' activation rule, "int8_bitnet" (default, the model's), "int8" or
-    "fp32". format: expert weights, gpt-oss "mxfp4" (default) or "bf16"; Qwen3-MoE "bf16"
-    (default) or "int8". threads: cpukern.set_num_threads(threads) (process-wide)."""
+    "fp32". format: expert weights, gpt-oss "mxfp4" (default, exact), "mxfp4_a8" (W4A8) or
+    "bf16"; Qwen3-MoE "bf16" (default) or "int8". threads: cpukern.set_num_threads(threads) (process-wide)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     kind = _kind(model.config)
@@ -411,14 +416,15 @@ def _load_gpt_oss(model: nn.Module, tensors: dict, used: set, fmt: Optional[str]
             raise ValueError(f"path: {name}: {why}")
         b13 = _take(tensors, used, name + ".gate_up_proj_bias", torch.bfloat16)
         b2 = _take(tensors, used, name + ".down_proj_bias", torch.bfloat16)
-        if name + ".gate_up_proj_blocks" in tensors and fmt in (None, "mxfp4"):
+        if name + ".gate_up_proj_blocks" in tensors and fmt in (None, "mxfp4", "mxfp4_a8"):
             # MXFP4 blocks straight into the kernel layout: never expanded to bf16
             q = {k: _take(tensors, used, f"{name}.{k}") for k in
                  ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales")}
             moe = FusedMoE.from_mxfp4(q["gate_up_proj_blocks"], q["gate_up_proj_scales"],
                                       q["down_proj_blocks"], q["down_proj_scales"], b13, b2,
-                                      topk=topk, activation="swigluoai", isa=isa).prepare()
-            what = "FusedMoE mxfp4 swigluoai (from the checkpoint's MXFP4 blocks)"
+                                      topk=topk, activation="swigluoai", isa=isa,
+                                      act="int8" if fmt == "mxfp4_a8" else "float").prepare()
+            what = f"FusedMoE {fmt or 'mxfp4'} swigluoai (from the checkpoint's MXFP4 blocks)"
         else:
             if name + ".gate_up_proj_blocks" in tensors:  # format="bf16" asked of an MXFP4 checkpoint
                 w13 = _moe.dequantize(_take(tensors, used, name + ".gate_up_proj_blocks"),

@@ -454,6 +454,8 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     Buffers: ``w13`` bf16 (E, 2I, H) (rows [gate; up], or interleaved for "swigluoai"), ``w2``
     bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16. Quantized experts
     (``from_mxfp4``, ``from_int8``) keep their own format with ``w13_scales`` / ``w2_scales``.
+    ``act``: "float" (exact) or, for MXFP4 experts only, "int8": W4A8 (int8 activations per
+    token, cpukern.moe.prepack's act; its bound is in cpukern.moe's docstring).
     ``forward(x, router_logits)`` routes with softmax + top-k in torch (renormalised if
     ``renormalize``) and runs ``torch.ops.cpukern.fused_moe``; ``experts(x, topk_weights,
     topk_ids)`` takes the routing from the caller. x: bf16 (..., H) (float32 and float16 are
@@ -476,6 +478,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         super().__init__()
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
         self.topk, self.activation, self.renormalize, self.isa = topk, activation, renormalize, isa
+        self.act = "float"
         e, h, i = self.num_experts, self.hidden, self.intermediate
         bf = torch.bfloat16
         self.register_buffer("w13", torch.zeros(e, 2 * i, h, dtype=bf))
@@ -513,12 +516,15 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
                    w2_scales: Tensor, w13_bias: Optional[Tensor] = None,
                    w2_bias: Optional[Tensor] = None, *, topk: int = 4,
                    activation: str = "swigluoai", renormalize: bool = True,
-                   isa: str = "") -> "FusedMoE":
+                   isa: str = "", act: str = "float") -> "FusedMoE":
         """MXFP4 experts as gpt-oss stores them: blocks uint8 (E, O, I/32, 16), scales uint8
         (E, O, I/32) for w13 (O = 2I) and w2 (O = H). Kept as MXFP4 (buffers w13 / w2 hold the
-        blocks, w13_scales / w2_scales the scales); never expanded to bf16."""
-        return cls._from_quantized(torch.uint8, w13_blocks, w13_scales, w2_blocks, w2_scales,
-                                   w13_bias, w2_bias, topk, activation, renormalize, isa)
+        blocks, w13_scales / w2_scales the scales); never expanded to bf16. act="int8": W4A8."""
+        act = str_arg(act, "act", _moe.ACTS)
+        mod = cls._from_quantized(torch.uint8, w13_blocks, w13_scales, w2_blocks, w2_scales,
+                                  w13_bias, w2_bias, topk, activation, renormalize, isa)
+        mod.act = act
+        return mod
 
     @classmethod
     def from_int8(cls, w13: Tensor, w13_scales: Tensor, w2: Tensor, w2_scales: Tensor,
@@ -552,6 +558,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         nn.Module.__init__(mod)
         mod.num_experts, mod.hidden, mod.intermediate = e, hidden, i2 // 2
         mod.topk, mod.activation, mod.renormalize, mod.isa = topk, activation, renormalize, isa
+        mod.act = "float"
         for name, t in (("w13", w13), ("w2", w2), ("w13_scales", w13_scales),
                         ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
             if t is not None and name.endswith("bias"):
@@ -576,7 +583,10 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         """``w13_prepared`` / ``w2_prepared``: the experts packed for this CPU."""
         w = name[:-len("_prepared")]
         return _ops.prepare_experts_tensor(getattr(self, w), w, self.isa,
-                                           getattr(self, w + "_scales", None))
+                                           getattr(self, w + "_scales", None), self._act())
+
+    def _act(self) -> str:
+        return getattr(self, "act", "float")  # (modules pickled before W4A8 have none)
 
     def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
         """MoE packings cannot be unpacked: one made for another CPU (or another forced isa)
@@ -595,6 +605,8 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         if tuple(p.shape) != (self.num_experts, o, i):
             raise ValueError(f"{key}: packed experts of shape {tuple(p.shape)} do not fit this "
                              f"layer ({self.num_experts}, {o}, {i})")
+        if (p.format == "mxfp4_a8") != (self._act() == "int8"):
+            return None  # packed for the other act: packed again from the plain experts
         return t
 
     def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "FusedMoE":
@@ -616,7 +628,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
                                         topk_ids.reshape(-1, self.topk).contiguous(),
                                         self.activation, self.w13_bias, self.w2_bias, False, self.isa,
                                         getattr(self, "w13_scales", None),
-                                        getattr(self, "w2_scales", None))
+                                        getattr(self, "w2_scales", None), self._act())
         return y.reshape(lead + (self.hidden,)).to(x.dtype)
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
@@ -625,4 +637,5 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden={self.hidden}, intermediate="
-                f"{self.intermediate}, topk={self.topk}, activation={self.activation!r}")
+                f"{self.intermediate}, topk={self.topk}, activation={self.activation!r}"
+                + (f", act={self._act()!r}" if self._act() != "float" else ""))
