@@ -23,7 +23,10 @@ Shapes (issue 15): ternary 4096x14336 B=1 and B=16 hot, 32768x14336 B=1 cold (gg
 activations), 1 and 2 threads; the
 gpt-oss-20b MoE layer (E=32, top-4, H=I=2880, swigluoai, biases) T=1 at 1 and 2 threads and
 T=64 at 2 threads: ggml's two MUL_MAT_ID expert GEMMs (gate_up, down; bf16 and MXFP4) vs
-cpukern's whole fused_moe (both GEMMs, activation, biases, weighted sum) in the same format.
+cpukern's whole fused_moe (both GEMMs, activation, biases, weighted sum) in the same format,
+and cpukern's W4A8 (MXFP4 weights, int8 activations) against ggml's MXFP4 (which quantises
+activations to int8 too). `--moe-isa avx512_bf16,avx2` times cpukern's MoE on each named
+variant (default: the selected one); `--only moe` skips the ternary shapes.
 
 Working sets: test-backend-ops times gate_up (133 MB of bf16 at T=1) and down (66 MB) one op
 at a time, each repeated on its own weights; cpukern's fused call reads both (199 MB). Sets
@@ -86,11 +89,12 @@ def probe(binary: Optional[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- ggml
 
-def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int) -> list[str]:
+def ggml_cases(types: dict[str, int], ops: dict[str, int], threads: int,
+               ternary_shapes: bool = True) -> list[str]:
     f32, i32 = types["GGML_TYPE_F32"], types["GGML_TYPE_I32"]
     mm, mmid = ops["GGML_OP_MUL_MAT"], ops["GGML_OP_MUL_MAT_ID"]
     lines = []
-    for name, m, k, b, _ in TERNARY:
+    for name, m, k, b, _ in TERNARY if ternary_shapes else ():
         for tq in TERNARY_TYPES:
             if f"GGML_TYPE_{tq}" in types:
                 lines.append(test_line(mm, f32, [m, b, 1, 1],
@@ -140,12 +144,16 @@ def timeit(calls: list, min_time: float) -> float:
     return float(np.median(times))
 
 
+MOE_FORMATS = ("bf16", "mxfp4", "mxfp4_a8")  # cpukern's; ggml has bf16 and MXFP4
+GGML_FORMAT = {"bf16": "bf16", "mxfp4": "mxfp4", "mxfp4_a8": "mxfp4"}
+
+
 class Cpukern:
-    def __init__(self, rng, min_time: float):
+    def __init__(self, rng, min_time: float, moe_isas: list[str], ternary_shapes: bool = True):
         self.min_time = min_time
         self.ternary = {}
         self.layout_bytes = {}
-        for name, m, k, _, temp in TERNARY:
+        for name, m, k, _, temp in TERNARY if ternary_shapes else ():
             if (m, k, temp) in self.ternary:
                 continue
             words = (k + 15) // 16
@@ -169,12 +177,16 @@ class Cpukern:
         w2 = (rng.standard_normal((e, h, i), dtype=np.float32) / np.sqrt(i)).astype(bf)
         self.bias = ((rng.standard_normal((e, 2 * i)) * 0.1).astype(bf),
                      (rng.standard_normal((e, h)) * 0.1).astype(bf))
-        self.moe = {"bf16": (moe.prepack(w13), moe.prepack(w2))}
         q13, q2 = moe.quantize(w13), moe.quantize(w2)
+        self.moe = {}
+        for isa in moe_isas:
+            self.moe[isa, "bf16"] = (moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa))
+            for fmt, act in (("mxfp4", "float"), ("mxfp4_a8", "int8")):
+                self.moe[isa, fmt] = (
+                    moe.prepack(q13[0], format="mxfp4", scales=q13[1], act=act, isa=isa),
+                    moe.prepack(q2[0], format="mxfp4", scales=q2[1], act=act, isa=isa))
+            log(f"cpukern MoE experts packed for {isa} (bf16, MXFP4, W4A8)")
         del w13, w2
-        self.moe["mxfp4"] = (moe.prepack(q13[0], format="mxfp4", scales=q13[1]),
-                             moe.prepack(q2[0], format="mxfp4", scales=q2[1]))
-        log("cpukern MoE experts packed (bf16, MXFP4)")
         self.rng = rng
 
     def ternary_ms(self, m: int, k: int, b: int, temp: str, act: str, threads: int) -> float:
@@ -183,7 +195,7 @@ class Cpukern:
                  for w in self.ternary[(m, k, temp)]]
         return timeit(calls, self.min_time) * 1e3
 
-    def moe_ms(self, t: int, fmt: str, routing: str, threads: int) -> float:
+    def moe_ms(self, isa: str, t: int, fmt: str, routing: str, threads: int) -> float:
         e, topk, h = MOE["e"], MOE["topk"], MOE["h"]
         x = self.rng.standard_normal((t, h)).astype(ml_dtypes.bfloat16)
         if routing == "ggml":  # test-backend-ops: experts 0..topk-1 for every token, shuffled
@@ -191,7 +203,7 @@ class Cpukern:
         else:
             ids = np.stack([self.rng.permutation(e)[:topk] for _ in range(t)]).astype(np.int32)
         tw = np.full((t, topk), 1.0 / topk, np.float32)
-        w13, w2 = self.moe[fmt]
+        w13, w2 = self.moe[isa, fmt]
         call = lambda: moe.fused_moe(x, w13, w2, tw, ids, activation="swigluoai",
                                      w13_bias=self.bias[0], w2_bias=self.bias[1], threads=threads)
         return timeit([call], self.min_time) * 1e3
@@ -207,7 +219,13 @@ def main(argv=None) -> int:
     p.add_argument("--probe", default=None, help="benchmarks/bandwidth binary (default: next to this script in the runfiles)")
     p.add_argument("--json", metavar="FILE", help="also write every round as JSON")
     p.add_argument("--ggml-commit", default=None, help="the ggml commit, where the source is not a git checkout")
+    p.add_argument("--moe-isa", default=None,
+                   help="comma-separated fused_moe variants to time (default: the selected one)")
+    p.add_argument("--only", choices=("all", "moe"), default="all", help="'moe': skip the ternary shapes")
     args = p.parse_args(argv)
+    selected_moe = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
+    moe_isas = args.moe_isa.split(",") if args.moe_isa else [selected_moe]
+    with_ternary = args.only == "all"
     build = os.path.abspath(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), args.ggml_build))
     binary = os.path.join(build, "bin", "test-backend-ops")
     if not os.access(binary, os.X_OK):
@@ -226,7 +244,7 @@ def main(argv=None) -> int:
           f"L3 {machine['l3_bytes'] >> 20} MiB; {machine['cores']} cores")
     print(f"cpukern {cpukern.__version__} (ternary '{next(v['name'] for v in cpukern.kernels('ternary_gemv') if v['selected'])}', "
           f"moe '{next(v['name'] for v in cpukern.kernels('fused_moe') if v['selected'])}'); ggml {commit} ({build})")
-    ck = Cpukern(np.random.default_rng(0), args.min_time)
+    ck = Cpukern(np.random.default_rng(0), args.min_time, moe_isas, with_ternary)
     rounds = []
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_start": os.getloadavg()[0]}
@@ -238,18 +256,21 @@ def main(argv=None) -> int:
                 row[f"ws/{name}/t{th}"] = _ext.read_bandwidth(nbytes, th, 0.3) / 1e9
         for threads in (1, 2):
             log(f"round {r + 1}: ggml, {threads} thread(s)")
-            for name, us in run_ggml(binary, shim, ggml_cases(types, ops, threads), threads, work).items():
+            cases = ggml_cases(types, ops, threads, with_ternary)
+            for name, us in run_ggml(binary, shim, cases, threads, work).items():
                 row[f"ggml/{name}/t{threads}"] = us / 1e3
             log(f"round {r + 1}: cpukern, {threads} thread(s)")
-            for name, m, k, b, temp in TERNARY:
+            for name, m, k, b, temp in TERNARY if with_ternary else ():
                 for act in ("fp32", "int8"):
                     row[f"cpukern/ternary_{name}/{act}/t{threads}"] = ck.ternary_ms(m, k, b, temp, act, threads)
             for t, th in MOE_CASES:
                 if th != threads:
                     continue
-                for fmt in ("bf16", "mxfp4"):
-                    for routing in ("ggml", "random"):
-                        row[f"cpukern/moe_T{t}/{fmt}/{routing}/t{threads}"] = ck.moe_ms(t, fmt, routing, threads)
+                for isa in moe_isas:
+                    for fmt in MOE_FORMATS:
+                        for routing in ("ggml", "random"):
+                            row[f"cpukern/{isa}/moe_T{t}/{fmt}/{routing}/t{threads}"] = \
+                                ck.moe_ms(isa, t, fmt, routing, threads)
         row["load_end"] = os.getloadavg()[0]
         rounds.append(row)
         log(f"round {r + 1} done, load {row['load_start']:.2f} -> {row['load_end']:.2f}")
@@ -264,7 +285,7 @@ def main(argv=None) -> int:
           "cpukern int8 ms | fp32 vs TQ2_0 | int8 vs TQ2_0 | fp32 / int8 vs TQ1_0 | "
           "cpukern fp32 / int8 layout GB/s (cold: of the all-core probe) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, m, k, b, temp in TERNARY:
+    for name, m, k, b, temp in TERNARY if with_ternary else ():
         for th in (1, 2):
             g = med[f"ggml/{ggml_ternary_name('TQ2_0', name)}/t{th}"]
             g1 = med.get(f"ggml/{ggml_ternary_name('TQ1_0', name)}/t{th}")
@@ -278,19 +299,24 @@ def main(argv=None) -> int:
             print(f"| {name} | {th} | {temp} | {g:.3f} | {tq1[0]} | {f32:.3f} | {i8:.3f} | "
                   f"{g / f32:.2f}x | {g / i8:.2f}x | {tq1[1]} | "
                   f"{' / '.join(rates)}{'' if temp == 'cold' else ' (hot)'} |")
-    print("\n| MoE gpt-oss-20b | threads | format | ggml MUL_MAT_ID gate_up + down ms | cpukern fused_moe ms "
-          "(ggml routing) | vs ggml | cpukern ms (random top-4) | weights GB/s, random (of the all-core probe) |")
-    print("|---|---|---|---|---|---|---|---|")
-    expert = {"bf16": 3 * MOE["h"] * MOE["i"] * 2, "mxfp4": 3 * MOE["h"] * MOE["i"] * 17 / 32}
+    print("\n| MoE gpt-oss-20b | threads | cpukern variant | cpukern format (ggml's) | ggml MUL_MAT_ID "
+          "gate_up + down ms | cpukern fused_moe ms (ggml routing) | vs ggml | vs cpukern bf16 | "
+          "cpukern ms (random top-4) | weights GB/s, random (of the all-core probe) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    mx = 3 * MOE["h"] * MOE["i"] * 17 / 32
+    expert = {"bf16": 3 * MOE["h"] * MOE["i"] * 2, "mxfp4": mx, "mxfp4_a8": mx}
     for t, th in MOE_CASES:
-        for fmt in ("bf16", "mxfp4"):
-            g = med[f"ggml/moe_{fmt}_T{t}_gate_up/t{th}"] + med[f"ggml/moe_{fmt}_T{t}_down/t{th}"]
-            c = med[f"cpukern/moe_T{t}/{fmt}/ggml/t{th}"]
-            cr = med[f"cpukern/moe_T{t}/{fmt}/random/t{th}"]
-            touched = min(MOE["e"], t * MOE["topk"]) if t == 1 else MOE["e"] * (1 - (1 - MOE["topk"] / MOE["e"]) ** t)
-            gbs = touched * expert[fmt] / cr / 1e6
-            print(f"| T={t} | {th} | {fmt} | {g:.2f} | {c:.2f} | {g / c:.2f}x | {cr:.2f} | "
-                  f"{gbs:.1f} ({gbs / bw_all:.0%}) |")
+        for isa in moe_isas:
+            for fmt in MOE_FORMATS:
+                gf = GGML_FORMAT[fmt]
+                g = med[f"ggml/moe_{gf}_T{t}_gate_up/t{th}"] + med[f"ggml/moe_{gf}_T{t}_down/t{th}"]
+                c = med[f"cpukern/{isa}/moe_T{t}/{fmt}/ggml/t{th}"]
+                cb = med[f"cpukern/{isa}/moe_T{t}/bf16/ggml/t{th}"]
+                cr = med[f"cpukern/{isa}/moe_T{t}/{fmt}/random/t{th}"]
+                touched = min(MOE["e"], t * MOE["topk"]) if t == 1 else MOE["e"] * (1 - (1 - MOE["topk"] / MOE["e"]) ** t)
+                gbs = touched * expert[fmt] / cr / 1e6
+                print(f"| T={t} | {th} | {isa} | {fmt} ({gf}) | {g:.2f} | {c:.2f} | {g / c:.2f}x | "
+                      f"{cb / c:.2f}x | {cr:.2f} | {gbs:.1f} ({gbs / bw_all:.0%}) |")
     ws = moe_working_sets()
     print("\nMoE T=1 bf16 at equal working sets: each timed call's weight bytes, the GB/s it read, "
           "and the probe repeated over a buffer of that size (same rounds; a set under ~4x the L3 "
@@ -300,7 +326,7 @@ def main(argv=None) -> int:
     for th in (1, 2):
         timed = {"ggml gate_up": med[f"ggml/moe_bf16_T1_gate_up/t{th}"],
                  "ggml down": med[f"ggml/moe_bf16_T1_down/t{th}"],
-                 "cpukern fused": med[f"cpukern/moe_T1/bf16/ggml/t{th}"]}
+                 "cpukern fused": med[f"cpukern/{moe_isas[0]}/moe_T1/bf16/ggml/t{th}"]}
         for name, ms in timed.items():
             gbs = ws[name] / ms / 1e6
             pb = statistics.median(rd[f"ws/{name}/t{th}"] for rd in rounds)

@@ -121,8 +121,9 @@ def test_gemv_fp32_small_integers_bitwise_across_variants(case):
 
 def int8_model(w, x, s):
     """The documented int8 path, bit for bit: per row of x, qs = 127 / max|x| (float32),
-    q = clamp(rint(x * qs), -127, 127), exact integer dot, y = float32(acc) * (max|x| / 127) * s;
-    a row with max|x| < 2**-100 is quantised as x * 2**64 and its y scaled by 2**-64."""
+    q = clamp(rint(x * qs), -127, 127), exact integer dot, dq = float32(max|x| / 127),
+    y = float32(double(acc) * dq * s * post) (one rounding: no intermediate overflows); a row
+    with max|x| < 2**-100 is quantised as x * 2**64 and post = 2**-64 (else 1)."""
     x2 = x.reshape(-1, x.shape[-1])
     m = w.shape[0]
     out = np.empty((x2.shape[0], m), np.float32)
@@ -133,12 +134,11 @@ def int8_model(w, x, s):
         amax = amax * pre
         qs = np.float32(127) / amax if amax > 0 else np.float32(0)
         q = np.clip(np.rint((xb * pre) * qs), -127, 127).astype(np.int64)
-        acc = (w.astype(np.int64) @ q).astype(np.float32)
+        acc = w.astype(np.int64) @ q
         dq = np.float32(amax / np.float32(127))
         ss = np.ones(m, np.float32) if s is None else np.broadcast_to(np.float32(s), (m,)).astype(np.float32)
-        out[b] = acc * dq * ss
-        if tiny:
-            out[b] *= np.float32(2.0**-64)
+        post = 2.0**-64 if tiny else 1.0
+        out[b] = ((acc.astype(np.float64) * np.float64(dq)) * ss.astype(np.float64)) * post
     return out.reshape(x.shape[:-1] + (m,))
 
 
