@@ -29,7 +29,9 @@ def ggml_enums(build: str) -> tuple[dict[str, int], dict[str, int]]:
     for line in open(os.path.join(build, "CMakeCache.txt")):
         if line.startswith("CMAKE_HOME_DIRECTORY:"):
             src = line.split("=", 1)[1].strip()
-    header = open(os.path.join(src, "include", "ggml.h")).read()
+    # ggml's own tree, or llama.cpp's (ggml under ggml/)
+    inc = [os.path.join(src, d, "include", "ggml.h") for d in (".", "ggml")]
+    header = open(next((p for p in inc if os.path.exists(p)), inc[0])).read()
 
     def enum(name: str) -> dict[str, int]:
         body = re.search(r"enum\s+" + name + r"\s*\{(.*?)\};", header, re.S).group(1)
