@@ -360,7 +360,10 @@ def bitnet_gguf(spec: ModelSpec, qname: str, path: str) -> None:
             t, ws = ternary(name, o, k)
             return t.astype(np.float32) * np.float32(1.0 / ws)
         ts.append(GTensor(_gguf_name(tmap, name + ".weight"), (o, k), q, exact(q, w)))
-    write_gguf(path, "bitnet", _common_kv(c, c["hidden_size"] // c["num_attention_heads"]), ts)
+    def kv(w):
+        _common_kv(c, c["hidden_size"] // c["num_attention_heads"])(w)
+        w.add_feed_forward_length(c["intermediate_size"])  # llama.cpp sizes ffn_sub_norm by it
+    write_gguf(path, "bitnet", kv, ts)
 
 
 def bitnet(layers: int = 30) -> ModelSpec:
