@@ -131,6 +131,13 @@ def run_llama(spec: W.ModelSpec, qtype: str, threads: int, args) -> dict[str, An
 
 def hf_bytes_per_token(model, experts: tuple) -> int:
     seen, total = set(), 0
+    # cpukern modules keep their plain weights next to the prepared form the kernel reads:
+    # count the prepared buffers only.
+    for mod in model.modules():
+        for prepared, sources in getattr(mod, "_SOURCES", {}).items():
+            if getattr(mod, prepared, None) is not None and getattr(mod, prepared).numel():
+                seen.update(getattr(mod, n).data_ptr() for n in sources
+                            if getattr(mod, n, None) is not None)
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == emb.data_ptr()
