@@ -243,6 +243,24 @@ def test_from_pretrained_matches_stock(checkpoints, kind, isa):
         assert experts.w13.dtype == torch.uint8 and experts.w13_scales is not None
     if kind == "bitnet":
         assert isinstance(model.model.layers[0].self_attn.q_proj, ct.TernaryLinear)
+    # One copy of the weights: the plain ones were dropped once prepared.
+    cpukern_layers = [m for m in model.modules() if isinstance(m, (ct.TernaryLinear, ct.FusedMoE))]
+    assert cpukern_layers and all(m.plain_weights_dropped for m in cpukern_layers)
+
+
+@pytest.mark.parametrize("kind", ["bitnet", "gpt_oss"])
+def test_keep_plain_weights(checkpoints, kind):
+    kept = ct.from_pretrained(checkpoints[kind], keep_plain_weights=True)
+    dropped = ct.from_pretrained(checkpoints[kind])
+    layer = (lambda m: m.model.layers[0].self_attn.q_proj) if kind == "bitnet" else \
+        (lambda m: m.model.layers[0].mlp.experts.moe)
+    plain = "packed" if kind == "bitnet" else "w13"
+    assert getattr(layer(kept), plain).numel() > 0 and not layer(kept).plain_weights_dropped
+    assert getattr(layer(dropped), plain).numel() == 0
+    assert torch.equal(decode(kept, steps=2)[0], decode(dropped, steps=2)[0])
+    patched = copy.deepcopy(stock(checkpoints[kind]))
+    ct.patch(patched, keep_plain_weights=True)
+    assert getattr(layer(patched), plain).numel() > 0
 
 
 def test_qwen3_moe_int8_experts(checkpoints):

@@ -390,3 +390,44 @@ def test_vllm_order_prepared_moe_op_matches_the_module(monkeypatch):
     torch.ops.cpukern.cpu_fused_moe_prepared(out, x, w13, w2, mod.w13_bias, mod.w2_bias, tw, ids,
                                              False, "swigluoai")
     assert torch.equal(out, want) and counter.calls == 0
+
+
+# --- drop_plain_weights: one copy of the weights in memory ------------------------------
+
+def _all_modules():
+    for kind, mod, x in _modules():
+        yield kind, mod, (x,)
+    for fmt, mod in _moe_modules():
+        yield "moe_" + fmt, mod, _moe_inputs(mod)
+
+
+@pytest.mark.parametrize("kind", ["ternary", "ternary_grouped", "widely", "moe_bf16",
+                                  "moe_mxfp4", "moe_int8"])
+def test_drop_plain_weights_keeps_the_result_and_frees_the_plain_copy(kind, monkeypatch):
+    mod, args = next((m, a) for k, m, a in _all_modules() if k == kind)
+    twin = pickle.loads(pickle.dumps(mod))  # the same weights, for a state_dict target
+    with pytest.raises(RuntimeError, match="prepare"):
+        mod.drop_plain_weights()  # nothing prepared yet: it would leave no weights at all
+    want = mod.prepare()(*args)
+    plain = [s for srcs in mod._SOURCES.values() for s in srcs if getattr(mod, s, None) is not None]
+    assert mod.drop_plain_weights() is mod and mod.plain_weights_dropped
+    assert all(getattr(mod, s).numel() == 0 for s in plain), plain
+    counter = PrepareCounter(monkeypatch)
+    assert torch.equal(mod(*args), want)
+    assert counter.calls == 0
+    # What needs the plain weights again says so instead of preparing from empty tensors.
+    with pytest.raises(RuntimeError, match="drop_plain_weights"):
+        mod.prepare()
+    if hasattr(mod, "dequantized"):
+        with pytest.raises(RuntimeError, match="drop_plain_weights"):
+            mod.dequantized()
+    # state_dict carries the prepared buffers; a module that dropped too loads them.
+    twin.prepare().drop_plain_weights()
+    twin.load_state_dict(mod.state_dict())
+    assert torch.equal(twin(*args), want)
+    assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
+    # A state_dict without the prepared buffers leaves nothing to run from: an error, not zeros.
+    empty = {k: v for k, v in mod.state_dict().items() if not k.endswith("prepared")}
+    twin.load_state_dict(empty)
+    with pytest.raises(RuntimeError, match="drop_plain_weights"):
+        twin(*args)

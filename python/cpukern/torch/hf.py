@@ -52,7 +52,7 @@ from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import str_arg
 from cpukern.convert import bitnet_unpack
-from cpukern.torch.modules import FusedMoE, TernaryLinear
+from cpukern.torch.modules import FusedMoE, TernaryLinear, _PreparedBuffer
 
 __all__ = ["patch", "from_pretrained", "PatchReport", "MoEExperts"]
 
@@ -255,14 +255,18 @@ def _linear_reason(kind: str, model: nn.Module) -> str:
 
 
 def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = None,
-          format: Optional[str] = None, threads: Optional[int] = None) -> PatchReport:
+          format: Optional[str] = None, threads: Optional[int] = None,
+          keep_plain_weights: bool = False) -> PatchReport:
     """Replaces, in place, every module of a transformers model that cpukern runs (see the
     module docstring) and returns a PatchReport (also kept as ``model.cpukern_report``).
 
     isa: force a variant (cpukern.kernels(op)) for every replaced module; None: automatic.
     act: ternary layers' activation rule, "int8_bitnet" (default, the model's), "int8" or
     "fp32". format: expert weights, gpt-oss "mxfp4" (default, exact), "mxfp4_a8" (W4A8) or
-    "bf16"; Qwen3-MoE "bf16" (default) or "int8". threads: cpukern.set_num_threads(threads) (process-wide)."""
+    "bf16"; Qwen3-MoE "bf16" (default) or "int8". threads: cpukern.set_num_threads(threads)
+    (process-wide). keep_plain_weights: keep the plain weights next to the prepared kernel
+    layouts (twice the memory; needed to prepare again for another isa, or for dequantized());
+    by default they are dropped (``drop_plain_weights()``)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     kind = _kind(model.config)
@@ -306,8 +310,16 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
         model.set_submodule(name, new)
         done.append(name)
         report.replaced.append((name, cls, what))
+    if not keep_plain_weights:
+        _drop_plain_weights(model)
     model.cpukern_report = report
     return report
+
+
+def _drop_plain_weights(model: nn.Module) -> None:
+    for mod in model.modules():
+        if isinstance(mod, _PreparedBuffer) and not mod.plain_weights_dropped:
+            mod.drop_plain_weights()
 
 
 # --- from_pretrained ---------------------------------------------------------------------
@@ -363,8 +375,16 @@ def _take(tensors: dict, used: set, key: str, dtype: Optional[torch.dtype] = Non
     return _torch(tensors[key], dtype)
 
 
+def _place(model: nn.Module, name: str, mod: nn.Module, keep: bool) -> None:
+    """Puts a prepared cpukern module in place (its plain weights dropped unless `keep`: one
+    layer's plain copy at a time is alive while a checkpoint loads)."""
+    if not keep:
+        _drop_plain_weights(mod)
+    model.set_submodule(name, mod)
+
+
 def _load_bitnet(model: nn.Module, tensors: dict, used: set, act: str, isa: str,
-                 report: PatchReport) -> None:
+                 report: PatchReport, keep: bool) -> None:
     """Every linear layer the BitNet quantization config quantises: packed (BitLinear) or
     unpacked ternary / float weights (AutoBitLinear offline / online)."""
     qc = getattr(model.config, "quantization_config", None)
@@ -401,12 +421,12 @@ def _load_bitnet(model: nn.Module, tensors: dict, used: set, act: str, isa: str,
             norm = LlamaRMSNorm(mod.in_features, eps=qc.get("rms_norm_eps", 1e-6))
             norm.weight = nn.Parameter(_take(tensors, used, name + ".rms_norm.weight",
                                              model.dtype), requires_grad=False)
-        model.set_submodule(name, _ternary_linear(codes, scale, bias, act, isa, norm))
+        _place(model, name, _ternary_linear(codes, scale, bias, act, isa, norm), keep)
         report.replaced.append((name, "BitNet weight", f"TernaryLinear act={act}"))
 
 
 def _load_gpt_oss(model: nn.Module, tensors: dict, used: set, fmt: Optional[str], isa: str,
-                  report: PatchReport) -> None:
+                  report: PatchReport, keep: bool) -> None:
     topk = int(model.config.num_experts_per_tok)
     for name, mod in list(model.named_modules()):
         if type(mod).__name__ != "GptOssExperts":
@@ -437,12 +457,12 @@ def _load_gpt_oss(model: nn.Module, tensors: dict, used: set, fmt: Optional[str]
             f, note = _gpt_oss_format(fmt, int(w13.shape[2]), int(w2.shape[2]))
             moe = _fused_moe(w13, w2, b13, b2, fmt=f, topk=topk, activation="swigluoai", isa=isa)
             what = f"FusedMoE {f} swigluoai{note}"
-        model.set_submodule(name, MoEExperts(moe))
+        _place(model, name, MoEExperts(moe), keep)
         report.replaced.append((name, "GptOssExperts", what))
 
 
 def _load_qwen3_moe(model: nn.Module, tensors: dict, used: set, fmt: Optional[str], isa: str,
-                    report: PatchReport) -> None:
+                    report: PatchReport, keep: bool) -> None:
     topk = int(model.config.num_experts_per_tok)
     activation, hf_act = _moe_activation(model.config)
     for name, mod in list(model.named_modules()):
@@ -462,7 +482,7 @@ def _load_qwen3_moe(model: nn.Module, tensors: dict, used: set, fmt: Optional[st
         f = fmt or "bf16"
         moe = _fused_moe(w13, w2, None, None, fmt=f, topk=topk, activation=activation, isa=isa)
         del w13, w2
-        model.set_submodule(name, MoEExperts(moe))
+        _place(model, name, MoEExperts(moe), keep)
         report.replaced.append((name, "Qwen3MoeExperts", f"FusedMoE {f} {activation}"))
 
 
@@ -489,13 +509,16 @@ def _fill_params(model: nn.Module, tensors: dict, used: set, dtype: torch.dtype)
 
 def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
                     act: Optional[str] = None, format: Optional[str] = None,
-                    threads: Optional[int] = None, dtype: Optional[torch.dtype] = None) -> nn.Module:
+                    threads: Optional[int] = None, dtype: Optional[torch.dtype] = None,
+                    keep_plain_weights: bool = False) -> nn.Module:
     """A transformers causal LM from a local checkpoint directory (config.json + safetensors)
     with cpukern modules built straight from the stored tensors: BitNet packed ternary weights
     -> TernaryLinear, gpt-oss MXFP4 blocks -> FusedMoE MXFP4 (no bf16 copy of either),
     Qwen3-MoE per-expert weights -> FusedMoE. The model skeleton is made with parameters on
     the meta device, then filled. Options as in ``patch``; dtype: of the torch parts (None:
-    the config's ``dtype``, else float32). The report is ``model.cpukern_report``."""
+    the config's ``dtype``, else float32). Each layer's plain weights are dropped once it is
+    prepared, unless ``keep_plain_weights``, so the cpukern layers hold one copy of the
+    weights. The report is ``model.cpukern_report``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = os.fspath(path)
@@ -516,11 +539,11 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
     report, used = PatchReport(), set()
     with torch.no_grad():
         if kind == "bitnet":
-            _load_bitnet(model, tensors, used, act, isa, report)
+            _load_bitnet(model, tensors, used, act, isa, report, keep_plain_weights)
         elif kind == "gpt_oss":
-            _load_gpt_oss(model, tensors, used, format, isa, report)
+            _load_gpt_oss(model, tensors, used, format, isa, report, keep_plain_weights)
         else:
-            _load_qwen3_moe(model, tensors, used, format, isa, report)
+            _load_qwen3_moe(model, tensors, used, format, isa, report, keep_plain_weights)
         _fill_params(model, tensors, used, dtype)
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Linear) and not isinstance(mod, TernaryLinear):

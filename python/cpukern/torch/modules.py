@@ -179,9 +179,10 @@ class _PreparedBuffer(nn.Module):
         for name in self._PREPARED:
             t = getattr(self, name, None)
             if t is None or t.numel() == 0:
+                self._need_plain("forward")
                 return False
-        if torch.compiler.is_compiling():
-            return True
+        if torch.compiler.is_compiling() or self.plain_weights_dropped:
+            return True  # dropped: nothing they could be stale against
         for name in self._PREPARED:
             seen = self._prepared_from.get(name)
             if seen is _UNTRACKED:  # inference tensors: a change cannot be seen, so never trusted
@@ -197,9 +198,38 @@ class _PreparedBuffer(nn.Module):
         """The prepared buffer `name` made now from the plain weights."""
         raise NotImplementedError
 
+    @property
+    def plain_weights_dropped(self) -> bool:
+        """Whether drop_plain_weights() freed the plain weights."""
+        return bool(getattr(self, "_plain_dropped", False))
+
+    def _need_plain(self, what: str) -> None:
+        if self.plain_weights_dropped:
+            raise RuntimeError(f"{type(self).__name__}.{what}: needs the plain weights, which "
+                               "drop_plain_weights() freed (this module runs from its prepared "
+                               "buffers only)")
+
+    def drop_plain_weights(self):
+        """Frees the plain weights the prepared buffers were made from, so memory holds one
+        copy of the weights (``from_pretrained`` and ``patch`` do this unless told to keep
+        them). Their buffers stay, empty: state_dict() then carries the prepared buffers,
+        which a module that also dropped its plain weights loads. Forward runs from the
+        prepared buffers; what needs the plain weights (prepare(), dequantized(), prepared
+        buffers made for another CPU) raises RuntimeError. Returns self."""
+        if not self._use_prepared():
+            raise RuntimeError(f"{type(self).__name__}.drop_plain_weights: call prepare() first")
+        for sources in self._SOURCES.values():
+            for src in sources:
+                t = self._buffers.get(src)
+                if t is not None:
+                    self._buffers[src] = torch.empty((0,) * t.dim(), dtype=t.dtype)
+        self._plain_dropped = True
+        return self
+
     def prepare(self):
         """Builds the kernel layouts now (load time) into the prepared buffers; forward then
         runs from them. Returns self."""
+        self._need_plain("prepare")
         with torch.no_grad():
             self._set_prepared({name: self._prepare_one(name) for name in self._PREPARED})
         return self
@@ -335,6 +365,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
 
     def dequantized(self) -> nn.Linear:
         """The float nn.Linear this layer computes (scale * ternary weights)."""
+        self._need_plain("dequantized")
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
         w = _ternary.unpack(self.packed.view(torch.uint32), self.in_features).to(torch.float32)
         s = (self.scale.repeat_interleave(self.group_size, dim=1)[:, :self.in_features] if self.group_size
@@ -418,6 +449,7 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         return mod
 
     def dequantized(self) -> nn.Linear:
+        self._need_plain("dequantized")
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
         dense = _ternary.widely_linear_dense(self.planes.view(torch.uint32), self.scales,
                                              self.in_features // 2)
