@@ -22,7 +22,10 @@ minutes of a shared machine. Columns:
   weight B/tok   bytes of weights a decode step reads: all weights but the input embedding
                  (counted when it is tied to the LM head), MoE experts times top-k/E;
   of probe       weight B/tok x decode tok/s over the all-core read probe's GB/s at that
-                 thread count (benchmarks/bandwidth).
+                 thread count (benchmarks/bandwidth);
+  decode step    shares of 4 more one-token steps under torch.profiler: self time in
+                 cpukern's ops, in torch matmuls (bf16 projections, LM head, attention), and
+                 the rest (norms, RoPE, conversions, Python, dispatch).
 Weights are random and deterministic (weights.py), written once under ~/.cache/cpukern/e2e.
 """
 
@@ -174,9 +177,11 @@ def worker(cfg: dict) -> dict[str, Any]:
     kw = {"threads": cfg["threads"]}
     if cfg.get("isa"):
         kw["isa"] = cfg["isa"]
+    if cfg.get("format"):
+        kw["format"] = cfg["format"]
     mxfp4 = json.load(open(os.path.join(cfg["hf_dir"], "config.json"))).get(
         "quantization_config", {}).get("quant_method") == "mxfp4"
-    if cfg["engine"] == "cpukern":
+    if cfg["engine"].startswith("cpukern"):
         try:
             import cpukern.torch as ct
         except Exception as e:  # noqa: BLE001 (report any import failure as the skip reason)
@@ -215,22 +220,86 @@ def worker(cfg: dict) -> dict[str, Any]:
         t0 = time.perf_counter()
         model(ids, logits_to_keep=1, use_cache=False)
         res["prefill"] = PREFILL / (time.perf_counter() - t0)
-        out = model(ids[:, :PROMPT], use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        step = decode_step(model, cfg.get("compile", False), ids)
+        tok = step.prompt(ids[:, :PROMPT])
         t0 = time.perf_counter()
         for _ in range(DECODE):
-            out = model(tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
-            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            tok = step(tok)
         res["decode"] = DECODE / (time.perf_counter() - t0)
+        if cfg.get("profile"):
+            res["profile"] = profile_decode(step, tok, cfg["profile"])
     res["bytes_per_token"] = hf_bytes_per_token(model, tuple(cfg["experts"]))
     res["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return res
 
 
-def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None) -> dict[str, Any]:
-    cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir,
+# Where a decode step goes: torch.profiler self times, by kind of op.
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear",
+              "aten::matmul", "aten::_scaled_dot_product_flash_attention_for_cpu")
+
+
+class decode_step:
+    """One greedy token at a time after a prompt. Eager: transformers' DynamicCache. compiled:
+    a StaticCache and the model's forward under torch.compile (fixed shapes: one graph for
+    every step; compiled here, before anything is timed)."""
+
+    def __init__(self, model, compiled: bool, ids):
+        import torch
+        self.model, self.compiled = model, compiled
+        if not compiled:
+            return
+        from transformers import StaticCache
+        self.cache = StaticCache(config=model.config, max_cache_len=PROMPT + DECODE + 16)
+        self.forward = torch.compile(model, dynamic=False)
+        tok = self.prompt(ids[:, :PROMPT])
+        for _ in range(3):  # compiles (and would show a recompile) outside the timing
+            tok = self(tok)
+
+    def prompt(self, ids):
+        import torch
+        if self.compiled:
+            self.cache.reset()
+            self.pos = ids.shape[1]
+            out = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                             cache_position=torch.arange(self.pos))
+        else:
+            out = self.model(ids, use_cache=True, logits_to_keep=1)
+            self.cache = out.past_key_values
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+    def __call__(self, tok):
+        import torch
+        if self.compiled:
+            out = self.forward(tok, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                               cache_position=torch.tensor([self.pos]))
+            self.pos += 1
+        else:
+            out = self.model(tok, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            self.cache = out.past_key_values
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+
+def profile_decode(step: decode_step, tok, steps: int) -> dict[str, float]:
+    """Shares of `steps` one-token steps' wall time: in cpukern's ops (the kernels), in
+    torch matmuls (bf16 projections, LM head, attention) and in everything else (norms, RoPE,
+    softmax, dtype conversions, Python and dispatch)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = step(tok)
+        wall_us = (time.perf_counter() - t0) * 1e6
+    ev = prof.key_averages()
+    kern = sum(e.self_cpu_time_total for e in ev if e.key.startswith("cpukern::"))
+    mm = sum(e.self_cpu_time_total for e in ev if e.key in MATMUL_OPS)
+    return {"cpukern": kern / wall_us, "matmul": mm / wall_us,
+            "other": max(0.0, 1 - (kern + mm) / wall_us)}
+
+
+def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None,
+           fmt: str = "") -> dict[str, Any]:
+    cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
+           "profile": args.profile_steps, "compile": args.compile and engine.startswith("cpukern"),
            "experts": list(spec.experts), "isa": args.isa, "lengths": (PREFILL, PROMPT, DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
@@ -265,13 +334,18 @@ def median_row(rows: list[dict]) -> dict:
     return out
 
 
+def fmt_profile(p: Optional[dict]) -> str:
+    return "-" if not p else " / ".join(f"{p[k]:.0%}" for k in ("cpukern", "matmul", "other"))
+
+
 def fmt_table(results: list[tuple], gbs: dict) -> str:
     hdr = (f"| model | engine | threads | prefill tok/s ({PREFILL}) | decode tok/s ({DECODE} after {PROMPT}) "
-           "| decode x stock | peak RSS GB | weight MB/token | of probe |")
-    lines = [hdr, "|" + "---|" * 9]
+           "| decode x stock | peak RSS GB | weight MB/token | of probe "
+           "| decode step: cpukern ops / torch matmul / other |")
+    lines = [hdr, "|" + "---|" * 10]
     for model, threads, row, stock in results:
         if "skip" in row:
-            lines.append(f"| {model} | {row['engine']} | {threads} | skipped: {row['skip']} |||||")
+            lines.append(f"| {model} | {row['engine']} | {threads} | skipped: {row['skip']} ||||||")
             continue
         ratio = (f"{row['decode'] / stock['decode']:.2f}x"
                  if stock and "decode" in stock and "decode" in row else "-")
@@ -282,7 +356,7 @@ def fmt_table(results: list[tuple], gbs: dict) -> str:
             frac = f"{bpt * row['decode'] / (probe_gbs * 1e9):.0%}"
         lines.append(f"| {model} | {row['engine']} | {threads} | {row.get('prefill', 0):.1f} | "
                      f"{row.get('decode', 0):.2f} | {ratio} | {row.get('rss', 0) / 1e9:.2f} | "
-                     f"{bpt / 1e6:.0f} | {frac} |")
+                     f"{bpt / 1e6:.0f} | {frac} | {fmt_profile(row.get('profile'))} |")
     return "\n".join(lines)
 
 
@@ -304,6 +378,12 @@ def main() -> None:
     ap.add_argument("--gpt-oss-layers", dest="gpt_oss_layers", type=int, default=24)
     ap.add_argument("--gpt-oss-stock-layers", type=int, default=4,
                     help="layers of gpt-oss for stock transformers (it dequantises MXFP4 to bf16)")
+    ap.add_argument("--gpt-oss-formats", default="mxfp4,mxfp4_a8",
+                    help="cpukern expert formats for gpt-oss: mxfp4 (exact), mxfp4_a8 (W4A8), bf16")
+    ap.add_argument("--compile", action="store_true",
+                    help="cpukern rows: decode with a StaticCache and a torch.compile'd step")
+    ap.add_argument("--profile-steps", type=int, default=4,
+                    help="decode steps profiled after the timed ones (0: none): the last column")
     ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt before decode (128)")
     ap.add_argument("--decode", type=int, default=DECODE, help="greedy tokens timed (128)")
@@ -351,7 +431,10 @@ def main() -> None:
                     elif e == "transformers":
                         jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
                     elif e == "cpukern":
-                        jobs = [("cpukern", lambda: run_hf(spec, "cpukern", t, args))]
+                        fmts = args.gpt_oss_formats.split(",") if key == "gpt-oss" else [""]
+                        jobs = [(f"cpukern {f}".strip(),
+                                 lambda f=f: run_hf(spec, f"cpukern {f}".strip(), t, args, fmt=f))
+                                for f in fmts]
                     for name, job in jobs:
                         log(f"{key} threads={t} round {rnd + 1}: {name}")
                         r = job()

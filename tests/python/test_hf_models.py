@@ -354,3 +354,18 @@ def test_bitnet_autobitlinear(mode, tmp_path):
     loaded = ct.from_pretrained(str(tmp_path))
     assert len(loaded.cpukern_report.replaced) == 7 * cfg.num_hidden_layers
     check_against_stock("bitnet", ref, loaded, BOUND[("bitnet", "int8_bitnet")])
+
+
+def test_checkpoint_pages_are_dropped_after_the_copy_not_the_data(tmp_path):
+    """from_pretrained copies each tensor out of the mapped file, then drops the mapped pages
+    (RSS holds one copy); the mapping still reads the same bytes afterwards."""
+    from cpukern import io as cio
+    a = torch.arange(3 * 70000, dtype=torch.float32).reshape(3, 70000)
+    b = torch.full((5,), 7, dtype=torch.int32)
+    save_file({"a": a, "b": b}, str(tmp_path / "m.safetensors"))
+    tensors, _ = cio.read_safetensors(tmp_path / "m.safetensors")
+    used: set = set()
+    got = ct.hf._take(tensors, used, "a")
+    assert torch.equal(got, a) and used == {"a"}
+    assert np.array_equal(tensors["a"], a.numpy()) and np.array_equal(tensors["b"], b.numpy())
+    ct.hf._unmap_pages(np.zeros(3))  # not mapped: nothing to do

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import mmap
 import os
 from typing import Any, Optional
 
@@ -372,7 +373,25 @@ def _take(tensors: dict, used: set, key: str, dtype: Optional[torch.dtype] = Non
     if key not in tensors:
         raise ValueError(f"path: the checkpoint has no tensor {key!r}")
     used.add(key)
-    return _torch(tensors[key], dtype)
+    t = _torch(tensors[key], dtype)
+    _unmap_pages(tensors[key])
+    return t
+
+
+def _unmap_pages(a: np.ndarray) -> None:
+    """Drops the pages of a mapped checkpoint array from this process once it is copied (a
+    later touch reads them again from the file), so a load holds one copy of the weights in
+    memory, not the copy plus the mapped file."""
+    base: Any = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    if not isinstance(base, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or a.nbytes == 0:
+        return
+    start = a.ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
+    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+    base.madvise(mmap.MADV_DONTNEED, lo, min(len(base), start + a.nbytes) - lo)
 
 
 def _place(model: nn.Module, name: str, mod: nn.Module, keep: bool) -> None:
