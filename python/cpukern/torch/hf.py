@@ -276,9 +276,12 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     report = PatchReport()
     topk = int(getattr(model.config, "num_experts_per_tok", 0) or 0)
     done: list[str] = []
-    for name, mod in list(model.named_modules()):
+    # Names, not modules: a replaced module's weights are freed as the loop goes on (with
+    # keep_plain_weights=False one layer at a time holds two copies, not the whole model).
+    for name in [n for n, _ in model.named_modules()]:
         if any(name.startswith(d + ".") for d in done):
             continue  # inside a replaced module
+        mod = model.get_submodule(name)
         cls = type(mod).__name__
         new, what = None, None
         with torch.no_grad():
@@ -308,11 +311,10 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
                 continue
         if new is None:
             continue
-        model.set_submodule(name, new)
+        _place(model, name, new, keep_plain_weights)
+        del mod, new
         done.append(name)
         report.replaced.append((name, cls, what))
-    if not keep_plain_weights:
-        _drop_plain_weights(model)
     model.cpukern_report = report
     return report
 
