@@ -430,6 +430,11 @@ def main() -> None:
                                 for q in spec.gguf_types]
                     elif e == "transformers":
                         jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
+                        if stock_dir and "cpukern" in engines:  # cpukern on those layers too
+                            f = args.gpt_oss_formats.split(",")[0]
+                            small_name = f"cpukern {f} ({args.gpt_oss_stock_layers} of 24 layers)"
+                            jobs.append((small_name, lambda f=f, n=small_name: run_hf(
+                                spec, n, t, args, stock_dir, fmt=f)))
                     elif e == "cpukern":
                         fmts = args.gpt_oss_formats.split(",") if key == "gpt-oss" else [""]
                         jobs = [(f"cpukern {f}".strip(),
@@ -440,10 +445,12 @@ def main() -> None:
                         r = job()
                         log(f"  -> {json.dumps({k: v for k, v in r.items() if k != 'patched'})}")
                         rows.setdefault(name, []).append(r)
-            # "x stock" compares like with like: no ratio against a stock run on fewer layers.
-            stock = median_row(rows["transformers stock"]) if "transformers stock" in rows else None
+            # "x stock" compares like with like: rows on fewer layers against the stock run on
+            # those layers, full models against a full stock run (where one fits).
+            stock = median_row(rows[stock_name]) if stock_name in rows else None
             for name, rs in rows.items():
-                results.append((spec.title, t, median_row(rs), stock))
+                same = (stock_dir is None) == ("layers)" not in name)
+                results.append((spec.title, t, median_row(rs), stock if same else None))
             print(fmt_table(results, gbs), flush=True)
     print()
     print(fmt_table(results, gbs))
