@@ -421,6 +421,7 @@ def main() -> None:
             stock_dir = small.hf_dir
         for t in threads:
             rows: dict[str, list] = {}
+            fewer_layers = {stock_name} if stock_dir else set()  # rows on the stock checkpoint
             for rnd in range(args.rounds):
                 for e in engines:
                     jobs = []
@@ -433,6 +434,7 @@ def main() -> None:
                         if stock_dir and "cpukern" in engines:  # cpukern on those layers too
                             f = args.gpt_oss_formats.split(",")[0]
                             small_name = f"cpukern {f} ({args.gpt_oss_stock_layers} of 24 layers)"
+                            fewer_layers.add(small_name)
                             jobs.append((small_name, lambda f=f, n=small_name: run_hf(
                                 spec, n, t, args, stock_dir, fmt=f)))
                     elif e == "cpukern":
@@ -449,7 +451,7 @@ def main() -> None:
             # those layers, full models against a full stock run (where one fits).
             stock = median_row(rows[stock_name]) if stock_name in rows else None
             for name, rs in rows.items():
-                same = (stock_dir is None) == ("layers)" not in name)
+                same = (name in fewer_layers) == (stock_dir is not None)
                 results.append((spec.title, t, median_row(rs), stock if same else None))
             print(fmt_table(results, gbs), flush=True)
     print()
