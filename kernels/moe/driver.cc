@@ -6,7 +6,8 @@
 //   3. (block of tokens): out[t] = sum_j w[t,j] * (y[row(t,j)] + b2), j in slot order, fp32.
 // Every output element is one full-K dot product computed by the same code whatever the tiling
 // and thread count, and stage 3 sums in a fixed order, so results are bitwise identical for any
-// number of threads.
+// number of threads. linear (a dense layer: one expert, no routing) reuses the packing of rows,
+// the tiling and the tasks of stage 2.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -446,6 +447,54 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
       }
     });
   }
+}
+
+void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const bf16_t* bias,
+            int threads, bf16_t* out) {
+  check_arg(t >= 0, "x", "number of rows must be >= 0, got " + std::to_string(t));
+  check_arg(w.variant != nullptr && w.ukernel != nullptr && w.data.data() != nullptr, "w",
+            "not a packed tensor");
+  check_arg(w.e == 1, "w",
+            "expected one packed matrix (prepacked with E = 1), got " + std::to_string(w.e));
+  check_arg(w.i == k, "x",
+            "in-features must equal w's " + std::to_string(w.i) + ", got " + std::to_string(k));
+  const int64_t nthreads = limits::resolve_threads(threads);
+  if (t == 0) return;
+  checked_mul(t, k, "x");
+  checked_mul(t, w.o, "out");
+  check_arg(x != nullptr, "x", "null pointer");
+  check_arg(out != nullptr, "out", "null pointer");
+  const Ukernel& uk = *w.ukernel;
+  const int64_t n = w.o, nr = uk.nr;
+  static thread_local CallScratch scratch;
+  CallScratch& cs = scratch;
+  ThreadScratch::Lease lease(cs);
+  const Tiling tl = choose_tiling(uk, k, t, n, 1, 1, int(nthreads));
+  cs.offs.assign({0, t});
+  pack_rows(uk, 1, cs.offs, tl.mc, k, x, k, nullptr, int(nthreads), cs.abase, cs.chunks,
+            cs.apack);
+  const int64_t full = chunk_bytes(uk, tl.mc, k), ntiles = (n + tl.cols - 1) / tl.cols;
+  const char* wd = w.data.data<char>();
+  parallel_for(ntiles, int(nthreads), [&](int64_t tile) {
+    const int64_t c0 = tile * tl.cols, c1 = std::min(n, c0 + tl.cols), ldc = tl.cols;
+    TaskScratch& ts = task_scratch();
+    ThreadScratch::Lease task_lease(ts);
+    ts.c.reserve(size_t(tl.mc * ldc) * 4);
+    float* c = ts.c.data<float>();
+    for (int64_t r0 = 0; r0 < t; r0 += tl.mc) {
+      const int64_t m = std::min(tl.mc, t - r0);
+      const char* ap = cs.apack.data<char>() + r0 / tl.mc * full;
+      uk.gemm(ap, m, k, wd, c0 / nr, (c1 + nr - 1) / nr, c, ldc, false);
+      for (int64_t r = 0; r < m; ++r) {
+        const float* cr = c + r * ldc;
+        bf16_t* o = out + (r0 + r) * n + c0;
+        if (bias)
+          for (int64_t j = 0; j < c1 - c0; ++j) o[j] = f32_to_bf16(cr[j] + bf16_to_f32(bias[c0 + j]));
+        else
+          for (int64_t j = 0; j < c1 - c0; ++j) o[j] = f32_to_bf16(cr[j]);
+      }
+    }
+  });
 }
 
 }  // namespace cpukern::moe

@@ -73,6 +73,14 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                int64_t topk, Activation activation, const bf16_t* w13_bias,
                const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out);
 
+// A dense layer on the same micro-kernels (one expert, no routing): out (t, w.o) bf16 =
+// bf16(x (t, w.i) bf16 . W^T + bias) for W packed by prepack* with e == 1 (any format), bias
+// (w.o) bf16 or nullptr; fp32 accumulation, one rounding to bf16. As in fused_moe, every
+// output element is one full-K dot product, so results do not depend on the thread count or
+// on how many rows share a call. threads as for fused_moe.
+void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const bf16_t* bias,
+            int threads, bf16_t* out);
+
 std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kernels/common/prepared_blob.h; serialize.cc) ------------------------

@@ -53,7 +53,7 @@ FORMATS = ("bf16", "mxfp4", "int8")
 # Activation formats prepack accepts: "float" (the exact kernels), "int8" (W4A8, MXFP4 only).
 ACTS = ("float", "int8")
 
-__all__ = ["route", "prepack", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
+__all__ = ["route", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
 
@@ -319,6 +319,30 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
                        activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
                        nthreads, native(yb, "out"))
+    return y
+
+
+def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int] = None,
+           out: Any = None) -> Any:
+    """A dense layer on the fused-MoE micro-kernels: out = x @ W.T + bias, bf16 (T, O).
+
+    x bf16 (T, I); w one matrix (O, I) packed by prepack as one expert (E = 1, any format:
+    bf16, mxfp4, mxfp4 with act="int8", int8); bias None or bf16 (O,). fp32 accumulation,
+    rounded once to bf16 (what torch's bf16 nn.Linear computes, up to the summation order).
+    Each output is one full-K dot product: the result does not depend on the thread count or
+    on the other rows of x. threads as in fused_moe.
+    """
+    if not isinstance(w, PackedExperts):
+        raise TypeError(f"w: expected PackedExperts from cpukern.moe.prepack, got {type(w).__name__}")
+    if w.shape[0] != 1:
+        raise ValueError(f"w: expected one matrix packed as E = 1, got shape {w.shape}")
+    nthreads = threads_arg(threads)
+    xb = bf16_bits(x, "x", (2,))
+    t, _ = shape_of(xb)
+    b = None if bias is None else bf16_bits(bias, "bias", (1,))
+    y = out_or_new(out, x, (t, w.shape[1]), "bfloat16", (2,))
+    yb = bf16_bits(y, "out")
+    _ext.moe_linear(native(xb, "x"), w, native(b, "bias"), nthreads, native(yb, "out"))
     return y
 
 

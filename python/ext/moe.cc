@@ -168,6 +168,28 @@ void bind_moe(nb::module_& m) {
   });
 
   m.def(
+      "moe_linear",
+      [](const InArray& x, const PackedExperts& w, std::optional<InArray> bias, int threads,
+         const OutArray& out) {
+        const auto* xp = in_ptr<uint16_t>(x, "x", {2});
+        const int64_t t = int64_t(x.shape(0)), k = int64_t(x.shape(1));
+        if (k != w.i)
+          throw_arg("x", "expected (T, " + std::to_string(w.i) + ") (w's in-features), got " +
+                             describe_array(x));
+        const uint16_t* bp = nullptr;
+        if (bias) {
+          bp = in_ptr<uint16_t>(*bias, "bias", {1});
+          check_shape(*bias, "bias", {w.o});
+        }
+        check_shape(out, "out", {t, w.o});
+        auto* op = out_ptr<uint16_t>(out, "out", {2});
+        check_no_overlap(out, "out", {{&x, "x"}, {bias ? &*bias : nullptr, "bias"}});
+        GilRelease release(double(t) * double(w.o) * double(w.i));
+        moe::linear(xp, t, k, w, bp, threads, op);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"), nb::arg("out"));
+
+  m.def(
       "moe_fused_moe",
       [](const InArray& x, const PackedExperts& w13, const PackedExperts& w2,
          const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,

@@ -187,6 +187,11 @@ BOUND = {
     ("qwen3_moe", "bf16"): 0.02,
     # int8 W8A8 experts (per-channel weights, per-token activations) vs bf16 experts.
     ("qwen3_moe", "int8"): 0.03,
+    # W8A8 dense layers (attention projections, lm_head) on top of the models' experts.
+    ("gpt_oss", "dense_int8"): 0.05,
+    ("qwen3_moe", "dense_int8"): 0.05,
+    # bf16 BitNet, cpukern's lm_head against torch's: summation order and one bf16 rounding.
+    ("bitnet", "bf16"): 0.02,
 }
 
 
@@ -221,10 +226,17 @@ def test_patch_matches_stock(checkpoints, kind, isa):
     ref = stock(checkpoints[kind])
     model = copy.deepcopy(ref)
     report = ct.patch(model, isa=isa)
-    assert report.replaced and all(n.startswith("model.layers.") for n, _, _ in report.replaced)
-    n_layers = ref.config.num_hidden_layers
-    assert len(report.replaced) == (7 * n_layers if kind == "bitnet" else n_layers), str(report)
-    assert any(n == "lm_head" for n, _, _ in report.left), str(report)
+    n = ref.config.num_hidden_layers
+    # Ternary layers or experts, plus the bf16 nn.Linear layers (attention projections,
+    # lm_head; the routers are not nn.Linear); the float32 BitNet's lm_head stays in torch.
+    layers = {"bitnet": 7 * n, "gpt_oss": n, "qwen3_moe": n}[kind]
+    dense = {"bitnet": 0, "gpt_oss": 4 * n + 1, "qwen3_moe": 4 * n + 1}[kind]
+    assert len(report.replaced) == layers + dense, str(report)
+    assert sum(w == "Linear bf16" for _, _, w in report.replaced) == dense, str(report)
+    if kind == "bitnet":
+        assert any(n == "lm_head" for n, _, _ in report.left), str(report)
+    else:
+        assert isinstance(model.lm_head, ct.Linear) and model.lm_head.plain_weights_dropped
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
     check_against_stock(kind, ref, model, BOUND[(kind, fmt)])
 
@@ -244,7 +256,9 @@ def test_from_pretrained_matches_stock(checkpoints, kind, isa):
     if kind == "bitnet":
         assert isinstance(model.model.layers[0].self_attn.q_proj, ct.TernaryLinear)
     # One copy of the weights: the plain ones were dropped once prepared.
-    cpukern_layers = [m for m in model.modules() if isinstance(m, (ct.TernaryLinear, ct.FusedMoE))]
+    cpukern_layers = [m for m in model.modules()
+                      if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.Linear))]
+    assert isinstance(model.lm_head, ct.Linear) == (kind != "bitnet")  # bf16 models
     assert cpukern_layers and all(m.plain_weights_dropped for m in cpukern_layers)
 
 
@@ -261,6 +275,35 @@ def test_keep_plain_weights(checkpoints, kind):
     patched = copy.deepcopy(stock(checkpoints[kind]))
     ct.patch(patched, keep_plain_weights=True)
     assert getattr(layer(patched), plain).numel() > 0
+
+
+@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
+def test_dense_layers_options(checkpoints, kind):
+    """dense=None leaves every nn.Linear in torch; dense="int8" runs them W8A8."""
+    ref = stock(checkpoints[kind])
+    fmt = {"gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
+    plain = copy.deepcopy(ref)
+    report = ct.patch(plain, dense=None)
+    assert type(plain.lm_head) is torch.nn.Linear
+    assert ("lm_head", "Linear", "dense=None: dense layers stay in torch") in report.left
+    check_against_stock(kind, ref, plain, BOUND[(kind, fmt)])
+    w8 = ct.from_pretrained(checkpoints[kind], dense="int8")
+    assert w8.lm_head.format == "int8" and w8.model.layers[0].self_attn.q_proj.format == "int8"
+    check_against_stock(kind, ref, w8, BOUND[(kind, "dense_int8")])
+    with pytest.raises(ValueError, match=r"^dense: "):
+        ct.patch(copy.deepcopy(ref), dense="fp8")
+
+
+def test_bitnet_bf16_lm_head(checkpoints):
+    """A bf16 BitNet (as the real checkpoint runs; stock transformers' BitLinear does not run
+    in bf16 here): the tied bf16 lm_head on cpukern against the same model with it in torch;
+    the embedding keeps its weights."""
+    model = ct.from_pretrained(checkpoints["bitnet"], dtype=torch.bfloat16)
+    assert ("lm_head", "Linear", "Linear bf16") in model.cpukern_report.replaced
+    assert isinstance(model.lm_head, ct.Linear) and model.model.embed_tokens.weight.numel() > 0
+    ref = ct.from_pretrained(checkpoints["bitnet"], dtype=torch.bfloat16, dense=None)
+    assert type(ref.lm_head) is torch.nn.Linear
+    check_against_stock("bitnet", ref, model, BOUND[("bitnet", "bf16")])
 
 
 def test_qwen3_moe_int8_experts(checkpoints):
@@ -319,7 +362,7 @@ def test_patch_report_and_errors(checkpoints):
         ct.patch(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="path"):
         ct.from_pretrained(os.path.dirname(checkpoints["qwen3_moe"]))
-    text = str(ct.patch(model))
+    text = str(ct.patch(model, dense=None))
     assert "replaced 2 modules" in text and "left alone" in text
     # A float BitNet (no quantization config) is left alone, with the reason.
     cfg = transformers.BitNetConfig(**_common(intermediate_size=96))

@@ -18,7 +18,7 @@ torch = pytest.importorskip(
 import cpukern  # noqa: E402
 import cpukern.torch as ct  # noqa: E402
 from cpukern import _ext, moe, ternary  # noqa: E402
-from cpukern.torch import FusedMoE, TernaryLinear, WidelyLinear  # noqa: E402
+from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear  # noqa: E402
 from cpukern.torch import ops as ct_ops  # noqa: E402
 
 TERNARY_ISAS = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
@@ -61,9 +61,10 @@ def _modules():
         grouped.scale.copy_(torch.rand(24, 3))
     yield "ternary_grouped", grouped, torch.randn(2, 96)
     yield "widely", WidelyLinear.from_linear(torch.nn.Linear(64, 40)), torch.randn(3, 64)
+    yield "dense", Linear.from_linear(torch.nn.Linear(70, 40)), torch.randn(3, 70)
 
 
-@pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "ternary_grouped", "widely"])
+@pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "ternary_grouped", "widely", "dense"])
 def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypatch):
     mod, x = next((m, x) for k, m, x in _modules() if k == kind)
     want = mod(x)  # the raw-weight op (through its cache)
@@ -93,6 +94,8 @@ def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypa
 
 
 def _ctor_kwargs(mod):
+    if isinstance(mod, Linear):
+        return {"bias": mod.bias is not None}
     if isinstance(mod, TernaryLinear):
         return {"act": mod.act, "group_size": mod.group_size, "bias": mod.bias is not None}
     return {"stages": mod.stages, "bias": mod.bias is not None}
@@ -181,6 +184,8 @@ def test_vllm_flow_first_forward_after_replace_parameter_prepares_nothing(monkey
         want = mod(x)
         for name in ("prepared",) + mod._SOURCES["prepared"]:  # vLLM's replace_parameter on each
             old = getattr(mod, name)
+            if old is None:
+                continue
             delattr(mod, name)
             mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
         ct.clear_cache()
@@ -401,7 +406,7 @@ def _all_modules():
         yield "moe_" + fmt, mod, _moe_inputs(mod)
 
 
-@pytest.mark.parametrize("kind", ["ternary", "ternary_grouped", "widely", "moe_bf16",
+@pytest.mark.parametrize("kind", ["ternary", "ternary_grouped", "widely", "dense", "moe_bf16",
                                   "moe_mxfp4", "moe_int8"])
 def test_drop_plain_weights_keeps_the_result_and_frees_the_plain_copy(kind, monkeypatch):
     mod, args = next((m, a) for k, m, a in _all_modules() if k == kind)

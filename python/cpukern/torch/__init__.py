@@ -33,6 +33,11 @@ w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
 activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
     fused_moe over packed experts held in uint8 tensors (``ops.prepare_experts_tensor``,
     cpukern.moe.to_bytes; any weight format); headers checked per call, nothing packed.
+``torch.ops.cpukern.linear(x, weight, bias=None, isa="", weight_scales=None) -> Tensor``
+``torch.ops.cpukern.linear_prepared(x, prepared, out_features, bias=None) -> Tensor``
+    A dense layer on the fused-MoE micro-kernels (cpukern.moe.linear): x bf16 (T, I), weight
+    bf16 (O, I) (or int8 with float32 per-channel scales, or MXFP4 blocks), bias bf16 (O,);
+    returns bf16 (T, O). The prepared form holds the weight packed as one expert.
 ``torch.ops.cpukern.cpu_fused_moe_prepared(output, input, w13, w2, w13_bias, w2_bias,
 topk_weights, topk_id, skip_weighted, act) -> ()``
     The same in vLLM's order (``vllm.prepack_moe_tensor`` makes w13 / w2).
@@ -89,8 +94,8 @@ from __future__ import annotations
 from cpukern.torch._weight_cache import cache_info, clear_cache
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
-from cpukern.torch.modules import FusedMoE, TernaryLinear, WidelyLinear
+from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE", "clear_cache", "cache_info", "patch",
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "clear_cache", "cache_info", "patch",
            "from_pretrained", "PatchReport"]

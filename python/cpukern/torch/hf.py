@@ -3,7 +3,7 @@ module cpukern runs; ``from_pretrained(path)`` loads a local checkpoint straight
 layouts. Needs ``transformers`` (the ``hf`` extra; tested with 5.22.2).
 
 What is replaced, and by what (everything else stays in torch: attention, norms, RoPE,
-routers, embeddings, lm_head):
+routing, embeddings):
 
 * BitNet (``BitNetForCausalLM`` with transformers' BitNet quantization): ``BitLinear``
   (packed uint8 weights, ``y = (W q) / (s * weight_scale)``) and ``AutoBitLinear`` (unpacked
@@ -24,6 +24,12 @@ routers, embeddings, lm_head):
 * Qwen3-MoE (``Qwen3MoeForCausalLM``): ``Qwen3MoeExperts`` -> ``FusedMoE`` on bf16 experts
   (``format="bf16"``, default) or int8 W8A8 (``format="int8"``), rows [gate; up], the model's
   activation (silu). The router stays (softmax, top-k, ``norm_topk_prob``).
+* Every other ``nn.Linear`` with bf16 weights (attention projections, the LM head, the layers of a bf16 BitNet without a quantization config) ->
+  ``cpukern.torch.Linear`` (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16
+  out, torch's own arithmetic up to the summation order), or W8A8 with ``dense="int8"``
+  (faster, not exact), or left in torch with ``dense=None``. Linear layers with float32
+  weights stay in torch (cpukern's dense kernels compute in bf16). A tied LM head keeps the
+  embedding's weights in torch and holds its own packed copy.
 
 Numerics against stock transformers (tests/python/test_hf_models.py): float32 BitNet models
 compute the same int8 codes and the same integer sums; the rescale differs in the last bits.
@@ -53,7 +59,7 @@ from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import str_arg
 from cpukern.convert import bitnet_unpack
-from cpukern.torch.modules import FusedMoE, TernaryLinear, _PreparedBuffer
+from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
 
 __all__ = ["patch", "from_pretrained", "PatchReport", "MoEExperts"]
 
@@ -103,9 +109,15 @@ def _kind(config: Any) -> str:
     return str(getattr(config, "model_type", "") or "")
 
 
-def _options(kind: str, isa: Any, act: Any, format: Any, threads: Any) -> tuple:
+DENSE = ("bf16", "int8")
+
+
+def _options(kind: str, isa: Any, act: Any, format: Any, threads: Any,
+             dense: Any = "bf16") -> tuple:
     if isa is not None and not isinstance(isa, str):
         raise TypeError(f"isa: expected None or a variant name (str), got {type(isa).__name__}")
+    if dense is not None:
+        str_arg(dense, "dense", DENSE)
     if act is not None:
         str_arg(act, "act", _ternary.ACTS)
     if format is not None:
@@ -252,26 +264,48 @@ def _linear_reason(kind: str, model: nn.Module) -> str:
         return ("float weights: this BitNet model has no quantization_config, so transformers "
                 "runs it in float; ternarising would change its arithmetic (load a packed "
                 "checkpoint with from_pretrained)")
-    return "float nn.Linear: cpukern runs ternary linear layers and MoE experts only"
+    return "float nn.Linear: cpukern's dense kernels compute in bf16"
+
+
+def _dense_isa(isa: str) -> str:
+    """Dense layers run fused_moe's variants: a forced name of another op's (a ternary_gemv
+    variant, for BitNet) leaves them on automatic selection."""
+    return isa if isa in [v["name"] for v in cpukern.kernels("fused_moe")] else ""
+
+
+def _from_dense(mod: nn.Linear, kind: str, model: nn.Module, dense: Optional[str],
+                isa: str) -> tuple:
+    """(cpukern Linear or None, what replaced it / why it stays)."""
+    if dense is None:
+        return None, "dense=None: dense layers stay in torch"
+    if mod.weight.dtype != torch.bfloat16:
+        if kind == "bitnet" and getattr(model.config, "quantization_config", None) is None:
+            return None, _linear_reason(kind, model)
+        return None, (f"{mod.weight.dtype} weights: cpukern's dense kernels compute in bf16, "
+                      f"this layer in {mod.weight.dtype}")
+    new = Linear.from_linear(mod, format=dense, isa=_dense_isa(isa)).prepare()
+    return new, f"Linear {dense}"
 
 
 def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = None,
-          format: Optional[str] = None, threads: Optional[int] = None,
-          keep_plain_weights: bool = False) -> PatchReport:
+          format: Optional[str] = None, dense: Optional[str] = "bf16",
+          threads: Optional[int] = None, keep_plain_weights: bool = False) -> PatchReport:
     """Replaces, in place, every module of a transformers model that cpukern runs (see the
     module docstring) and returns a PatchReport (also kept as ``model.cpukern_report``).
 
-    isa: force a variant (cpukern.kernels(op)) for every replaced module; None: automatic.
+    isa: force a variant (cpukern.kernels(op)) for every replaced module; None: automatic
+    (dense layers run fused_moe's variants: a ternary_gemv name leaves them automatic).
     act: ternary layers' activation rule, "int8_bitnet" (default, the model's), "int8" or
     "fp32". format: expert weights, gpt-oss "mxfp4" (default, exact), "mxfp4_a8" (W4A8) or
-    "bf16"; Qwen3-MoE "bf16" (default) or "int8". threads: cpukern.set_num_threads(threads)
+    "bf16"; Qwen3-MoE "bf16" (default) or "int8". dense: the other bf16 nn.Linear layers,
+    "bf16" (default), "int8" (W8A8) or None (left in torch). threads: cpukern.set_num_threads(threads)
     (process-wide). keep_plain_weights: keep the plain weights next to the prepared kernel
     layouts (twice the memory; needed to prepare again for another isa, or for dequantized());
     by default they are dropped (``drop_plain_weights()``)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     kind = _kind(model.config)
-    isa, act, format = _options(kind, isa, act, format, threads)
+    isa, act, format = _options(kind, isa, act, format, threads, dense)
     classes = _hf_classes()
     report = PatchReport()
     topk = int(getattr(model.config, "num_experts_per_tok", 0) or 0)
@@ -307,8 +341,10 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
                     continue
                 new, what = _from_qwen3_experts(mod, topk, activation, format, isa)
             elif isinstance(mod, nn.Linear):
-                report.left.append((name, cls, _linear_reason(kind, model)))
-                continue
+                new, what = _from_dense(mod, kind, model, dense, isa)
+                if new is None:
+                    report.left.append((name, cls, what))
+                    continue
         if new is None:
             continue
         _place(model, name, new, keep_plain_weights)
@@ -530,7 +566,8 @@ def _fill_params(model: nn.Module, tensors: dict, used: set, dtype: torch.dtype)
 
 def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
                     act: Optional[str] = None, format: Optional[str] = None,
-                    threads: Optional[int] = None, dtype: Optional[torch.dtype] = None,
+                    dense: Optional[str] = "bf16", threads: Optional[int] = None,
+                    dtype: Optional[torch.dtype] = None,
                     keep_plain_weights: bool = False) -> nn.Module:
     """A transformers causal LM from a local checkpoint directory (config.json + safetensors)
     with cpukern modules built straight from the stored tensors: BitNet packed ternary weights
@@ -549,7 +586,7 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
         kind = str(json.load(f).get("model_type", ""))
     if kind not in SUPPORTED:
         raise ValueError(f"path: model_type {kind!r} is not one of {SUPPORTED}")
-    isa, act, format = _options(kind, isa, act, format, threads)
+    isa, act, format = _options(kind, isa, act, format, threads, dense)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     if dtype is None:
         dtype = getattr(config, "dtype", None) or torch.float32
@@ -566,10 +603,13 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
         else:
             _load_qwen3_moe(model, tensors, used, format, isa, report, keep_plain_weights)
         _fill_params(model, tensors, used, dtype)
-    for name, mod in model.named_modules():
-        if isinstance(mod, nn.Linear) and not isinstance(mod, TernaryLinear):
-            report.left.append((name, "Linear", _linear_reason(kind, model) if kind != "bitnet"
-                                else "float nn.Linear in the checkpoint (not packed ternary)"))
+        for name in [n for n, m in model.named_modules() if type(m) is nn.Linear]:
+            new, what = _from_dense(model.get_submodule(name), kind, model, dense, isa)
+            if new is None:
+                report.left.append((name, "Linear", what))
+            else:
+                _place(model, name, new, keep_plain_weights)
+                report.replaced.append((name, "Linear", what))
     unused = sorted(set(tensors) - used)
     if unused:
         raise ValueError(f"path: {len(unused)} checkpoint tensors have no place in the model, "

@@ -1,5 +1,5 @@
-"""nn.Modules on cpukern's kernels: TernaryLinear, WidelyLinear (stand-ins for nn.Linear)
-and FusedMoE; they call the torch.library ops of cpukern.torch.ops.
+"""nn.Modules on cpukern's kernels: TernaryLinear, WidelyLinear, Linear (stand-ins for
+nn.Linear) and FusedMoE; they call the torch.library ops of cpukern.torch.ops.
 
 dtypes: the weights stay in their own formats whatever ``.to(dtype)``, ``.half()``,
 ``.bfloat16()``, ``.float()`` or ``.double()`` is applied (those set only the module's
@@ -45,7 +45,7 @@ from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern.torch import _weight_cache
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
 
-__all__ = ["TernaryLinear", "WidelyLinear", "FusedMoE"]
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"]
 
 
 def _isa_arg(isa: str) -> str:
@@ -671,3 +671,100 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         return (f"num_experts={self.num_experts}, hidden={self.hidden}, intermediate="
                 f"{self.intermediate}, topk={self.topk}, activation={self.activation!r}"
                 + (f", act={self._act()!r}" if self._act() != "float" else ""))
+
+
+class Linear(_PreparedBuffer, _WeightFormatsKept):
+    """A dense nn.Linear on cpukern's fused-MoE GEMM micro-kernels (cpukern.moe.linear: one
+    expert, no routing): bf16 activations in, fp32 accumulation, bf16 out, the arithmetic of
+    torch's bf16 nn.Linear up to the summation order. For the bf16 layers of a model that
+    are not ternary or experts: attention projections, routers, the LM head.
+
+    Buffers: ``weight`` bf16 (out, in) and optional ``bias`` bf16 (out,); ``format="int8"``
+    (from_linear) stores ``weight`` int8 with ``weight_scales`` float32 (out,) instead: W8A8,
+    activations quantised per token at run time (cpukern.moe's int8 rule; faster, not exact).
+    x: any float dtype (..., in), rounded to bf16 for the kernel; returns x's dtype.
+
+    Bound (tested, bf16 weights): against float32 x @ W.T + bias of the bf16 values,
+    |y - y_ref| <= 2**-8 * |y_ref| + 2**-22 * sum_k |x_k w_k| + (bf16 rounding of the output
+    and fp32 summation order).
+    """
+
+    _act_dtype = torch.bfloat16
+    _SOURCES = {"prepared": ("weight", "weight_scales")}
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 isa: str = "") -> None:
+        in_features = int_arg(in_features, "in_features", 1)
+        out_features = int_arg(out_features, "out_features", 1)
+        bias = bool_arg(bias, "bias")
+        super().__init__()
+        self.in_features, self.out_features, self.isa = in_features, out_features, _isa_arg(isa)
+        self.format = "bf16"
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.bfloat16))
+        self.register_buffer("weight_scales", None)
+        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16) if bias else None)
+        self._init_prepared()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, *, format: str = "bf16", isa: str = "") -> "Linear":
+        """The layer of an nn.Linear's weights (rounded to bf16 if they are not bf16).
+        format="bf16" (default) or "int8" (W8A8: per-channel int8 weights, cpukern.moe.quantize)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear: expected an nn.Linear, got {type(linear).__name__}")
+        format = str_arg(format, "format", ("bf16", "int8"))
+        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, isa=isa)
+        with torch.no_grad():
+            w = linear.weight.detach().to(torch.bfloat16).contiguous()
+            if format == "int8":
+                q, sc = _moe.quantize(w.unsqueeze(0), format="int8")
+                mod.weight = q[0].contiguous()
+                mod.weight_scales = sc[0].contiguous()
+                mod.format = "int8"
+            else:
+                mod.weight.copy_(w)
+            if linear.bias is not None:
+                mod.bias.copy_(linear.bias.detach())
+        return mod
+
+    def _prepare_one(self, name: str) -> Tensor:
+        """``prepared``: the weight packed for this CPU (one expert)."""
+        sc = self.weight_scales
+        return _ops.prepare_experts_tensor(self.weight.unsqueeze(0), "weight", self.isa,
+                                           None if sc is None else sc.unsqueeze(0))
+
+    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
+        """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
+        packed again from the plain weight (None)."""
+        t = t.detach()
+        if t.data_ptr() % 64:
+            t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
+        try:
+            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa, "fused_moe"), name=key)
+        except ValueError as e:
+            if "cannot be unpacked" in str(e):
+                return None
+            raise
+        if tuple(p.shape) != (1, self.out_features, self.in_features):
+            raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
+                             f"layer (1, {self.out_features}, {self.in_features})")
+        if p.format != self.format:
+            raise ValueError(f"{key}: packed as {p.format}, this layer is {self.format}")
+        return t
+
+    def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "Linear":
+        """vLLM's name for prepare()."""
+        return self.prepare()
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_float(x, "x")
+        x2, lead = _flatten(x, self.in_features, "x")
+        xb = x2.to(torch.bfloat16).contiguous()
+        if self._use_prepared():
+            y = torch.ops.cpukern.linear_prepared(xb, self.prepared, self.out_features, self.bias)
+        else:
+            y = torch.ops.cpukern.linear(xb, self.weight, self.bias, self.isa, self.weight_scales)
+        return y.reshape(lead + (self.out_features,)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, format={self.format!r}")

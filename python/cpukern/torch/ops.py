@@ -1,6 +1,7 @@
 """torch.library ops of cpukern (namespace ``cpukern``) and their fake implementations:
-ternary_gemv, widely_linear, fused_moe, and the prepared-tensor forms ternary_gemv_prepared and
-widely_linear_prepared (see the cpukern.torch docstring). vLLM-order ops: cpukern.torch.vllm."""
+ternary_gemv, widely_linear, fused_moe, linear, and the prepared-tensor forms ternary_gemv_prepared,
+widely_linear_prepared, fused_moe_prepared and linear_prepared (see the cpukern.torch
+docstring). vLLM-order ops: cpukern.torch.vllm."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
-           "adopt_prepared", "fused_moe_prepared", "prepare_experts_tensor"]
+           "adopt_prepared", "fused_moe_prepared", "prepare_experts_tensor", "linear",
+           "linear_prepared"]
 
 # isa= in the torch ops: "" or "auto" select automatically; any other name must be a variant
 # of the op (cpukern.kernels(op)), else the op raises ValueError listing the known names. The
@@ -370,3 +372,58 @@ def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_b
     torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return torch.empty_like(x)
+
+
+# ---- dense layers on the MoE micro-kernels (cpukern.moe.linear) ---------------------------
+
+def _check_linear_x(x: Tensor) -> None:
+    if not isinstance(x, Tensor) or x.dtype != torch.bfloat16 or x.dim() != 2:
+        got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"x: expected a 2-D bfloat16 tensor (T, in_features), got {got}")
+
+
+@torch.library.custom_op("cpukern::linear_prepared", mutates_args=())
+def linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
+                    bias: Optional[Tensor] = None) -> Tensor:
+    """x bf16 (T, I) @ W.T + bias -> bf16 (T, out_features), W one matrix packed as one expert
+    in a uint8 tensor (prepare_experts_tensor of W[None]; any weight format). The header is
+    checked per call (O(1)) and must hold out_features outputs; nothing is packed here."""
+    _check_linear_x(x)
+    w = _moe.from_buffer(prepared, name="prepared")
+    if int(w.shape[1]) != out_features:
+        raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
+                         f"{out_features}")
+    out = x.new_empty((x.shape[0], out_features))
+    _moe.linear(x, w, bias, threads=_threads(), out=out)
+    return out
+
+
+@linear_prepared.register_fake
+def _(x, prepared, out_features, bias=None):
+    torch._check(x.dim() == 2, lambda: "x: expected (T, I)")
+    torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
+    torch._check(prepared.dtype == torch.uint8, lambda: "prepared: expected a uint8 tensor")
+    return x.new_empty((x.shape[0], out_features))
+
+
+@torch.library.custom_op("cpukern::linear", mutates_args=())
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, isa: str = "",
+           weight_scales: Optional[Tensor] = None) -> Tensor:
+    """x bf16 (T, I) @ W.T + bias -> bf16 (T, O) (cpukern.moe.linear). weight: bf16 (O, I),
+    MXFP4 blocks uint8 (O, I/32, 16) with uint8 scales (O, I/32), or int8 (O, I) with float32
+    per-channel scales (O,) in weight_scales. Packed once per weight tensor (the cache)."""
+    _check_linear_x(x)
+    if not isinstance(weight, Tensor) or weight.dim() not in (2, 3):
+        raise TypeError("weight: expected a 2-D bf16 / int8 or 3-D uint8 (MXFP4 blocks) tensor")
+    w = prepared_experts(weight.unsqueeze(0), "weight", _isa(isa, "fused_moe"),
+                         None if weight_scales is None else weight_scales.unsqueeze(0))
+    out = x.new_empty((x.shape[0], int(w.shape[1])))
+    _moe.linear(x, w, bias, threads=_threads(), out=out)
+    return out
+
+
+@linear.register_fake
+def _(x, weight, bias=None, isa="", weight_scales=None):
+    torch._check(x.dim() == 2, lambda: "x: expected (T, I)")
+    torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
+    return x.new_empty((x.shape[0], weight.shape[0]))

@@ -1,0 +1,181 @@
+// moe::linear (a dense layer on the fused-MoE micro-kernels), on every variant this CPU runs
+// (the SIMDe build: the SIMDe rows), every weight format, over ragged shapes:
+//   bf16: within the bound of a float64 model (bf16 output rounding + fp32 summation);
+//   mxfp4: bitwise equal to bf16 on the dequantized weights (the format's contract);
+//   int8 / mxfp4_a8: bitwise equal to the reference variant (their contract);
+//   every format: the same bits for 1, 2 and 3 threads and for each row run alone;
+// and validation that names the argument and leaves the output alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/bf16.h"
+#include "kernels/common/errors.h"
+#include "kernels/moe/int8.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/mxfp4.h"
+#include "kernels/moe/ukernel.h"
+#include "tests/cc/common/variant_params.h"
+
+namespace cpukern::moe {
+namespace {
+
+std::vector<bf16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<bf16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(d(rng));
+  return v;
+}
+
+bool same_bits(const std::vector<bf16_t>& a, const std::vector<bf16_t>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+}
+
+struct Shape {
+  int64_t t, o, k;
+  bool bias;
+};
+
+// Ragged o and k against every tile (nr 8..32, kr 2..8, blocks of 32), one row, one output,
+// empty batches, and a prefill-sized batch (several row blocks and K blocks).
+const Shape kShapes[] = {{1, 1, 32, false},   {1, 37, 64, true},    {3, 100, 96, false},
+                         {5, 64, 288, true},   {0, 16, 32, true},    {17, 129, 160, true},
+                         {1, 300, 2880, false}, {40, 70, 544, true}, {2, 33, 1, false},
+                         {9, 5, 7, true}};
+
+using Param = std::tuple<std::string, std::string>;  // variant, format
+
+class LinearTest : public ::testing::TestWithParam<Param> {};
+
+struct Packed {
+  std::shared_ptr<const PackedExperts> w;
+  std::vector<float> wf;  // the weights the format represents (float), (o, k)
+};
+
+Packed pack(const std::string& isa, const std::string& format, const std::vector<bf16_t>& w,
+            int64_t o, int64_t k) {
+  Packed p;
+  p.wf.resize(size_t(o * k));
+  if (format == "bf16") {
+    p.w = prepack(w.data(), 1, o, k, isa);
+    for (size_t j = 0; j < w.size(); ++j) p.wf[j] = bf16_to_f32(w[j]);
+  } else if (format == "int8") {
+    std::vector<int8_t> q(static_cast<size_t>(o * k));
+    std::vector<float> s(static_cast<size_t>(o));
+    int8::quantize_weights(w.data(), o, k, q.data(), s.data());
+    p.w = prepack_int8(q.data(), s.data(), 1, o, k, isa);
+    int8::dequantize(q.data(), s.data(), o, k, p.wf.data());
+  } else {
+    std::vector<uint8_t> blocks(size_t(o * k / 2)), scales(size_t(o * k / 32));
+    mxfp4::quantize(w.data(), o, k, blocks.data(), scales.data());
+    p.w = prepack_mxfp4(blocks.data(), scales.data(), 1, o, k, isa, parse_format(format));
+    std::vector<bf16_t> d(size_t(o * k));
+    mxfp4::dequantize(blocks.data(), scales.data(), o, k, d.data());
+    for (size_t j = 0; j < d.size(); ++j) p.wf[j] = bf16_to_f32(d[j]);
+  }
+  return p;
+}
+
+std::vector<bf16_t> run(const std::vector<bf16_t>& x, const Shape& s, const PackedExperts& w,
+                        const std::vector<bf16_t>& bias, int threads) {
+  std::vector<bf16_t> out(size_t(s.t * s.o), bf16_t(0x7fc1));  // NaN: every element is written
+  linear(x.data(), s.t, s.k, w, s.bias ? bias.data() : nullptr, threads, out.data());
+  return out;
+}
+
+TEST_P(LinearTest, MatchesModelAndIsThreadAndBatchInvariant) {
+  const auto& [name, format] = GetParam();
+  const Variant* v = cpukern::testing::find_test_variant(registry(), simde_variants(), name);
+  ASSERT_NE(v, nullptr);
+  CPUKERN_SKIP_IF_UNSUPPORTED(*v);
+  const bool mx = format == "mxfp4" || format == "mxfp4_a8";
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (const Shape& s : kShapes) {
+    if (mx && s.k % 32) continue;  // MXFP4 blocks are 32 along k
+    SCOPED_TRACE("t=" + std::to_string(s.t) + " o=" + std::to_string(s.o) +
+                 " k=" + std::to_string(s.k));
+    const auto x = random_bf16(size_t(s.t * s.k), 2.0f, rng);
+    const auto w = random_bf16(size_t(s.o * s.k), 1.0f, rng);
+    const auto bias = random_bf16(size_t(s.o), 1.0f, rng);
+    const Packed p = pack(name, format, w, s.o, s.k);
+    const auto y = run(x, s, *p.w, bias, 1);
+    for (int threads : {2, 3}) EXPECT_TRUE(same_bits(y, run(x, s, *p.w, bias, threads)));
+    for (int64_t r = 0; r < s.t; ++r) {  // each row alone: the same bits as in the batch
+      const std::vector<bf16_t> xr(x.begin() + r * s.k, x.begin() + (r + 1) * s.k);
+      const auto yr = run(xr, {1, s.o, s.k, s.bias}, *p.w, bias, 2);
+      ASSERT_EQ(std::memcmp(yr.data(), y.data() + r * s.o, size_t(s.o) * 2), 0) << "row " << r;
+    }
+    if (format == "bf16") {
+      for (int64_t r = 0; r < s.t; ++r)
+        for (int64_t c = 0; c < s.o; ++c) {
+          double ref = s.bias ? bf16_to_f32(bias[c]) : 0.0, mag = std::fabs(ref);
+          for (int64_t j = 0; j < s.k; ++j) {
+            const double xw = double(bf16_to_f32(x[r * s.k + j])) * p.wf[c * s.k + j];
+            ref += xw;
+            mag += std::fabs(xw);
+          }
+          // bf16 output rounding (half an ulp: 2**-9 relative) + fp32 sums (k steps of 2**-24)
+          const double bound = std::ldexp(std::fabs(ref), -8) + double(s.k + 1) * std::ldexp(mag, -23) + 1e-30;
+          ASSERT_LE(std::fabs(bf16_to_f32(y[r * s.o + c]) - ref), bound) << "r=" << r << " c=" << c;
+        }
+    } else if (format == "mxfp4") {  // exactly the bf16 kernel on the dequantized weights
+      std::vector<bf16_t> wd(p.wf.size());
+      for (size_t j = 0; j < wd.size(); ++j) wd[j] = f32_to_bf16(p.wf[j]);
+      EXPECT_TRUE(same_bits(y, run(x, s, *prepack(wd.data(), 1, s.o, s.k, name), bias, 1)));
+    } else {  // int8 / mxfp4_a8: every variant gives the reference's bits
+      const Packed ref = pack("reference", format, w, s.o, s.k);
+      EXPECT_TRUE(same_bits(y, run(x, s, *ref.w, bias, 1)));
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 5);
+}
+
+std::vector<Param> params() {
+  std::vector<Param> out;
+  for (const auto& n : cpukern::testing::test_variant_names(registry(), simde_variants()))
+    for (const char* f : {"bf16", "mxfp4", "mxfp4_a8", "int8"}) out.emplace_back(n, f);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LinearTest, ::testing::ValuesIn(params()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+// The message names the argument; nothing is written on error.
+void expect_arg_error(const std::string& arg, const std::function<void()>& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected one naming " << arg;
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(arg + ":", 0), 0u) << e.what();
+  }
+}
+
+TEST(LinearValidation, NamesTheArgumentAndLeavesOutputAlone) {
+  std::mt19937 rng(1);
+  const auto w = random_bf16(2 * 16 * 8, 1.0f, rng);
+  const auto x = random_bf16(3 * 8, 1.0f, rng);
+  const auto two = prepack(w.data(), 2, 16, 8, "");
+  const auto one = prepack(w.data(), 1, 16, 8, "");
+  std::vector<bf16_t> out(3 * 16, bf16_t(0x1234));
+  expect_arg_error("w", [&] { linear(x.data(), 3, 8, *two, nullptr, 1, out.data()); });
+  expect_arg_error("x", [&] { linear(x.data(), 3, 7, *one, nullptr, 1, out.data()); });
+  expect_arg_error("x", [&] { linear(x.data(), -1, 8, *one, nullptr, 1, out.data()); });
+  expect_arg_error("x", [&] { linear(nullptr, 3, 8, *one, nullptr, 1, out.data()); });
+  expect_arg_error("out", [&] { linear(x.data(), 3, 8, *one, nullptr, 1, nullptr); });
+  expect_arg_error("threads", [&] { linear(x.data(), 3, 8, *one, nullptr, -1, out.data()); });
+  for (bf16_t b : out) ASSERT_EQ(b, bf16_t(0x1234));
+  linear(x.data(), 0, 8, *one, nullptr, 1, nullptr);  // no rows: nothing read or written
+}
+
+}  // namespace
+}  // namespace cpukern::moe
