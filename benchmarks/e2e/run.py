@@ -17,7 +17,9 @@ minutes of a shared machine. Columns:
                  llama-bench's pp512);
   decode tok/s   128 greedy tokens after a 128-token prompt (HF: the prompt's forward, then
                  128 one-token forwards with the KV cache, argmax; llama-bench: tg128 at depth
-                 128, `-n 128 -d 128`);
+                 128, `-n 128 -d 128`). cpukern rows say how they step: "compiled" (a
+                 StaticCache and the model's forward under torch.compile) or "eager"
+                 (--cpukern-steps); stock transformers runs eager, as it ships;
   peak RSS       of the process (llama-bench maps the GGUF: resident pages count);
   weight B/tok   bytes of weights a decode step reads: all weights but the input embedding
                  (counted when it is tied to the LM head), MoE experts times top-k/E;
@@ -260,8 +262,9 @@ class decode_step:
         if self.compiled:
             self.cache.reset()
             self.pos = ids.shape[1]
+            pos = torch.arange(self.pos)
             out = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
-                             cache_position=torch.arange(self.pos))
+                             cache_position=pos, position_ids=pos[None])
         else:
             out = self.model(ids, use_cache=True, logits_to_keep=1)
             self.cache = out.past_key_values
@@ -270,8 +273,11 @@ class decode_step:
     def __call__(self, tok):
         import torch
         if self.compiled:
+            # positions as tensors: a Python int (e.g. a sliding-window cache's length) would
+            # be a guard, and every step would compile again
+            pos = torch.tensor([self.pos])
             out = self.forward(tok, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
-                               cache_position=torch.tensor([self.pos]))
+                               cache_position=pos, position_ids=pos[None])
             self.pos += 1
         else:
             out = self.model(tok, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
@@ -297,9 +303,9 @@ def profile_decode(step: decode_step, tok, steps: int) -> dict[str, float]:
 
 
 def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None,
-           fmt: str = "") -> dict[str, Any]:
+           fmt: str = "", compiled: bool = False) -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
-           "profile": args.profile_steps, "compile": args.compile and engine.startswith("cpukern"),
+           "profile": args.profile_steps, "compile": compiled,
            "experts": list(spec.experts), "isa": args.isa, "lengths": (PREFILL, PROMPT, DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
@@ -380,8 +386,12 @@ def main() -> None:
                     help="layers of gpt-oss for stock transformers (it dequantises MXFP4 to bf16)")
     ap.add_argument("--gpt-oss-formats", default="mxfp4,mxfp4_a8",
                     help="cpukern expert formats for gpt-oss: mxfp4 (exact), mxfp4_a8 (W4A8), bf16")
-    ap.add_argument("--compile", action="store_true",
-                    help="cpukern rows: decode with a StaticCache and a torch.compile'd step")
+    ap.add_argument("--cpukern-steps", default="auto",
+                    help="cpukern decode steps, one row per mode: compiled (a StaticCache and a "
+                         "torch.compile'd step), eager (transformers' DynamicCache); auto: "
+                         "compiled for BitNet, eager for the MoE models (gpt-oss's sliding-window "
+                         "cache makes transformers' mask guard on the position: it recompiles "
+                         "every step)")
     ap.add_argument("--profile-steps", type=int, default=4,
                     help="decode steps profiled after the timed ones (0: none): the last column")
     ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
@@ -398,6 +408,9 @@ def main() -> None:
     args.models = args.models.split(",")
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
+    if args.cpukern_steps != "auto" and set(args.cpukern_steps.split(",")) - {"compiled", "eager"}:
+        raise SystemExit(f"--cpukern-steps: expected auto, or compiled and/or eager, got "
+                         f"{args.cpukern_steps!r}")
     specs = model_specs(args)
     for s in specs.values():  # GGUF files only where llama.cpp runs
         s.ensure(log, gguf_types=None if "llama.cpp" in engines or args.prepare_only else ())
@@ -419,6 +432,8 @@ def main() -> None:
             small.ensure(log, gguf_types=())
             stock_name = f"transformers stock ({args.gpt_oss_stock_layers} of 24 layers)"
             stock_dir = small.hf_dir
+        modes = (args.cpukern_steps.split(",") if args.cpukern_steps != "auto" else
+                 ["compiled" if key == "bitnet" else "eager"])
         for t in threads:
             rows: dict[str, list] = {}
             fewer_layers = {stock_name} if stock_dir else set()  # rows on the stock checkpoint
@@ -432,16 +447,17 @@ def main() -> None:
                     elif e == "transformers":
                         jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
                         if stock_dir and "cpukern" in engines:  # cpukern on those layers too
-                            f = args.gpt_oss_formats.split(",")[0]
-                            small_name = f"cpukern {f} ({args.gpt_oss_stock_layers} of 24 layers)"
+                            f, m = args.gpt_oss_formats.split(",")[0], modes[0]
+                            small_name = f"cpukern {f} {m} ({args.gpt_oss_stock_layers} of 24 layers)"
                             fewer_layers.add(small_name)
-                            jobs.append((small_name, lambda f=f, n=small_name: run_hf(
-                                spec, n, t, args, stock_dir, fmt=f)))
+                            jobs.append((small_name, lambda f=f, m=m, n=small_name: run_hf(
+                                spec, n, t, args, stock_dir, fmt=f, compiled=m == "compiled")))
                     elif e == "cpukern":
                         fmts = args.gpt_oss_formats.split(",") if key == "gpt-oss" else [""]
-                        jobs = [(f"cpukern {f}".strip(),
-                                 lambda f=f: run_hf(spec, f"cpukern {f}".strip(), t, args, fmt=f))
-                                for f in fmts]
+                        jobs = [(" ".join(filter(None, ("cpukern", f, m))),
+                                 lambda f=f, m=m: run_hf(spec, " ".join(filter(None, ("cpukern", f, m))),
+                                                         t, args, fmt=f, compiled=m == "compiled"))
+                                for f in fmts for m in modes]
                     for name, job in jobs:
                         log(f"{key} threads={t} round {rnd + 1}: {name}")
                         r = job()

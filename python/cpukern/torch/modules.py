@@ -707,23 +707,27 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, format: str = "bf16", isa: str = "") -> "Linear":
-        """The layer of an nn.Linear's weights (rounded to bf16 if they are not bf16).
+        """The layer of an nn.Linear's weights: a bf16 weight is shared (no copy; in-place
+        changes through torch are seen, as for any plain weight), others are rounded to bf16.
         format="bf16" (default) or "int8" (W8A8: per-channel int8 weights, cpukern.moe.quantize)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear: expected an nn.Linear, got {type(linear).__name__}")
         format = str_arg(format, "format", ("bf16", "int8"))
-        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, isa=isa)
+        mod = cls.__new__(cls)  # no zero weights allocated: a 1 GB LM head is held once, not twice
+        nn.Module.__init__(mod)
+        mod.in_features, mod.out_features = linear.in_features, linear.out_features
+        mod.isa, mod.format = _isa_arg(isa), format
         with torch.no_grad():
-            w = linear.weight.detach().to(torch.bfloat16).contiguous()
+            w = linear.weight.detach().to(torch.bfloat16).contiguous()  # shares a bf16 weight
+            scales = None
             if format == "int8":
-                q, sc = _moe.quantize(w.unsqueeze(0), format="int8")
-                mod.weight = q[0].contiguous()
-                mod.weight_scales = sc[0].contiguous()
-                mod.format = "int8"
-            else:
-                mod.weight.copy_(w)
-            if linear.bias is not None:
-                mod.bias.copy_(linear.bias.detach())
+                q, scales = _moe.quantize(w.unsqueeze(0), format="int8")
+                w, scales = q[0].contiguous(), scales[0].contiguous()
+            bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16).clone()
+        mod.register_buffer("weight", w)
+        mod.register_buffer("weight_scales", scales)
+        mod.register_buffer("bias", bias)
+        mod._init_prepared()
         return mod
 
     def _prepare_one(self, name: str) -> Tensor:
