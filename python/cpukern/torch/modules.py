@@ -480,6 +480,21 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
                 f"stages={self.stages}, bias={self.bias is not None}")
 
 
+def _moe_packing(t: Tensor, key: str, isa: str) -> tuple:
+    """(t 64-byte aligned, its PackedExperts) checked (header, checksum), or (t, None) when it
+    was packed for another CPU or forced isa: MoE packings cannot be unpacked, so the caller
+    packs again from its plain weights."""
+    t = t.detach()
+    if t.data_ptr() % 64:
+        t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
+    try:
+        return t, _moe.from_buffer(t, verify=True, isa=_ops._isa(isa, "fused_moe"), name=key)
+    except ValueError as e:
+        if "cannot be unpacked" in str(e):
+            return t, None
+        raise
+
+
 class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     """A Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
 
@@ -623,15 +638,9 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
         """MoE packings cannot be unpacked: one made for another CPU (or another forced isa)
         is packed again from the plain experts (None)."""
-        t = t.detach()
-        if t.data_ptr() % 64:
-            t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
-        try:
-            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa, "fused_moe"), name=key)
-        except ValueError as e:
-            if "cannot be unpacked" in str(e):
-                return None
-            raise
+        t, p = _moe_packing(t, key, self.isa)
+        if p is None:
+            return None
         o = 2 * self.intermediate if key.split(".")[-1].startswith("w13") else self.hidden
         i = self.hidden if key.split(".")[-1].startswith("w13") else self.intermediate
         if tuple(p.shape) != (self.num_experts, o, i):
@@ -739,15 +748,9 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
     def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
         """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
         packed again from the plain weight (None)."""
-        t = t.detach()
-        if t.data_ptr() % 64:
-            t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
-        try:
-            p = _moe.from_buffer(t, verify=True, isa=_ops._isa(self.isa, "fused_moe"), name=key)
-        except ValueError as e:
-            if "cannot be unpacked" in str(e):
-                return None
-            raise
+        t, p = _moe_packing(t, key, self.isa)
+        if p is None:
+            return None
         if tuple(p.shape) != (1, self.out_features, self.in_features):
             raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
                              f"layer (1, {self.out_features}, {self.in_features})")
