@@ -448,16 +448,18 @@ def main() -> None:
                         jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
                         if stock_dir and "cpukern" in engines:  # cpukern on those layers too
                             f, m = args.gpt_oss_formats.split(",")[0], modes[0]
-                            small_name = f"cpukern {f} {m} ({args.gpt_oss_stock_layers} of 24 layers)"
+                            small_name = (f"cpukern {f} {m} "
+                                          f"({args.gpt_oss_stock_layers} of 24 layers)")
                             fewer_layers.add(small_name)
                             jobs.append((small_name, lambda f=f, m=m, n=small_name: run_hf(
                                 spec, n, t, args, stock_dir, fmt=f, compiled=m == "compiled")))
                     elif e == "cpukern":
                         fmts = args.gpt_oss_formats.split(",") if key == "gpt-oss" else [""]
-                        jobs = [(" ".join(filter(None, ("cpukern", f, m))),
-                                 lambda f=f, m=m: run_hf(spec, " ".join(filter(None, ("cpukern", f, m))),
-                                                         t, args, fmt=f, compiled=m == "compiled"))
-                                for f in fmts for m in modes]
+                        names = {(f, m): " ".join(filter(None, ("cpukern", f, m)))
+                                 for f in fmts for m in modes}
+                        jobs = [(n, lambda f=f, m=m, n=n: run_hf(spec, n, t, args, fmt=f,
+                                                                 compiled=m == "compiled"))
+                                for (f, m), n in names.items()]
                     for name, job in jobs:
                         log(f"{key} threads={t} round {rnd + 1}: {name}")
                         r = job()
