@@ -376,19 +376,12 @@ def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_b
 
 # ---- dense layers on the MoE micro-kernels (cpukern.moe.linear) ---------------------------
 
-def _check_linear_x(x: Tensor) -> None:
-    if not isinstance(x, Tensor) or x.dtype != torch.bfloat16 or x.dim() != 2:
-        got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise TypeError(f"x: expected a 2-D bfloat16 tensor (T, in_features), got {got}")
-
-
 @torch.library.custom_op("cpukern::linear_prepared", mutates_args=())
 def linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
                     bias: Optional[Tensor] = None) -> Tensor:
     """x bf16 (T, I) @ W.T + bias -> bf16 (T, out_features), W one matrix packed as one expert
     in a uint8 tensor (prepare_experts_tensor of W[None]; any weight format). The header is
     checked per call (O(1)) and must hold out_features outputs; nothing is packed here."""
-    _check_linear_x(x)
     w = _moe.from_buffer(prepared, name="prepared")
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
@@ -412,7 +405,6 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, isa: str = 
     """x bf16 (T, I) @ W.T + bias -> bf16 (T, O) (cpukern.moe.linear). weight: bf16 (O, I),
     MXFP4 blocks uint8 (O, I/32, 16) with uint8 scales (O, I/32), or int8 (O, I) with float32
     per-channel scales (O,) in weight_scales. Packed once per weight tensor (the cache)."""
-    _check_linear_x(x)
     if not isinstance(weight, Tensor) or weight.dim() not in (2, 3):
         raise TypeError("weight: expected a 2-D bf16 / int8 or 3-D uint8 (MXFP4 blocks) tensor")
     w = prepared_experts(weight.unsqueeze(0), "weight", _isa(isa, "fused_moe"),
