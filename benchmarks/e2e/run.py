@@ -19,7 +19,11 @@ minutes of a shared machine. Columns:
                  128 one-token forwards with the KV cache, argmax; llama-bench: tg128 at depth
                  128, `-n 128 -d 128`). cpukern rows say how they step: "compiled" (a
                  StaticCache and the model's forward under torch.compile) or "eager"
-                 (--cpukern-steps); stock transformers runs eager, as it ships;
+                 (--cpukern-steps), with cpukern's kernels on `threads` threads and torch's
+                 own ops on one (docs/pytorch.md: two polling pools on the same cores
+                 take turns); stock transformers runs eager, as it ships, and
+                 --stock-decode N times N tokens instead (stock BitNet unpacks every
+                 weight at every step);
   peak RSS       of the process (llama-bench maps the GGUF: resident pages count);
   weight B/tok   bytes of weights a decode step reads: all weights but the input embedding
                  (counted when it is tied to the LM head), MoE experts times top-k/E;
@@ -222,6 +226,11 @@ def worker(cfg: dict) -> dict[str, Any]:
         t0 = time.perf_counter()
         model(ids, logits_to_keep=1, use_cache=False)
         res["prefill"] = PREFILL / (time.perf_counter() - t0)
+        if cfg["engine"].startswith("cpukern"):
+            # One pool per core at decode: cpukern's kernels keep cfg["threads"] threads (set
+            # by patch); torch's own ops (norms, RoPE, attention at one token) are too small to
+            # gain from threads, and its OpenMP workers would poll on the cores cpukern uses.
+            torch.set_num_threads(1)
         step = decode_step(model, cfg.get("compile", False), ids)
         tok = step.prompt(ids[:, :PROMPT])
         t0 = time.perf_counter()
@@ -303,10 +312,11 @@ def profile_decode(step: decode_step, tok, steps: int) -> dict[str, float]:
 
 
 def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None,
-           fmt: str = "", compiled: bool = False) -> dict[str, Any]:
+           fmt: str = "", compiled: bool = False, decode: int = 0) -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
            "profile": args.profile_steps, "compile": compiled,
-           "experts": list(spec.experts), "isa": args.isa, "lengths": (PREFILL, PROMPT, DECODE)}
+           "experts": list(spec.experts), "isa": args.isa,
+           "lengths": (PREFILL, PROMPT, decode or DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
                                        json.dumps(cfg)], env=env)
@@ -397,6 +407,9 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt before decode (128)")
     ap.add_argument("--decode", type=int, default=DECODE, help="greedy tokens timed (128)")
+    ap.add_argument("--stock-decode", type=int, default=0,
+                    help="greedy tokens timed for stock transformers (default: --decode); stock "
+                         "BitNet unpacks every weight at every step, so 128 tokens take an hour")
     ap.add_argument("--prepare-only", action="store_true", help="write the weight files and stop")
     args = ap.parse_args()
 
@@ -432,6 +445,8 @@ def main() -> None:
             small.ensure(log, gguf_types=())
             stock_name = f"transformers stock ({args.gpt_oss_stock_layers} of 24 layers)"
             stock_dir = small.hf_dir
+        if args.stock_decode and args.stock_decode != DECODE:
+            stock_name += f" ({args.stock_decode} decode tokens)"
         modes = (args.cpukern_steps.split(",") if args.cpukern_steps != "auto" else
                  ["compiled" if key == "bitnet" else "eager"])
         for t in threads:
@@ -445,7 +460,8 @@ def main() -> None:
                                  else {"engine": f"llama.cpp {q}", "skip": "no --llama-cpp-build"})
                                 for q in spec.gguf_types]
                     elif e == "transformers":
-                        jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir))]
+                        jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir,
+                                                            decode=args.stock_decode))]
                         if stock_dir and "cpukern" in engines:  # cpukern on those layers too
                             f, m = args.gpt_oss_formats.split(",")[0], modes[0]
                             small_name = (f"cpukern {f} {m} "

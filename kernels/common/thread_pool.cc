@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <pthread.h>
@@ -22,6 +24,40 @@ thread_local const std::atomic<bool>* t_stop = nullptr;
 
 bool stop_requested(const std::atomic<bool>* stop) {
   return stop && stop->load(std::memory_order_relaxed);
+}
+
+// How long a helper polls for the next job, and the caller for the helpers, before sleeping
+// on a condition variable. A decode step calls the pool hundreds of times for 50-300 us each,
+// with a little framework work in between; a helper that went to sleep wakes late (a futex
+// wake-up, and on a VM an idle vCPU the hypervisor must reschedule): a 2560x2560 ternary GEMV
+// took longer on 2 threads than on 1. CPUKERN_SPIN_US (read once) sets it; 0 never polls.
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds t(spin_us_from_env(std::getenv("CPUKERN_SPIN_US")));
+  return t;
+}
+
+// Off while another pool polls on the same cores (set_polling): two polling pools take turns
+// by the scheduler's time slice.
+std::atomic<bool> g_polling{true};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Polls done() for up to spin_time(); true if it held.
+template <typename Done>
+bool spin_until(Done done) {
+  if (spin_time().count() == 0 || !g_polling.load(std::memory_order_relaxed)) return done();
+  const auto end = std::chrono::steady_clock::now() + spin_time();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 255) == 255 && std::chrono::steady_clock::now() > end) return done();
+  }
 }
 
 class ThreadPool {
@@ -62,8 +98,12 @@ class ThreadPool {
     }
     cv_.notify_all();
     work();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      helpers_wanted_ = 0;  // late wakers do not join a finished job
+    }
+    spin_until([&] { return helpers_active_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> lock(mu_);
-    helpers_wanted_ = 0;  // late wakers do not join a finished job
     done_cv_.wait(lock, [&] { return helpers_active_ == 0; });
     task_ = nullptr;
     if (error_) std::rethrow_exception(error_);
@@ -96,6 +136,14 @@ class ThreadPool {
     uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
+      if (!stop_ && generation_ == seen) {  // poll for the next job, then sleep
+        lock.unlock();
+        spin_until([&] {
+          return generation_.load(std::memory_order_relaxed) != seen ||
+                 stop_.load(std::memory_order_relaxed);
+        });
+        lock.lock();
+      }
       cv_.wait(lock, [&] { return stop_ || (generation_ != seen && helpers_wanted_ > 0); });
       if (stop_) return;
       seen = generation_;
@@ -118,10 +166,11 @@ class ThreadPool {
   const std::atomic<bool>* stop_flag_ = nullptr;  // the caller's stop flag, read before each task
   std::atomic<bool> interrupted_{false};
   std::exception_ptr error_;
-  uint64_t generation_ = 0;
+  // Written under mu_; atomic so that a polling thread may read them without it.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> helpers_active_{0};
+  std::atomic<bool> stop_{false};
   int helpers_wanted_ = 0;
-  int helpers_active_ = 0;
-  bool stop_ = false;
 };
 
 // The pool of this process. A forked child has none of the parent's workers, and the
@@ -156,6 +205,8 @@ std::atomic<int> g_default_threads{0};
 
 }  // namespace
 
+bool set_polling(bool on) { return g_polling.exchange(on, std::memory_order_relaxed); }
+
 void set_num_threads(int n) { g_default_threads.store(n > 0 ? std::min(n, kMaxThreads) : 0); }
 
 int get_num_threads() {
@@ -168,6 +219,18 @@ StopScope::~StopScope() { t_stop = outer_; }
 
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task) {
   pool().run(num_tasks, threads > 0 ? threads : get_num_threads(), task);
+}
+
+int64_t spin_us_from_env(const char* v) {
+  constexpr int64_t kDefault = 200, kMax = 100000;
+  if (!v) return kDefault;
+  while (*v == ' ' || *v == '\t' || *v == '\n') ++v;
+  int64_t us = 0;
+  const char* d = v;
+  for (; *d >= '0' && *d <= '9'; ++d) us = std::min(kMax, us * 10 + (*d - '0'));
+  const char* end = d;
+  while (*end == ' ' || *end == '\t' || *end == '\n') ++end;
+  return d == v || *end ? kDefault : us;
 }
 
 int limits::resolve_threads(int threads, const char* arg) {

@@ -12,13 +12,23 @@ void set_num_threads(int n);
 int get_num_threads();
 
 // Runs task(i) for every i in [0, num_tasks) on up to `threads` threads (<= 0: the default)
-// and returns when all are done. The calling thread takes part. Tasks are pulled from an
-// atomic counter, so a task must not depend on which thread runs it; results are then
-// identical for any thread count. Calls from several threads at once are safe: a call
+// and returns when all are done. The calling thread takes part. Between calls the helpers
+// poll for the next one for CPUKERN_SPIN_US microseconds (default 200; 0: sleep at once),
+// then sleep (a decode step makes hundreds of 50-300 us calls; a sleeping helper wakes
+// late). Tasks are pulled from an atomic counter, so a task must not depend on which thread
+// runs it; results are then identical for any thread count. Calls from several threads at once are safe: a call
 // that finds the pool busy runs its tasks on its own thread. An exception thrown by a
 // task is rethrown here after all tasks have stopped. With a StopScope alive on the calling
 // thread, the call may instead end early by throwing Interrupted (below).
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task);
+
+// Polling on (the default) or off; returns the previous setting. The torch layer turns it off
+// while torch's own OpenMP threads, which poll as well, share the cores.
+bool set_polling(bool on);
+
+// CPUKERN_SPIN_US's value: blanks around decimal digits, capped at 100000; unset or anything
+// else gives the default, 200.
+int64_t spin_us_from_env(const char* v);
 
 // Thrown by parallel_for when the calling thread's stop flag was set while tasks were left:
 // the tasks in flight finished, the others never ran (the call's output is incomplete).

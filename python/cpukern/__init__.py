@@ -12,11 +12,18 @@ CPUKERN_HUGEPAGES (read once, at the first large scratch allocation): "0", "off"
 "false" keep 4 KiB pages; "1", "on", "yes", "true" or unset allow transparent huge pages (the
 default); case and surrounding blanks do not matter. Any other value is a RuntimeWarning at
 import and leaves the default.
+
+CPUKERN_SPIN_US (read once, at the first multi-threaded call): how long, in microseconds, the
+pool's threads poll for the next call before they sleep (default 200; 0: sleep at once; at most
+100000). cpukern.torch's ops turn polling off while torch itself runs on more than one
+thread (its OpenMP threads poll too).
+Anything but a non-negative integer is a RuntimeWarning at import and leaves the default.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any
 
@@ -128,7 +135,17 @@ def _check_hugepages_env() -> None:
         os.environ["CPUKERN_HUGEPAGES"] = canonical
 
 
+def _check_spin_env() -> None:
+    """CPUKERN_SPIN_US: a non-negative integer (the kernels read the same rule); anything else
+    is a warning (the kernels then use the default)."""
+    v = os.environ.get("CPUKERN_SPIN_US")
+    if v is not None and not re.fullmatch(r"[0-9]+", v.strip(" \t\n")):
+        warnings.warn(f"CPUKERN_SPIN_US={v!r}: expected a non-negative integer (microseconds); "
+                      f"the default, 200, applies", RuntimeWarning, stacklevel=3)
+
+
 _check_hugepages_env()
+_check_spin_env()
 _check_isa_env()
 _log.configure_from_env()
 

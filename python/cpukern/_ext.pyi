@@ -16,6 +16,12 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int: ...
 
+def set_polling(on: bool) -> bool:
+    """
+    Pool threads poll for the next call before sleeping (on, the default) or sleep at once;
+    returns the previous setting.
+    """
+
 def empty_cache() -> None:
     """
     Gives back the scratch memory kernels keep between calls (every thread's that no call

@@ -103,6 +103,9 @@ void bind_common(nb::module_& m) {
       },
       nb::arg("n"), set_doc.c_str());
   m.def("get_num_threads", &get_num_threads);
+  m.def("set_polling", &set_polling, nb::arg("on"),
+        "Pool threads poll for the next call before sleeping (on, the default) or sleep at once;\n"
+        "returns the previous setting.");
   m.def(
       "empty_cache", [] { empty_cache(); },
       "Gives back the scratch memory kernels keep between calls (every thread's that no call\n"

@@ -600,6 +600,29 @@ def test_hugepages_env_takes_documented_values(value, effective, warns):
     assert r.stdout.split() == [effective, str(warns)], r.stdout
 
 
+@needs_subprocess
+@pytest.mark.parametrize("value,warns", [("0", False), (" 50 ", False), ("200", False),
+                                         ("-1", True), ("1e3", True), ("fast", True)])
+def test_spin_env_results_and_warning(value, warns):
+    """The pool polls (or not) by CPUKERN_SPIN_US: the same bits either way; a bad value warns."""
+    code = ("import warnings\nwarnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as w:\n    import cpukern\n"
+            "import numpy as np, time\nfrom cpukern import ternary\n"
+            "rng = np.random.default_rng(0)\n"
+            "wt = ternary.prepare(ternary.pack(rng.integers(-1, 2, (300, 700)).astype(np.int8)), 700)\n"
+            "x = rng.standard_normal(700).astype(np.float32)\n"
+            "ys = []\n"
+            "for i in range(30):\n"
+            "    ys.append(ternary.gemv(wt, x, act='int8', threads=2).tobytes())\n"
+            "    time.sleep(0.001 * (i % 2))\n"
+            "ref = ternary.gemv(wt, x, act='int8', threads=1).tobytes()\n"
+            "print(all(y == ref for y in ys), any('CPUKERN_SPIN_US' in str(x.message) for x in w))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CPUKERN_SPIN_US=value))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", str(warns)], r.stdout
+
+
 # --- fuzzing: the safetensors reader and the GGUF converter only raise ValueError -------------
 
 try:

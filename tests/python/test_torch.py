@@ -103,6 +103,26 @@ def test_ternary_gemv_op_int32_and_uint32_packed():
     assert torch.all((int8 - want).abs() <= bound)
 
 
+def test_pool_polls_only_while_torch_runs_on_one_thread():
+    """torch's OpenMP threads poll too: the ops turn cpukern's polling off while torch has more
+    than one thread, and back on at one; the results do not change."""
+    from cpukern import _ext
+    w, packed = ternary_weights()
+    x = torch.randn(3, 70)
+    old = torch.get_num_threads()
+    try:
+        got = {}
+        for n in (2, 1, 2):
+            torch.set_num_threads(n)
+            got[n] = torch.ops.cpukern.ternary_gemv(packed, x)
+            assert _ext.set_polling(n == 1) is (n == 1), n  # what the op left in force
+        torch.testing.assert_close(got[1], got[2], rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(old)
+        _ext.set_polling(True)
+        ct.ops._POLLING[0] = True
+
+
 def test_op_cache_reuses_and_invalidates_on_version_bump():
     w, packed = ternary_weights()
     packed = packed.view(torch.int32).clone()

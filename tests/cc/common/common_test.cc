@@ -157,6 +157,46 @@ TEST(ThreadPool, ConcurrentCallersAllComplete) {
   EXPECT_EQ(total.load(), 8 * 50 * (63 * 64 / 2));
 }
 
+// Helpers poll between calls, then sleep: calls back to back (polling), after a short pause
+// (still polling) and after a pause past the polling time (asleep) each run every task once;
+// so do calls while busy threads compete for the cores, and with polling off.
+TEST(ThreadPool, PollingSleepingAndPreemptedHelpersRunEveryTask) {
+  auto check = [](int rounds) {
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::atomic<int>> hits(97);
+      parallel_for(97, 2 + r % 3, [&](int64_t i) { hits[i]++; });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "round " << r;
+      if (r % 3 == 1) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (r % 3 == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  check(60);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int t = 0; t < 4; ++t)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  check(60);
+  stop = true;
+  for (auto& b : busy) b.join();
+  set_polling(false);
+  check(30);
+  set_polling(true);
+  check(10);
+}
+
+TEST(ThreadPool, SpinTimeSpellings) {
+  EXPECT_EQ(spin_us_from_env(nullptr), 200);
+  EXPECT_EQ(spin_us_from_env("0"), 0);
+  EXPECT_EQ(spin_us_from_env(" 50 "), 50);
+  EXPECT_EQ(spin_us_from_env("50\n"), 50);
+  EXPECT_EQ(spin_us_from_env("99999999999999999999"), 100000);
+  for (const char* bad : {"", "-5", "1e3", "abc", "5us", "+5"})
+    EXPECT_EQ(spin_us_from_env(bad), 200) << bad;
+}
+
 TEST(ThreadPool, PropagatesExceptions) {
   EXPECT_THROW(parallel_for(100, 2, [](int64_t i) {
                  if (i == 37) throw std::runtime_error("boom");
