@@ -16,10 +16,10 @@ int get_num_threads();
 // poll for the next one for CPUKERN_SPIN_US microseconds (default 200; 0: sleep at once),
 // then sleep (a decode step makes hundreds of 50-300 us calls; a sleeping helper wakes
 // late). Tasks are pulled from an atomic counter, so a task must not depend on which thread
-// runs it; results are then identical for any thread count. Calls from several threads at once are safe: a call
-// that finds the pool busy runs its tasks on its own thread. An exception thrown by a
-// task is rethrown here after all tasks have stopped. With a StopScope alive on the calling
-// thread, the call may instead end early by throwing Interrupted (below).
+// runs it; results are then identical for any thread count. Calls from several threads at
+// once are safe: a call that finds the pool busy runs its tasks on its own thread. An
+// exception thrown by a task is rethrown here after all tasks have stopped. With a StopScope
+// alive on the calling thread, the call may instead end early by throwing Interrupted (below).
 void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t)>& task);
 
 // Polling on (the default) or off; returns the previous setting. The torch layer turns it off

@@ -120,7 +120,6 @@ def test_pool_polls_only_while_torch_runs_on_one_thread():
     finally:
         torch.set_num_threads(old)
         _ext.set_polling(True)
-        ct.ops._POLLING[0] = True
 
 
 def test_op_cache_reuses_and_invalidates_on_version_bump():

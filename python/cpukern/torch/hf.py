@@ -25,8 +25,9 @@ routing, embeddings):
   (``format="bf16"``, default) or int8 W8A8 (``format="int8"``), rows [gate; up], the model's
   activation (silu). The router stays (softmax, top-k, ``norm_topk_prob``).
 * Every other ``nn.Linear`` with bf16 weights (attention projections, the LM head, the
-  layers of a bf16 BitNet without a quantization config) -> ``cpukern.torch.Linear`` (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16
-  out, torch's own arithmetic up to the summation order), or W8A8 with ``dense="int8"``
+  layers of a bf16 BitNet without a quantization config) -> ``cpukern.torch.Linear``
+  (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16 out, torch's own
+  arithmetic up to the summation order), or W8A8 with ``dense="int8"``
   (faster, not exact), or left in torch with ``dense=None``. Linear layers with float32
   weights stay in torch (cpukern's dense kernels compute in bf16). A tied LM head keeps the
   embedding's weights in torch and holds its own packed copy.
@@ -299,9 +300,10 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     "fp32". format: expert weights, gpt-oss "mxfp4" (default, exact), "mxfp4_a8" (W4A8) or
     "bf16"; Qwen3-MoE "bf16" (default) or "int8". dense: the other bf16 nn.Linear layers,
     "bf16" (default), "int8" (W8A8) or None (left in torch). threads:
-    cpukern.set_num_threads(threads) (process-wide). keep_plain_weights: keep the plain weights next to the prepared kernel
-    layouts (twice the memory; needed to prepare again for another isa, or for dequantized());
-    by default they are dropped (``drop_plain_weights()``)."""
+    cpukern.set_num_threads(threads) (process-wide). keep_plain_weights: keep the plain
+    weights next to the prepared kernel layouts (twice the memory; needed to prepare again
+    for another isa, or for dequantized()); by default they are dropped
+    (``drop_plain_weights()``)."""
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     kind = _kind(model.config)

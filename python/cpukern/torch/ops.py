@@ -49,18 +49,13 @@ def _isa(isa: Optional[str], op: str = "ternary_gemv") -> Optional[str]:
     return isa
 
 
-_POLLING = [True]  # what cpukern's pool was last told (_ext.set_polling)
-
-
 def _threads() -> Optional[int]:
     """torch.get_num_threads() unless cpukern.set_num_threads chose a count (then None: the
     kernels use that one). cpukern's pool polls between calls only while torch's own OpenMP
     threads, which poll too, are off (torch on one thread): two polling pools on the same
     cores take turns by the scheduler's time slice."""
     n = torch.get_num_threads()
-    if (n == 1) != _POLLING[0]:
-        _POLLING[0] = n == 1
-        _ext.set_polling(n == 1)
+    _ext.set_polling(n == 1)  # one atomic store: cheaper to repeat than to cache
     return None if _cpukern.num_threads_is_set() else n
 
 
