@@ -41,6 +41,19 @@ def blocks():
     return found
 
 
+def test_adding_a_kernel_example_is_a_row_of_the_kernel_list():
+    """docs/architecture.md's example MoE rows are rows of the MoE kernel list as written
+    there, every column included."""
+    doc = (ROOT / "docs/architecture.md").read_text()
+    examples = re.findall(r"`(CPUKERN_(?:VARIANT|CATALOGUE_ONLY)\([^`]*moe_gemm[^`]*\))`", doc)
+    assert examples, "no example MoE row in docs/architecture.md"
+    inc = (ROOT / "kernels/moe/ukernels/ukernels.inc").read_text()
+    rows = {re.sub(r"\s+", " ", r)
+            for r in re.findall(r"^CPUKERN_(?:VARIANT|CATALOGUE_ONLY)\([^)]*\)", inc, re.M)}
+    for e in examples:
+        assert re.sub(r"\s+", " ", e) in rows, f"not a row of ukernels.inc: {e}"
+
+
 def block(page, heading):
     found = [src for p, h, src in blocks() if p == page and h.startswith(heading)]
     assert len(found) == 1, (page, heading, len(found))
