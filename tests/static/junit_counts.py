@@ -41,7 +41,10 @@ def results(bep_path):
     tests, status, xmls = [], {}, {}
     with open(bep_path) as f:
         for line in f:
-            event = json.loads(line)
+            try:
+                event = json.loads(line)
+            except ValueError:  # the last line of a run that was killed
+                continue
             eid = event.get("id", {})
             if "targetConfigured" in eid and "testSize" in event.get("configured", {}):
                 tests.append(eid["targetConfigured"]["label"])
