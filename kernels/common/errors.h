@@ -1,6 +1,8 @@
 // Errors raised at the API boundary. The Python extension maps InvalidArgument to
 // ValueError, TypeMismatch to TypeError and std::bad_alloc to MemoryError.
 #pragma once
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +33,28 @@ inline int64_t checked_mul(int64_t a, int64_t b, const char* arg) {
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > (int64_t(1) << 46))
     throw_arg(arg, "shape too large to allocate");
   return r;
+}
+
+// Memory an op reads, named after the argument it belongs to.
+struct ReadRange {
+  const void* p;
+  int64_t bytes;
+  const char* arg;
+};
+
+// An output must share no byte with anything the op reads: an input, or the memory of
+// prepared weights (an output inside the buffer a from_buffer view reads would also change
+// every later call). Throws naming out_arg.
+inline void check_disjoint(const void* out, int64_t out_bytes, const char* out_arg,
+                           std::initializer_list<ReadRange> reads) {
+  const auto o = reinterpret_cast<uintptr_t>(out);
+  for (const ReadRange& r : reads) {
+    const auto i = reinterpret_cast<uintptr_t>(r.p);
+    if (out && r.p && out_bytes > 0 && r.bytes > 0 && o < i + uint64_t(r.bytes) &&
+        i < o + uint64_t(out_bytes))
+      throw_arg(out_arg, std::string("expected memory disjoint from the input '") + r.arg +
+                             "', got an array that overlaps it");
+  }
 }
 
 }  // namespace cpukern

@@ -35,6 +35,13 @@ inline constexpr int kMaxSections = 8;
 inline constexpr int kMaxDims = 8;
 inline constexpr int64_t kAlign = 64;
 
+// The whole serialised buffer that a from_buffer view reads (empty when the weights own their
+// memory): an op's output must not overlap it (check_disjoint in errors.h).
+struct View {
+  const unsigned char* p = nullptr;
+  int64_t size = 0;
+};
+
 struct Section {
   uint64_t offset;  // from the start of the buffer; a multiple of 64 (or 0 when size is 0)
   uint64_t size;    // bytes

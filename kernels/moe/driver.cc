@@ -303,6 +303,16 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   check_arg(out != nullptr, "out", "null pointer");
   check_arg(topk_ids != nullptr, "topk_ids", "null pointer");
   check_arg(skip_weighted || topk_weights != nullptr, "topk_weights", "null pointer");
+  check_disjoint(out, t * h * 2, "out",
+                 {{x, t * h * 2, "x"},
+                  {topk_weights, slots * 4, "topk_weights"},
+                  {topk_ids, slots * 4, "topk_ids"},
+                  {w13_bias, e * w13.o * 2, "w13_bias"},
+                  {w2_bias, e * w2.o * 2, "w2_bias"},
+                  {w13.buffer.p, w13.buffer.size, "w13"},
+                  {w13.data.data(), w13.nbytes(), "w13"},
+                  {w2.buffer.p, w2.buffer.size, "w2"},
+                  {w2.data.data(), w2.nbytes(), "w2"}});
   // The caller's ids are read once, into this thread's scratch: the copy is validated and
   // used (another thread changing topk_ids during the call cannot index out of bounds).
   static thread_local CallScratch scratch;
@@ -464,6 +474,11 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
   checked_mul(t, w.o, "out");
   check_arg(x != nullptr, "x", "null pointer");
   check_arg(out != nullptr, "out", "null pointer");
+  check_disjoint(out, t * w.o * 2, "out",
+                 {{x, t * k * 2, "x"},
+                  {bias, w.o * 2, "bias"},
+                  {w.buffer.p, w.buffer.size, "w"},
+                  {w.data.data(), w.nbytes(), "w"}});
   const Ukernel& uk = *w.ukernel;
   const int64_t n = w.o, nr = uk.nr;
   static thread_local CallScratch scratch;

@@ -45,6 +45,7 @@ struct PackedExperts {
   WeightFormat format = WeightFormat::kBf16;
   int64_t e = 0, o = 0, i = 0;
   AlignedBuffer data;
+  blob::View buffer;  // from_buffer: the serialised buffer `data` views
   int64_t nbytes() const { return int64_t(data.size()); }
 };
 

@@ -30,6 +30,8 @@ void serialize(const PackedExperts& w, unsigned char* out, int64_t size) {
   check_arg(size == int64_t(plan.total), "out",
             "expected " + std::to_string(plan.total) + " bytes (serialized_size), got " +
                 std::to_string(size));
+  check_disjoint(out, size, "out",
+                 {{w.buffer.p, w.buffer.size, "experts"}, {w.data.data(), bytes, "experts"}});
   const int64_t dims[3] = {w.e, w.o, w.i};
   const blob::Header h = blob::make_header(kOp.op, w.isa, w.ukernel->name, w.ukernel->layout,
                                            format_name(w.format), dims, 3, plan);
@@ -90,6 +92,7 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   p->o = o;
   p->i = i;
   p->data = AlignedBuffer::borrow(data, size_t(bytes));  // zero-copy; the buffer is `owner`'s
+  p->buffer = {buf, size};
   return std::shared_ptr<const PackedExperts>(p, [owner](const PackedExperts* q) { delete q; });
 }
 

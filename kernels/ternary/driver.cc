@@ -292,6 +292,12 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(w.group_size == 0 || scale_len == 0, "scale",
             "expected none: the weights carry their group scales (one per row and group of " +
                 s(w.group_size) + " columns)");
+  check_disjoint(y, batch * m * 4, "out",
+                 {{x, batch * k * 4, "x"},
+                  {scale, scale_len * 4, "scale"},
+                  {w.buffer.p, w.buffer.size, "weights"},
+                  {w.layout(), w.layout_bytes(), "weights"},
+                  {w.scale.data(), int64_t(w.scale.size()) * 4, "weights"}});
   const int nthreads = limits::resolve_threads(threads);
   if (scale_len == 0 && w.has_scale() && w.group_size == 0) {
     scale = w.scales();

@@ -23,6 +23,7 @@ void check_shape(int64_t m, int64_t k) {
 
 void pack(const int8_t* w, int64_t m, int64_t k, uint32_t* packed) {
   check_shape(m, k);
+  check_disjoint(packed, m * words_for(k) * 4, "out", {{w, m * k, "w"}});
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < k; ++j) {
       const int8_t v = w[r * k + j];
@@ -48,6 +49,7 @@ void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t*
   check_arg(words == words_for(k), "packed",
             "expected ceil(k/16) = " + std::to_string(words_for(k)) + " words per row for k = " +
                 std::to_string(k) + ", got " + std::to_string(words));
+  check_disjoint(w, m * k, "out", {{packed, m * words * 4, "packed"}});
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < k; ++j) {
       const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
@@ -66,6 +68,8 @@ void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* p
               float* scale) {
   check_shape(m, k);
   check_arg(k > 0, "w", "must have at least one column");
+  check_disjoint(packed, m * words_for(k) * 4, "packed", {{w, m * k * 4, "w"}});
+  check_disjoint(scale, m * 4, "scale", {{w, m * k * 4, "w"}});
   for (int64_t i = 0; i < m * k; ++i)
     if (!std::isfinite(w[i]))
       throw_arg("w", "must be finite, got " + std::to_string(w[i]) + " at index " +

@@ -67,6 +67,10 @@ void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned c
   const blob::LayoutPlan plan = blob::plan(sizes, 3);
   check_arg(size == int64_t(plan.total), "out",
             "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
+  check_disjoint(out, size, "out",
+                 {{w.buffer.p, w.buffer.size, "weights"},
+                  {w.layout(), sizes[0], "weights"},
+                  {w.scales(), sizes[1], "weights"}});
   const void* i8_src = i8 ? w.i8_data(threads) : nullptr;  // may pack now
   const int64_t dims[4] = {w.m, w.k, w.group_size, w.has_scale() ? 1 : 0};
   const blob::Header h = blob::make_header(kOp.op, w.isa, v.ukernel.f32.name, v.ukernel.f32.layout,
@@ -136,6 +140,7 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
       w->i8_view = blob::section(h, buf, kI8Layout, layout_bytes(v.ukernel.i8.packed_size, m, k, g),
                                  arg, "int8 layout");
     w->owner = std::move(owner);
+    w->buffer = {buf, size};
     if (opts.reprepared) *opts.reprepared = false;
     return w;
   }

@@ -50,8 +50,9 @@ struct PreparedWeights {
   int64_t group_size = 0;    // > 0: one scale per row and group of group_size columns
   AlignedBuffer data;        // the fp32 micro-kernel's layout
 
-  // Views (from_buffer): set together; the buffer outlives this object through `owner`.
+  // Views (from_buffer): set together; `buffer` outlives this object through `owner`.
   std::shared_ptr<const void> owner;
+  blob::View buffer;
   const void* layout_view = nullptr;
   int64_t layout_view_bytes = 0;
   const float* scale_view = nullptr;  // null when there is no scale

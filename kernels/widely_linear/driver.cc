@@ -78,6 +78,12 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   if (batch == 0) return;
   check_arg(x != nullptr, "x", "must not be null");
   check_arg(y != nullptr, "y", "must not be null");
+  checked_mul(batch, 2 * (layer.m + layer.n), "x");
+  check_disjoint(y, batch * 2 * layer.n * 4, "out",
+                 {{x, batch * 2 * layer.m * 4, "x"},
+                  {layer.buffer.p, layer.buffer.size, "layer"},
+                  {layer.layout(), layer.nbytes(), "layer"},
+                  {layer.scales.data(), int64_t(layer.scales.size()) * 4, "layer"}});
   const Ukernel& uk = layer.variant->ukernel;
   const Layout& lay = *uk.layout;
   const Dims d{layer.stages, layer.n, layer.m, ternary_codes::words_for(layer.m)};

@@ -79,6 +79,8 @@ void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32
   const int64_t words = words_for(m);
   checked_mul(checked_mul(checked_mul(stages, 4, "planes"), n, "planes"), words * 16, "planes");
   checked_mul(4 * n, m, "a");
+  check_disjoint(planes, stages * 4 * n * words * 4, "planes", {{a, 4 * n * m * 4, "a"}});
+  check_disjoint(scales, stages * 4 * 4, "scales", {{a, 4 * n * m * 4, "a"}});
   for (int64_t r = 0; r < 2 * n; ++r)
     for (int64_t c = 0; c < 2 * m; ++c) {
       const float v = a[r * 2 * m + c];
@@ -159,6 +161,10 @@ void dense(const uint32_t* planes, const float* scales, bool scales_per_row, int
   validate_planes(planes, stages, n, words, m);
   validate_scales(scales, scales_per_row, stages, n);
   check_arg(a != nullptr, "a", "must not be null");
+  checked_mul(4 * n, m, "m");
+  check_disjoint(a, 4 * n * m * 4, "out",
+                 {{planes, stages * 4 * n * words * 4, "planes"},
+                  {scales, stages * 4 * (scales_per_row ? n : 1) * 4, "scales"}});
   const int64_t plane_words = n * words;
   std::vector<double> acc(4 * n * m, 0.0);  // (2n, 2m)
   for (int64_t s = 0; s < stages; ++s)

@@ -37,6 +37,10 @@ void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
   const blob::LayoutPlan plan = blob::plan(sizes, 2);
   check_arg(size == int64_t(plan.total), "out",
             "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
+  check_disjoint(out, size, "out",
+                 {{layer.buffer.p, layer.buffer.size, "layer"},
+                  {layer.layout(), layer.nbytes(), "layer"},
+                  {layer.scale_data(), sizes[1], "layer"}});
   const int64_t dims[3] = {layer.stages, layer.n, layer.m};
   const Ukernel& uk = layer.variant->ukernel;
   const blob::Header h =
@@ -85,6 +89,7 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
     layer->scales_view =
         reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
     layer->owner = std::move(owner);
+    layer->buffer = {buf, size};
     if (opts.reprepared) *opts.reprepared = false;
     return layer;
   }

@@ -37,6 +37,7 @@ struct PreparedLayer {
   std::vector<float> scales;  // (stages, 4, n), per row always
   AlignedBuffer data;         // the variant's layout
   std::shared_ptr<const void> owner;
+  blob::View buffer;  // from_buffer: the serialised buffer viewed
   const void* layout_view = nullptr;
   int64_t layout_view_bytes = 0;
   const float* scales_view = nullptr;

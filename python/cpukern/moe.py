@@ -293,6 +293,8 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
     int8 experts: finite results need 127 * K * max|a| <= 3e38 per GEMM (module docstring).
+    bf16 / MXFP4 experts: each of the two GEMMs meets linear's bound, its underflow term
+    included (on avx512_bf16, products below 2**-126 are flushed to zero).
     """
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, PackedExperts):
@@ -331,6 +333,14 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
     rounded once to bf16 (what torch's bf16 nn.Linear computes, up to the summation order).
     Each output is one full-K dot product: the result does not depend on the thread count or
     on the other rows of x. threads as in fused_moe.
+
+    Bound (bf16 weights, K in-features, every variant), against the exact x @ W.T + bias of
+    the bf16 values:
+        |y - y_ref| <= 2**-8 |y_ref| + (K + 1) 2**-23 (sum_k |x_k w_k| + |bias|)
+                       + 2**-126 (2K + 2 + sum_k (|x_k| + |w_k|))
+    The last term is underflow: avx512_bf16's vdpbf16ps reads bf16 subnormals as zero and
+    flushes products and sums below 2**-126 (fp32's smallest normal) to zero, so an output
+    made of such products can be 0 where the exact value is a small normal float.
     """
     if not isinstance(w, PackedExperts):
         raise TypeError(f"w: expected PackedExperts from cpukern.moe.prepack, got {type(w).__name__}")

@@ -109,10 +109,6 @@ inline void check_extent(int64_t v, const char* arg, int64_t lo) {
 // threads= is not checked here: each op resolves it with limits::resolve_threads (0 = the
 // default, 1..kMaxThreads), before any output is written.
 
-// `out` must not share memory with any input.
-void check_no_overlap(const OutArray& out, const char* out_arg,
-                      std::initializer_list<std::pair<const InArray*, const char*>> inputs);
-
 nb::list variants_to_list(const std::vector<VariantInfo>& infos);
 
 void bind_common(nb::module_& m);

@@ -37,20 +37,6 @@ std::string shape_str(size_t ndim, const int64_t* shape) {
   return s + (ndim == 1 ? ",)" : ")");
 }
 
-void check_no_overlap(const OutArray& out, const char* out_arg,
-                      std::initializer_list<std::pair<const InArray*, const char*>> inputs) {
-  const auto* o0 = static_cast<const char*>(out.data());
-  const auto* o1 = o0 + out.nbytes();
-  for (const auto& [in, name] : inputs) {
-    if (!in || in->size() == 0 || out.size() == 0) continue;
-    const auto* i0 = static_cast<const char*>(in->data());
-    const auto* i1 = i0 + in->nbytes();
-    if (o0 < i1 && i0 < o1)
-      throw_arg(out_arg, std::string("expected memory disjoint from the input '") + name +
-                             "', got an array that overlaps it");
-  }
-}
-
 namespace {
 
 nb::dict cpu_info_dict() {

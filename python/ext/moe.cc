@@ -183,7 +183,6 @@ void bind_moe(nb::module_& m) {
         }
         check_shape(out, "out", {t, w.o});
         auto* op = out_ptr<uint16_t>(out, "out", {2});
-        check_no_overlap(out, "out", {{&x, "x"}, {bias ? &*bias : nullptr, "bias"}});
         GilRelease release(double(t) * double(w.o) * double(w.i));
         moe::linear(xp, t, k, w, bp, threads, op);
       },
@@ -217,12 +216,6 @@ void bind_moe(nb::module_& m) {
         }
         check_shape(out, "out", {t, h});
         auto* op = out_ptr<uint16_t>(out, "out", {2});
-        check_no_overlap(out, "out",
-                         {{&x, "x"},
-                          {&topk_weights, "topk_weights"},
-                          {&topk_ids, "topk_ids"},
-                          {w13_bias ? &*w13_bias : nullptr, "w13_bias"},
-                          {w2_bias ? &*w2_bias : nullptr, "w2_bias"}});
         const moe::Activation act = moe::parse_activation(activation);
         GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
         moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);

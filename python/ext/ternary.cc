@@ -72,7 +72,6 @@ void bind_ternary(nb::module_& m) {
     const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
     check_shape(out, "out", {rows, ternary::words_for(k)});
     auto* op = out_ptr<uint32_t>(out, "out", {2});
-    check_no_overlap(out, "out", {{&w, "w"}});
     GilRelease release;
     ternary::pack(wp, rows, k, op);
   });
@@ -83,7 +82,6 @@ void bind_ternary(nb::module_& m) {
     const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
     check_shape(out, "out", {rows, k});
     auto* op = out_ptr<int8_t>(out, "out", {2});
-    check_no_overlap(out, "out", {{&packed, "packed"}});
     GilRelease release;
     ternary::unpack(pp, rows, words, k, op);
   });
@@ -96,8 +94,6 @@ void bind_ternary(nb::module_& m) {
           check_shape(scale, "scale", {rows});
           auto* pp = out_ptr<uint32_t>(packed, "packed", {2});
           auto* sp = out_ptr<float>(scale, "scale", {1});
-          check_no_overlap(packed, "packed", {{&w, "w"}});
-          check_no_overlap(scale, "scale", {{&w, "w"}});
           GilRelease release;
           ternary::quantize(wp, rows, k, per_tensor, pp, sp);
         });
@@ -147,7 +143,6 @@ void bind_ternary(nb::module_& m) {
             throw_arg("scale", "expected a float or a float32 array of shape (" + std::to_string(w.m) +
                                    ",), got " + describe_array(*scale));
         }
-        check_no_overlap(out, "out", {{&x, "x"}, {scale ? &*scale : nullptr, "scale"}});
         const ternary::Act a = ternary::parse_act(act);
         GilRelease release(double(batch) * double(w.m) * double(w.k));
         ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
@@ -182,7 +177,6 @@ void bind_ternary(nb::module_& m) {
         else
           check_shape(out, "out", {batch, w->m});
         auto* yp = out_ptr<float>(out, "out", {1, 2});
-        check_no_overlap(out, "out", {{&x, "x"}, {&buf, "prepared"}});
         GilRelease release(double(batch) * double(w->m) * double(w->k));
         ternary::gemv(*w, xp, batch, nullptr, 0, a, threads, yp);
       },

@@ -100,7 +100,6 @@ void bind_widely_linear(nb::module_& m) {
         else
           check_shape(out, "out", {batch, 2 * layer->n});
         auto* yp = out_ptr<float>(out, "out", {1, 2});
-        check_no_overlap(out, "out", {{&x, "x"}, {&buf, "prepared"}});
         GilRelease release(double(batch) * double(layer->stages) * 8.0 * double(layer->n) *
                            double(layer->m));
         widely_linear::run(*layer, xp, batch, true, threads, yp);
@@ -121,8 +120,6 @@ void bind_widely_linear(nb::module_& m) {
           check_shape(scales, "scales", {stages, 4});
           auto* pp = out_ptr<uint32_t>(planes, "planes", {4});
           auto* sp = out_ptr<float>(scales, "scales", {2});
-          check_no_overlap(planes, "planes", {{&a, "a"}});
-          check_no_overlap(scales, "scales", {{&a, "a"}});
           GilRelease release;
           widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
         });
@@ -133,7 +130,6 @@ void bind_widely_linear(nb::module_& m) {
           const PlaneShape s = plane_shape(planes, scales);
           check_shape(out, "out", {2 * s.n, 2 * m_});
           auto* op = out_ptr<float>(out, "out", {2});
-          check_no_overlap(out, "out", {{&planes, "planes"}, {&scales, "scales"}});
           GilRelease release;
           widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
                                static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n,
@@ -162,7 +158,6 @@ void bind_widely_linear(nb::module_& m) {
     else
       check_shape(out, "out", {batch, 2 * layer.n});
     auto* yp = out_ptr<float>(out, "out", {1, 2});
-    check_no_overlap(out, "out", {{&x, "x"}});
     GilRelease release(double(batch) * double(layer.stages) * 8.0 * double(layer.n) *
                        double(layer.m));
     widely_linear::run(layer, xp, batch, fused, threads, yp);

@@ -65,6 +65,18 @@ class Ctx:
         self.watched.append(a)
         return a
 
+    @staticmethod
+    def tail(buf, dtype, shape):
+        """An array of `shape` over the last bytes of `buf`: inside a prepared buffer's last
+        section (ternary's scales, the packed experts)."""
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return buf[buf.size - n:].view(dtype).reshape(shape)
+
+    def in_view(self, prepared, load, call):
+        """call(view, out) with `view` = load(to_bytes(prepared)) and `out` inside its buffer."""
+        buf = (moe if load is moe.from_buffer else ternary).to_bytes(prepared)
+        return call(load(buf), buf)
+
     def moe_call(self, **kw):
         args = dict(x=self.xb, w13=self.p13, w2=self.p2, topk_weights=self.tw, topk_ids=self.ti)
         args.update(kw)
@@ -184,6 +196,16 @@ CASES = [
     ("gemv/out_overlaps_x", ValueError, "out", lambda c: ternary.gemv(ternary.prepare(c.P[:, :1].copy(), 16), c.X[:16], out=c.X[:4])),
     ("gemv/out_overlaps_scale", ValueError, "out",
      lambda c: (lambda s: ternary.gemv(c.TW, c.X, s, out=s))(np.ones(4, np.float32))),
+    # out= inside the buffer that prepared weights view: refused, or it overwrites the weights
+    # for every later call too.
+    ("gemv/out_in_prepared_buffer", ValueError, "out",
+     lambda c: c.in_view(c.TW, ternary.from_buffer,
+                         lambda w, buf: ternary.gemv(w, c.X, out=c.tail(buf, np.float32, (4,))))),
+    ("gemv/out_on_prepared_header", ValueError, "out",
+     lambda c: c.in_view(c.TW, ternary.from_buffer,
+                         lambda w, buf: ternary.gemv(w, c.X, out=buf[:16].view(np.float32)))),
+    ("to_bytes/out_is_the_viewed_buffer", ValueError, "out",
+     lambda c: c.in_view(c.TW, ternary.from_buffer, lambda w, buf: ternary.to_bytes(w, out=buf))),
 
     # ternary.phase_quantize
     ("phase_quantize/dtype", TypeError, "a", lambda c: ternary.phase_quantize(c.A.astype(np.float64))),
@@ -235,6 +257,11 @@ CASES = [
     ("widely_linear/out_shape", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(9, np.float32)))),
     ("widely_linear/out_dtype", TypeError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(8, np.int32)))),
     ("widely_linear/out_overlaps_x", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.XW[:8])),
+    ("widely_linear/out_in_prepared_buffer", ValueError, "out",
+     lambda c: c.in_view(c.L, ternary.from_buffer,
+                         lambda w, buf: ternary.widely_linear(w, c.XW, out=c.tail(buf, np.float32, (8,))))),
+    ("widely_linear/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
+     lambda c: c.in_view(c.L, ternary.from_buffer, lambda w, buf: ternary.to_bytes(w, out=buf))),
 
     # moe.route
     ("route/dtype", TypeError, "router_logits", lambda c: moe.route(c.logits.astype(np.float16), 2)),
@@ -301,6 +328,20 @@ CASES = [
     ("fused_moe/out_overlaps_x", ValueError, "out", lambda c: c.moe_call(out=c.xb)),
     ("fused_moe/out_overlaps_bias", ValueError, "out",
      lambda c: (lambda b: c.moe_call(w2_bias=b[:4], out=b[1:4]))(np.zeros((5, 16), BF))),
+    ("fused_moe/out_in_w13_buffer", ValueError, "out",
+     lambda c: c.in_view(c.p13, moe.from_buffer,
+                         lambda w, buf: c.moe_call(w13=w, out=c.tail(buf, BF, (3, 16))))),
+    ("fused_moe/out_in_w2_buffer", ValueError, "out",
+     lambda c: c.in_view(c.p2, moe.from_buffer,
+                         lambda w, buf: c.moe_call(w2=w, out=c.tail(buf, BF, (3, 16))))),
+    ("moe_linear/out_in_prepared_buffer", ValueError, "out",
+     lambda c: c.in_view(moe.prepack(c.W2[:1].copy()), moe.from_buffer,
+                         lambda w, buf: moe.linear(c.xb[:, :8].copy(), w, out=c.tail(buf, BF, (3, 16))))),
+    ("moe_linear/out_overlaps_x", ValueError, "out",
+     lambda c: (lambda b: moe.linear(b[:24].reshape(3, 8), moe.prepack(c.W2[:1].copy()),
+                                     out=b[16:64].reshape(3, 16)))(np.zeros(64, BF))),
+    ("moe/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
+     lambda c: c.in_view(c.p2, moe.from_buffer, lambda w, buf: moe.to_bytes(w, out=buf))),
 ]
 CASE_BY_ID = {case[0]: case for case in CASES}
 assert len(CASE_BY_ID) == len(CASES), "duplicate case id"

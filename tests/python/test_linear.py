@@ -22,11 +22,15 @@ def _bf16(a):
 
 
 def _bound(x, w, b):
-    """|y - ref| bound of a bf16 linear: output rounding (2**-8 relative) plus fp32 sums."""
+    """|y - ref| bound of a bf16 linear: output rounding (2**-8 relative), fp32 sums, and the
+    underflow term 2**-126 (2K + 2 + sum_k (|x_k| + |w_k|)) (vdpbf16ps flushes bf16 subnormal
+    inputs, and products and sums below 2**-126, to zero)."""
     xd, wd = x.astype(np.float64), w.astype(np.float64)
+    k = x.shape[1]
     ref = xd @ wd.T + (0.0 if b is None else b.astype(np.float64))
     mag = np.abs(xd) @ np.abs(wd).T + (0.0 if b is None else np.abs(b.astype(np.float64)))
-    return ref, np.abs(ref) * 2.0**-8 + (x.shape[1] + 1) * mag * 2.0**-23
+    under = (2 * k + 2 + np.abs(xd).sum(1)[:, None] + np.abs(wd).sum(1)[None, :]) * 2.0**-126
+    return ref, np.abs(ref) * 2.0**-8 + (k + 1) * mag * 2.0**-23 + under
 
 
 @pytest.mark.parametrize("isa", MOE)
@@ -44,6 +48,21 @@ def test_linear_matches_float64_model(isa, t, o, k):
     for r in range(t):
         assert np.array_equal(moe.linear(x[r:r + 1], packed, b, threads=2).view(np.uint16),
                               y[r:r + 1].view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", MOE)
+def test_linear_near_underflow_within_the_bound(isa):
+    """Exact answers that are normal floats (40 * 2**-127, about 2.4e-37) made of products
+    below 2**-126, or of bf16 subnormal activations: a flushing kernel (avx512_bf16) returns 0,
+    inside the bound's underflow term."""
+    k = 40
+    x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130),
+                        np.where(np.arange(k) % 2, -2.0**-61, 1.5 * 2.0**-61)]))
+    w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))
+    y = moe.linear(x, moe.prepack(w[None], isa=isa))
+    ref, bound = _bound(x, w, None)
+    assert ref[0, 0] == k * 2.0**-127
+    assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
 
 
 @pytest.mark.parametrize("isa", MOE)
@@ -100,6 +119,20 @@ def test_module_matches_torch_bf16_linear(isa):
     # torch's bf16 linear and cpukern's differ by the summation order and one bf16 rounding
     torch.testing.assert_close(raw.float(), want, rtol=2 ** -7, atol=2e-2)
     assert mod(x.float()).dtype == torch.float32  # any float dtype in, its dtype out
+
+
+@pytest.mark.parametrize("isa", MOE)
+def test_module_near_underflow_within_the_bound(isa):
+    """cpukern.torch.Linear meets moe.linear's bound where products underflow."""
+    k = 40
+    x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130)]))
+    w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))
+    lin = torch.nn.Linear(k, 2, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(w.astype(np.float32)))
+    y = ct.Linear.from_linear(lin, isa=isa)(torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))
+    ref, bound = _bound(x, w, None)
+    assert np.all(np.abs(y.double().numpy() - ref) <= bound)
 
 
 def test_module_int8_format_and_compile():

@@ -109,6 +109,23 @@ def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
 
 
 @pytest.mark.parametrize("isa", variant_params("fused_moe"))
+def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
+    """Each fused_moe GEMM meets moe.linear's bound, underflow term included: w2's products
+    a_k w2_k lie below 2**-126 (vdpbf16ps flushes them to zero), the exact output is a normal
+    float of about 7e-38."""
+    h = inter = 32
+    x = np.ones((1, h), BF16)
+    w13 = np.full((1, 2 * inter, h), 2.0**-5, BF16)  # gate = up = 1 exactly
+    w2 = np.full((1, h, inter), 2.0**-128, BF16)
+    tw, ids = moe.route(np.zeros((1, 1), np.float32), 1)
+    out = moe.fused_moe(x, moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa), tw, ids)
+    a = float(np.float32(1 / (1 + math.exp(-1))).astype(BF16))  # round_bf16(silu(1) * 1)
+    ref = inter * a * 2.0**-128
+    bound = 2.0**-6 * ref + (inter + 1) * 2.0**-23 * ref + (2 * inter + 2 + inter * (a + 2.0**-128)) * 2.0**-126
+    assert np.all(np.abs(out.astype(np.float64) - ref) <= bound), (out, ref)
+
+
+@pytest.mark.parametrize("isa", variant_params("fused_moe"))
 def test_repeated_ids_empty_experts_skip_weighted_and_empty_batch(isa):
     e, h, inter = 6, 33, 20
     x, w13, w2, _, _, _ = make_layer(e, h, inter, 4, 2, False)

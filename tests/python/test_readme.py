@@ -41,6 +41,38 @@ def blocks():
     return found
 
 
+def test_adding_a_kernel_example_is_a_row_of_the_kernel_list():
+    """docs/architecture.md's example MoE rows are rows of the MoE kernel list as written
+    there, every column included."""
+    doc = (ROOT / "docs/architecture.md").read_text()
+    examples = re.findall(r"`(CPUKERN_(?:VARIANT|CATALOGUE_ONLY)\([^`]*moe_gemm[^`]*\))`", doc)
+    assert examples, "no example MoE row in docs/architecture.md"
+    inc = (ROOT / "kernels/moe/ukernels/ukernels.inc").read_text()
+    rows = {re.sub(r"\s+", " ", r)
+            for r in re.findall(r"^CPUKERN_(?:VARIANT|CATALOGUE_ONLY)\([^)]*\)", inc, re.M)}
+    for e in examples:
+        assert re.sub(r"\s+", " ", e) in rows, f"not a row of ukernels.inc: {e}"
+
+
+def test_architecture_tree_names_every_folder():
+    """docs/architecture.md's "Layout of the tree" names every folder of the checkout and every
+    folder one level below them (as `name/`)."""
+    src = (ROOT / "README.md").resolve().parent  # runfiles link into the checkout
+    if not (src / "kernels" / "common").is_dir():
+        pytest.skip(f"README.md's runfile is a copy ({src}), not a link into the checkout")
+    doc = (ROOT / "docs/architecture.md").read_text()
+    tree = re.search(r"## Layout of the tree\n\n```\n(.*?)```", doc, re.S).group(1)
+
+    def folders(d):
+        return sorted(p.name for p in d.iterdir() if p.is_dir() and p.name != "__pycache__" and
+                      (not p.name.startswith((".", "bazel-")) or p.name in (".github", ".ci")))
+
+    missing = [f"{t}/" for t in folders(src) if not re.search(rf"(^|\s){re.escape(t)}/", tree, re.M)]
+    missing += [f"{t}/{s}/" for t in folders(src) for s in folders(src / t)
+                if not re.search(rf"(^|[\s(/]){re.escape(s)}/", tree, re.M)]
+    assert not missing, f"docs/architecture.md's tree does not name {missing}"
+
+
 def block(page, heading):
     found = [src for p, h, src in blocks() if p == page and h.startswith(heading)]
     assert len(found) == 1, (page, heading, len(found))

@@ -695,7 +695,8 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
 
     Bound (tested on K in-features, bf16 weights): against the exact x @ W.T + bias of the bf16
     values, |y - y_ref| <= 2**-8 * |y_ref| + (K + 1) * 2**-23 * (sum_k |x_k w_k| + |bias|)
-    (the bf16 rounding of the output and the fp32 sums).
+    + 2**-126 * (2K + 2 + sum_k (|x_k| + |w_k|)) (the bf16 rounding of the output, the fp32
+    sums, and underflow: cpukern.moe.linear's bound).
     """
 
     _act_dtype = torch.bfloat16

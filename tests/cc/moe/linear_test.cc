@@ -7,6 +7,7 @@
 // and validation that names the argument and leaves the output alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -175,9 +176,65 @@ TEST(LinearValidation, NamesTheArgumentAndLeavesOutputAlone) {
   expect_arg_error("x", [&] { linear(nullptr, 3, 8, *one, nullptr, 1, out.data()); });
   expect_arg_error("out", [&] { linear(x.data(), 3, 8, *one, nullptr, 1, nullptr); });
   expect_arg_error("threads", [&] { linear(x.data(), 3, 8, *one, nullptr, -1, out.data()); });
+  // out overlapping an input or the packed weights' memory
+  std::vector<bf16_t> xo(3 * 16 + 8, bf16_t(0x1234));
+  std::copy(x.begin(), x.end(), xo.begin());
+  expect_arg_error("out", [&] { linear(xo.data(), 3, 8, *one, nullptr, 1, xo.data() + 8); });
+  expect_arg_error("out", [&] {
+    linear(x.data(), 1, 8, *one, nullptr, 1, const_cast<bf16_t*>(one->data.data<bf16_t>()));
+  });
   for (bf16_t b : out) ASSERT_EQ(b, bf16_t(0x1234));
   linear(x.data(), 0, 8, *one, nullptr, 1, nullptr);  // no rows: nothing read or written
 }
+
+// Near fp32's underflow threshold. vdpbf16ps (avx512_bf16) treats bf16 subnormal inputs as
+// zero and flushes products and sums below 2**-126 to zero, so the documented bound has an
+// underflow term: |y - ref| <= 2**-8 |ref| + (K + 1) 2**-23 (sum_k |x_k w_k| + |b|)
+//                              + 2**-126 (2K + 2 + sum_k (|x_k| + |w_k|)).
+// The exact answers here are normal floats (40 * 2**-127, about 2.4e-37) made of products
+// below 2**-126, or of bf16 subnormal activations: a flushing kernel returns 0 for them.
+class LinearUnderflowTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
+  const Variant* v =
+      cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+  ASSERT_NE(v, nullptr);
+  CPUKERN_SKIP_IF_UNSUPPORTED(*v);
+  constexpr int64_t t = 4, o = 3, k = 40;
+  std::vector<float> xf(t * k), wf(o * k);
+  for (int64_t j = 0; j < k; ++j) {
+    xf[0 * k + j] = std::ldexp(1.0f, -60);                      // products 2**-127
+    xf[1 * k + j] = std::ldexp(1.0f, -130);                     // bf16 subnormal
+    xf[2 * k + j] = std::ldexp(j % 2 ? -1.0f : 1.5f, -61);      // mixed signs
+    xf[3 * k + j] = j < 8 ? std::ldexp(1.0f, -60) : 1.0f;       // tiny next to normal
+    wf[0 * k + j] = std::ldexp(1.0f, -67);
+    wf[1 * k + j] = std::ldexp(1.0f, 10);
+    wf[2 * k + j] = std::ldexp(j < 8 ? 1.0f : 0.0f, -67);
+  }
+  std::vector<bf16_t> x(xf.size()), w(wf.size()), y(t * o);
+  for (size_t j = 0; j < xf.size(); ++j) x[j] = f32_to_bf16(xf[j]);
+  for (size_t j = 0; j < wf.size(); ++j) w[j] = f32_to_bf16(wf[j]);
+  const auto p = prepack(w.data(), 1, o, k, GetParam());
+  linear(x.data(), t, k, *p, nullptr, 1, y.data());
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t c = 0; c < o; ++c) {
+      double ref = 0, mag = 0, sum_abs = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double xv = bf16_to_f32(x[r * k + j]), wv = bf16_to_f32(w[c * k + j]);
+        ref += xv * wv;
+        mag += std::fabs(xv * wv);
+        sum_abs += std::fabs(xv) + std::fabs(wv);
+      }
+      const double bound = std::ldexp(std::fabs(ref), -8) + double(k + 1) * std::ldexp(mag, -23) +
+                           std::ldexp(2.0 * k + 2 + sum_abs, -126);
+      EXPECT_LE(std::fabs(bf16_to_f32(y[r * o + c]) - ref), bound)
+          << "r=" << r << " c=" << c << " ref=" << ref << " got=" << bf16_to_f32(y[r * o + c]);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, LinearUnderflowTest,
+    ::testing::ValuesIn(cpukern::testing::test_variant_names(registry(), simde_variants())));
 
 }  // namespace
 }  // namespace cpukern::moe
