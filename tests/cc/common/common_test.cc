@@ -337,6 +337,27 @@ TEST(Registry, AliasesAndMissingFeatures) {
   EXPECT_FALSE(missing_features(reg.variants()[1]).empty());
   const auto info = reg.info();
   EXPECT_EQ(info[1].missing, missing_features(reg.variants()[1]));
+  EXPECT_TRUE(info[0].why.empty());
+  EXPECT_EQ(info[1].why, why_missing(~0ull & ~cpu_info().features));
+}
+
+// AMX: "amx" names the three bits (CPUKERN_DISABLE_FEATURES=amx), AMX-BF16 and AMX-INT8 never
+// without AMX-TILE, and a missing AMX says why (no CPUID bit, XCR0, or Linux's permission).
+TEST(CpuFeatures, AmxBitsAndWhyMissing) {
+  EXPECT_EQ(feature_from_name("amx"), kAMX);
+  EXPECT_EQ(feature_from_name("amx_tile"), kAMXTile);
+  const CpuInfo& info = cpu_info();
+  if (info.features & (kAMXBF16 | kAMXINT8)) EXPECT_TRUE(info.features & kAMXTile);
+  if (info.features & kAMX) EXPECT_TRUE(info.features & kAVX512F);
+  const uint64_t lacking = kAMX & ~info.features;
+  if (lacking) {
+    const std::string why = why_missing(lacking);
+    EXPECT_NE(why.find("amx_"), std::string::npos) << why;
+    std::printf("AMX here: %s\n", why.c_str());
+  } else {
+    EXPECT_EQ(why_missing(0), "");
+    std::printf("AMX here: usable (tile data permitted)\n");
+  }
 }
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
