@@ -43,6 +43,14 @@ uint32_t bits_of(float f) {
   return b;
 }
 
+// n bf16 values uniform in [-2, 2).
+std::vector<bf16_t> random_bf16(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<bf16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(d(rng));
+  return v;
+}
+
 // C (16 x 16 fp32) = c0 + A (16 x 2nk bf16) . B (nk rows of 16 bf16 pairs) through the
 // emulated TDPBF16PS.
 std::vector<float> dpbf16ps(const std::vector<bf16_t>& a, const std::vector<bf16_t>& b, int nk,
@@ -108,12 +116,9 @@ TEST(AmxEmulation, Dpbf16psIsExactOnSmallIntegers) {
 // half-sum, the halves' sum and the add into C) of the float64 value.
 TEST(AmxEmulation, Dpbf16psWithinFloat64Bound) {
   std::mt19937 rng(2);
-  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-  std::vector<bf16_t> a(16 * 32), b(16 * 32);
-  for (auto& x : a) x = f32_to_bf16(d(rng));
-  for (auto& x : b) x = f32_to_bf16(d(rng));
+  const auto a = random_bf16(16 * 32, rng), b = random_bf16(16 * 32, rng);
   std::vector<float> c0(256);
-  for (auto& x : c0) x = d(rng);
+  for (auto& x : c0) x = bf16_to_f32(random_bf16(1, rng)[0]);
   const auto c = dpbf16ps(a, b, 16, c0);
   for (int m = 0; m < 16; ++m)
     for (int n = 0; n < 16; ++n) {
@@ -148,10 +153,7 @@ TEST(AmxEmulation, Dpbf16psSumsEvenAndOddProductsApart) {
 // Denormal bf16 inputs count as zero; denormal results (and a denormal C) become zero.
 TEST(AmxEmulation, Dpbf16psDenormalsAreZeroAndFlushed) {
   std::mt19937 rng(3);
-  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-  std::vector<bf16_t> a(16 * 32), b(16 * 32);
-  for (auto& x : a) x = f32_to_bf16(d(rng));
-  for (auto& x : b) x = f32_to_bf16(d(rng));
+  auto a = random_bf16(16 * 32, rng), b = random_bf16(16 * 32, rng);
   std::vector<bf16_t> a0 = a, b0 = b;
   for (int i = 0; i < 512; i += 7) {
     const bf16_t denormal = bf16_t((1 + i % 0x7f) | (i & 8 ? 0x8000 : 0));
@@ -212,8 +214,9 @@ const Variant* row(const std::vector<Variant>& rows, const std::string& name) {
   return nullptr;
 }
 
-// The native tile GEMMs equal the emulated ones bit for bit (bf16 and MXFP4 weights, every
-// tile height and a partial one, K tails, accumulate), with denormal activations and weights.
+// The native tile GEMMs equal the emulated ones bit for bit (bf16, MXFP4 and int8 weights,
+// every tile height and a partial one, K tails, accumulate), with denormal activations and
+// weights.
 TEST(AmxNative, TilesEqualTheEmulationBitwise) {
   if (!cpu_has(isa::amx))
     GTEST_SKIP() << "no native AMX here (" << why_missing(isa::amx & ~cpu_info().features)
@@ -223,7 +226,7 @@ TEST(AmxNative, TilesEqualTheEmulationBitwise) {
   ASSERT_TRUE(native && emulated);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+  for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     const Ukernel& nk = *ukernel_for(*native, f).tiles;
     const Ukernel& ek = *ukernel_for(*emulated, f).tiles;
     for (int64_t k : {32, 45, 301, 640}) {
@@ -235,7 +238,14 @@ TEST(AmxNative, TilesEqualTheEmulationBitwise) {
       for (auto& x : blocks) x = uint8_t(rng());
       for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i % 9 ? 120 + i % 10 : 1);
       std::vector<char> wn(size_t(nk.packed_size(o, k))), we(size_t(ek.packed_size(o, k)));
-      if (f == WeightFormat::kMxfp4) {
+      std::vector<int8_t> q(size_t(o * k));
+      std::vector<float> qs(static_cast<size_t>(o));
+      for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
+      for (auto& x : qs) x = d(rng) + 1.5f;
+      if (f == WeightFormat::kInt8) {
+        nk.pack_int8(q.data(), qs.data(), o, k, wn.data());
+        ek.pack_int8(q.data(), qs.data(), o, k, we.data());
+      } else if (f == WeightFormat::kMxfp4) {
         nk.pack_mxfp4(blocks.data(), scales.data(), o, k, wn.data());
         ek.pack_mxfp4(blocks.data(), scales.data(), o, k, we.data());
       } else {
