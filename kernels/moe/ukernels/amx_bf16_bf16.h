@@ -33,22 +33,27 @@ constexpr int kNR = 32;
 // switch (AVX-512 for T <= 4 E / topk, AMX above); not measured here (no AMX host yet).
 constexpr int kTilesMinRowsPerExpert = 4;
 
-// LDTILECFG's 64 bytes: palette 1, every tile 16 rows x 64 bytes.
+// LDTILECFG's 64 bytes: palette 1, every tile 16 rows x 64 bytes. A constant in memory:
+// GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes only, so a stack copy might
+// be left partly unwritten.
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
   uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 static_assert(sizeof(TileConfig) == 64);
+constexpr TileConfig kTileConfig{};
+
+// GCC 12's _tile_loadd asm does not say that it reads memory: this compiler barrier keeps the
+// stores that fill a buffer just before a tile load (staged C rows, a zero-padded K tail)
+// from being moved after it or dropped as dead. It emits no instruction.
+inline void tile_inputs_written() { __asm__ volatile("" ::: "memory"); }
 
 // The tile configuration of one gemm call (gemm_loop.h Scope): loaded before the first tile,
 // released after the last (TILERELEASE returns the tile state to INIT, so the kernel's
 // XSAVE area for this thread stays small between calls).
 struct TileScope {
-  TileScope() {
-    const TileConfig config;
-    _tile_loadconfig(&config);
-  }
+  TileScope() { _tile_loadconfig(&kTileConfig); }
   ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
@@ -100,12 +105,15 @@ struct Bf16Tile : KpairsTile<kNR> {
     float* const g0 = M0 == 16 ? c : part;
     float* const g1 = M1 == 16 ? c1 : part;
     const int64_t s0 = (M0 == 16 ? ldc : kNR) * 4, s1 = (M1 == 16 ? ldc : kNR) * 4;
+    tile_inputs_written();  // A, the weights and C as the caller left them
     if (accumulate) {
       if constexpr (M0 < 16) stage_in(c, ldc, M0, part);
+      tile_inputs_written();
       _tile_loadd(0, g0, s0);
       _tile_loadd(1, g0 + 16, s0);
       if constexpr (M1 > 0) {
         if constexpr (M1 < 16) stage_in(c1, ldc, M1, part);
+        tile_inputs_written();
         _tile_loadd(2, g1, s1);
         _tile_loadd(3, g1 + 16, s1);
       }
@@ -126,6 +134,7 @@ struct Bf16Tile : KpairsTile<kNR> {
       alignas(64) bf16_t last[16 * 2 * kNR];
       std::memcpy(last, wp + full * 16 * 2 * kNR, size_t(tail) * 2 * kNR * 2);
       std::memset(last + tail * 2 * kNR, 0, size_t(16 - tail) * 2 * kNR * 2);
+      tile_inputs_written();
       step<(M1 > 0)>(a + 32 * full, lda, last);
     }
     _tile_stored(0, g0, s0);

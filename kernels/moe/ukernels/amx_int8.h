@@ -48,6 +48,7 @@ struct Int8Tile : Int8TileDefaults {
       alignas(64) int8_t last[2][1024] = {};
       std::memcpy(last[0], w + full * 1024, size_t(tail) * 64);
       if constexpr (kTwoPanels) std::memcpy(last[1], w + panel + full * 1024, size_t(tail) * 64);
+      tile_inputs_written();
       step<kTwoGroups, kTwoPanels>(a + 64 * full, lda, last[0], last[1]);
     }
   }
@@ -58,6 +59,7 @@ struct Int8Tile : Int8TileDefaults {
   static void tile(const int8_t* a, int64_t lda, int64_t ks, const int8_t* w, int64_t panel,
                    int np, int32_t* acc, int64_t ldacc) {
     constexpr bool kTwoGroups = M > 16;
+    tile_inputs_written();  // A and the weights as the caller left them
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
