@@ -47,36 +47,29 @@ uint64_t xgetbv0() {
   return (uint64_t(hi) << 32) | lo;
 }
 
-// AMX needs, after CPUID, the tile state in XCR0 (bits 17 tilecfg, 18 tiledata) and, on
-// Linux, this process's permission for tile data: without it the first tile instruction
-// faults. The permission is per process, so one request at detection covers every thread.
+// Linux's permission for this process to use AMX tile data; "" or why it was refused.
+std::string request_linux_tile_data() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
+    return std::string("Linux refused tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(errno) + ")";
+  return "";
+#else
+  return "tile data permission is requested on Linux only";
+#endif
+}
+
 void detect_amx(CpuInfo& info, unsigned leaf7_edx, uint64_t xcr0, uint64_t hidden) {
-  uint64_t amx = 0;
-  if (leaf7_edx & (1u << 24)) amx |= kAMXTile;
-  if ((amx & kAMXTile) && (leaf7_edx & (1u << 22))) amx |= kAMXBF16;
-  if ((amx & kAMXTile) && (leaf7_edx & (1u << 25))) amx |= kAMXINT8;
+  const uint64_t amx = usable_amx(leaf7_edx, ~0ull, nullptr, nullptr);  // what CPUID reports
   if (!amx) return;
   if (!(amx & ~hidden)) {  // all hidden (masked out by detect()): ask the OS for nothing
     info.features |= amx;
     return;
   }
   std::string why;
-  if ((xcr0 & (3ull << 17)) != (3ull << 17)) {
-    why = "the OS does not enable the AMX tile state (XCR0 bits 17-18)";
-  } else {
-#if defined(__linux__)
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
-      why = std::string("Linux refused tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
-            std::strerror(errno) + ")";
-#else
-    why = "tile data permission is requested on Linux only";
-#endif
-  }
-  if (why.empty())
-    info.features |= amx;
-  else
-    info.unusable.emplace_back(amx, why);
+  info.features |= usable_amx(leaf7_edx, xcr0, request_linux_tile_data, &why);
+  if (!why.empty()) info.unusable.emplace_back(amx, why);
 }
 
 void detect_x86(CpuInfo& info, uint64_t hidden) {
@@ -176,6 +169,22 @@ int64_t detect_l3_bytes() {
 }
 
 }  // namespace
+
+uint64_t usable_amx(uint32_t leaf7_edx, uint64_t xcr0, std::string (*request_tile_data)(),
+                    std::string* why) {
+  uint64_t amx = 0;
+  if (leaf7_edx & (1u << 24)) amx |= kAMXTile;
+  if ((amx & kAMXTile) && (leaf7_edx & (1u << 22))) amx |= kAMXBF16;
+  if ((amx & kAMXTile) && (leaf7_edx & (1u << 25))) amx |= kAMXINT8;
+  if (!amx || !request_tile_data) return amx;
+  std::string refused;
+  if ((xcr0 & (3ull << 17)) != (3ull << 17))
+    refused = "the OS does not enable the AMX tile state (XCR0 bits 17-18)";
+  else
+    refused = request_tile_data();
+  if (why) *why = refused;
+  return refused.empty() ? amx : 0;
+}
 
 // Cores a CFS quota allows: "quota period" (cgroup v2 cpu.max, or v1's two files joined),
 // rounded up; 0 when there is no limit ("max", -1) or the text does not parse.

@@ -68,6 +68,13 @@ const char* arch_name(Arch a);
 std::vector<std::string> feature_names(uint64_t features);
 // Parses one feature name ("amx": the three AMX bits); returns 0 for an unknown name.
 uint64_t feature_from_name(const std::string& name);
+// AMX, step by step: the AMX bits CPUID leaf 7 EDX reports (bits 24 TILE, 22 BF16, 25 INT8;
+// none without TILE), all usable, or none when XCR0 lacks the tile state (bits 17-18) or
+// request_tile_data() returns why it was refused (`why` says which; "" when usable).
+// request_tile_data == nullptr: only what CPUID reports. detect() runs it once with
+// Linux's arch_prctl(ARCH_REQ_XCOMP_PERM) request.
+uint64_t usable_amx(uint32_t leaf7_edx, uint64_t xcr0, std::string (*request_tile_data)(),
+                    std::string* why);
 // Why this process lacks the features in `missing`, one clause per reason, e.g.
 // "amx_tile, amx_bf16, amx_int8: not reported by this CPU" (empty when none is missing).
 std::string why_missing(uint64_t missing);

@@ -341,6 +341,34 @@ TEST(Registry, AliasesAndMissingFeatures) {
   EXPECT_EQ(info[1].why, why_missing(~0ull & ~cpu_info().features));
 }
 
+// Each AMX step failing makes AMX unusable and says why; the OS is asked only when CPUID and
+// XCR0 allow it.
+int tile_data_requests = 0;
+std::string grant() {
+  ++tile_data_requests;
+  return "";
+}
+std::string refuse() {
+  ++tile_data_requests;
+  return "refused for the test";
+}
+TEST(CpuFeatures, AmxStepsEachMakeItUnusable) {
+  const uint32_t all = 1u << 24 | 1u << 22 | 1u << 25;
+  const uint64_t tile_state = 3ull << 17;
+  std::string why = "x";
+  EXPECT_EQ(usable_amx(all, tile_state, grant, &why), kAMX);
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(tile_data_requests, 1);
+  EXPECT_EQ(usable_amx(all, 1ull << 17, grant, &why), 0u);
+  EXPECT_NE(why.find("XCR0"), std::string::npos) << why;
+  EXPECT_EQ(tile_data_requests, 1) << "asked the OS without the tile state";
+  EXPECT_EQ(usable_amx(all, tile_state, refuse, &why), 0u);
+  EXPECT_EQ(why, "refused for the test");
+  EXPECT_EQ(usable_amx(1u << 22 | 1u << 25, tile_state, grant, &why), 0u) << "no AMX-TILE";
+  EXPECT_EQ(usable_amx(1u << 24 | 1u << 22, tile_state, grant, &why), kAMXTile | kAMXBF16);
+  EXPECT_EQ(usable_amx(all, 0, nullptr, nullptr), kAMX) << "CPUID alone";
+}
+
 // AMX: "amx" names the three bits (CPUKERN_DISABLE_FEATURES=amx), AMX-BF16 and AMX-INT8 never
 // without AMX-TILE, and a missing AMX says why (no CPUID bit, XCR0, or Linux's permission).
 TEST(CpuFeatures, AmxBitsAndWhyMissing) {
