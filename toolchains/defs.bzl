@@ -30,6 +30,7 @@ ISA_COPTS = {
     "avx512_bmi2": _AVX512 + ["-mbmi2"],
     "avx512_vnni": _AVX512 + ["-mavx512vnni"],
     "avx512_bf16": _AVX512 + ["-mavx512bf16", "-mavx512vnni"],  # every AVX512_BF16 CPU has VNNI
+    "amx": _AVX512 + ["-mavx512bf16", "-mavx512vnni", "-mamx-tile", "-mamx-bf16", "-mamx-int8"],
     # AArch64 (NEON is baseline armv8-a).
     "neon": [],
     "neon_dotprod": ["-march=armv8.2-a+dotprod"],
@@ -49,6 +50,7 @@ _ISA_ARCH = {
     "avx512_bmi2": "x86_64",
     "avx512_vnni": "x86_64",
     "avx512_bf16": "x86_64",
+    "amx": "x86_64",
     "neon": "aarch64",
     "neon_dotprod": "aarch64",
     "neon_bf16": "aarch64",

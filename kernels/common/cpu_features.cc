@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,9 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #elif defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -31,7 +36,8 @@ constexpr NamedFeature kFeatureNames[] = {
     {kAVX512BW, "avx512bw"},    {kAVX512VL, "avx512vl"},   {kAVX512VNNI, "avx512vnni"},
     {kAVX512BF16, "avx512bf16"}, {kAVXVNNI, "avxvnni"},    {kNEON, "neon"},
     {kDotProd, "dotprod"},      {kBF16, "bf16"},           {kI8MM, "i8mm"},
-    {kSVE, "sve"},
+    {kSVE, "sve"},              {kAMXTile, "amx_tile"},    {kAMXBF16, "amx_bf16"},
+    {kAMXINT8, "amx_int8"},
 };
 
 #if defined(__x86_64__)
@@ -41,7 +47,32 @@ uint64_t xgetbv0() {
   return (uint64_t(hi) << 32) | lo;
 }
 
-void detect_x86(CpuInfo& info) {
+// Linux's permission for this process to use AMX tile data; "" or why it was refused.
+std::string request_linux_tile_data() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
+    return std::string("Linux refused tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(errno) + ")";
+  return "";
+#else
+  return "tile data permission is requested on Linux only";
+#endif
+}
+
+void detect_amx(CpuInfo& info, unsigned leaf7_edx, uint64_t xcr0, uint64_t hidden) {
+  const uint64_t amx = usable_amx(leaf7_edx, ~0ull, nullptr, nullptr);  // what CPUID reports
+  if (!amx) return;
+  if (!(amx & ~hidden)) {  // all hidden (masked out by detect()): ask the OS for nothing
+    info.features |= amx;
+    return;
+  }
+  std::string why;
+  info.features |= usable_amx(leaf7_edx, xcr0, request_linux_tile_data, &why);
+  if (!why.empty()) info.unusable.emplace_back(amx, why);
+}
+
+void detect_x86(CpuInfo& info, uint64_t hidden) {
   info.arch = Arch::kX86_64;
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return;
@@ -68,6 +99,7 @@ void detect_x86(CpuInfo& info) {
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     const unsigned leaf7_ebx = b, leaf7_ecx = c;
+    detect_amx(info, d, xcr0, hidden);
     if (os_ymm && has_avx && (leaf7_ebx & (1u << 5))) info.features |= kAVX2;
     if (os_ymm && has_fma) info.features |= kFMA;
     if (leaf7_ebx & (1u << 8)) info.features |= kBMI2;
@@ -138,6 +170,22 @@ int64_t detect_l3_bytes() {
 
 }  // namespace
 
+uint64_t usable_amx(uint32_t leaf7_edx, uint64_t xcr0, std::string (*request_tile_data)(),
+                    std::string* why) {
+  uint64_t amx = 0;
+  if (leaf7_edx & (1u << 24)) amx |= kAMXTile;
+  if ((amx & kAMXTile) && (leaf7_edx & (1u << 22))) amx |= kAMXBF16;
+  if ((amx & kAMXTile) && (leaf7_edx & (1u << 25))) amx |= kAMXINT8;
+  if (!amx || !request_tile_data) return amx;
+  std::string refused;
+  if ((xcr0 & (3ull << 17)) != (3ull << 17))
+    refused = "the OS does not enable the AMX tile state (XCR0 bits 17-18)";
+  else
+    refused = request_tile_data();
+  if (why) *why = refused;
+  return refused.empty() ? amx : 0;
+}
+
 // Cores a CFS quota allows: "quota period" (cgroup v2 cpu.max, or v1's two files joined),
 // rounded up; 0 when there is no limit ("max", -1) or the text does not parse.
 int cores_from_cpu_quota(const std::string& text) {
@@ -201,14 +249,6 @@ namespace {
 
 CpuInfo detect() {
   CpuInfo info;
-#if defined(__x86_64__)
-  detect_x86(info);
-#elif defined(__aarch64__)
-  detect_aarch64(info);
-#endif
-  info.num_cores = usable_cores();
-  info.l2_bytes = detect_l2_bytes();
-  info.l3_bytes = detect_l3_bytes();
   if (const char* off = std::getenv("CPUKERN_DISABLE_FEATURES")) {
     std::stringstream ss(off);
     std::string name;
@@ -216,14 +256,24 @@ CpuInfo detect() {
       const uint64_t bit = feature_from_name(name);
       if (!bit && !name.empty()) {
         // A typo would otherwise test the wrong configuration silently.
-        std::string known;
-        for (const auto& f : feature_names(~0ull)) known += (known.empty() ? "" : ", ") + f;
+        std::string known = "amx";
+        for (const auto& f : feature_names(~0ull)) known += ", " + f;
         std::fprintf(stderr, "cpukern: CPUKERN_DISABLE_FEATURES: unknown feature '%s' ignored; known: %s\n",
                      name.c_str(), known.c_str());
       }
-      info.features &= ~bit;
+      info.hidden |= bit;
     }
   }
+#if defined(__x86_64__)
+  detect_x86(info, info.hidden);
+#elif defined(__aarch64__)
+  detect_aarch64(info);
+#endif
+  info.num_cores = usable_cores();
+  info.l2_bytes = detect_l2_bytes();
+  info.l3_bytes = detect_l3_bytes();
+  info.hidden &= info.features;  // only what this CPU reported counts as hidden
+  info.features &= ~info.hidden;
   return info;
 }
 
@@ -250,9 +300,26 @@ std::vector<std::string> feature_names(uint64_t features) {
 }
 
 uint64_t feature_from_name(const std::string& name) {
+  if (name == "amx") return kAMX;
   for (const auto& f : kFeatureNames)
     if (name == f.name) return f.bit;
   return 0;
+}
+
+std::string why_missing(uint64_t missing) {
+  const CpuInfo& info = cpu_info();
+  std::string out;
+  auto clause = [&](uint64_t bits, const std::string& why) {
+    if (!bits) return;
+    std::string names;
+    for (const auto& n : feature_names(bits)) names += (names.empty() ? "" : ", ") + n;
+    out += (out.empty() ? "" : "; ") + names + ": " + why;
+    missing &= ~bits;
+  };
+  clause(missing & info.hidden, "hidden by CPUKERN_DISABLE_FEATURES");
+  for (const auto& [bits, why] : info.unusable) clause(missing & bits, why);
+  clause(missing, "not reported by this CPU");
+  return out;
 }
 
 }  // namespace cpukern

@@ -20,6 +20,8 @@ inline constexpr uint64_t avx512 = kAVX512F | kAVX512BW | kAVX512VL | kFMA;
 inline constexpr uint64_t avx512_bmi2 = avx512 | kBMI2 | kFastPext;
 inline constexpr uint64_t avx512_vnni = avx512 | kAVX512VNNI;
 inline constexpr uint64_t avx512_bf16 = avx512 | kAVX512BF16 | kAVX512VNNI;  // VNNI: on every BF16 CPU
+// AMX tiles next to the avx512_bf16 tiles (its library holds both: small calls use the latter).
+inline constexpr uint64_t amx = avx512_bf16 | kAMXTile | kAMXBF16 | kAMXINT8;
 // AArch64 (NEON is baseline armv8-a)
 inline constexpr uint64_t neon = kNEON;
 inline constexpr uint64_t neon_dotprod = kNEON | kDotProd;

@@ -64,9 +64,13 @@ struct VariantInfo {
   std::string ukernel;
   std::vector<std::string> required;
   std::vector<std::string> missing;  // required features this CPU lacks
+  std::string why;                   // why they are missing ("" when none is)
   int priority = 0;
   bool supported = false;
   bool selected = false;
+  // fused_moe: calls with more (token, expert) rows per expert than this run AMX tiles
+  // (0: the row has none).
+  int tiles_min_rows = 0;
 };
 
 // An old variant name that still selects a row (forced names in users' code keep working).
@@ -138,7 +142,8 @@ class Registry {
     for (const auto& v : variants_) {
       if (!v.shipped) continue;
       out.push_back({v.name, v.ukernel.name, feature_names(v.required), missing_features(v),
-                     v.priority, v.supported(), &v == def});
+                     why_missing(v.required & ~cpu_info().features), v.priority, v.supported(),
+                     &v == def});
     }
     return out;
   }

@@ -325,10 +325,10 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
       throw_arg("topk_ids", "expert ids must be in [0, " + std::to_string(e) + "), got " +
                                 std::to_string(ids[s]) + " at position " + std::to_string(s));
 
-  // Each stage runs the ukernel of its weights' format (formats may differ; the variant's
-  // ukernels share its A packing and activation).
-  const Ukernel& uk = *w13.ukernel;
-  const Ukernel& uk2 = *w2.ukernel;
+  // Each stage runs the ukernel of its weights' format (formats may differ; each stage packs
+  // A its own way), or its tile GEMM when the call has enough rows per expert (ukernel.h).
+  const Ukernel& uk = ukernel_for_call(*w13.ukernel, slots, e);
+  const Ukernel& uk2 = ukernel_for_call(*w2.ukernel, slots, e);
   const int64_t I = w2.i, H = h;
   const bool interleaved = activation == Activation::kSwigluOai;
 
@@ -479,7 +479,7 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
                   {bias, w.o * 2, "bias"},
                   {w.buffer.p, w.buffer.size, "w"},
                   {w.data.data(), w.nbytes(), "w"}});
-  const Ukernel& uk = *w.ukernel;
+  const Ukernel& uk = ukernel_for_call(*w.ukernel, t, 1);
   const int64_t n = w.o, nr = uk.nr;
   static thread_local CallScratch scratch;
   CallScratch& cs = scratch;

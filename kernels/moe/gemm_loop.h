@@ -21,6 +21,10 @@
 //                   (every bf16 layout is [panel][k step][kNR][kKR] bf16, zero-padded);
 //                   MXFP4 tiles: uint8, k step = one 32-k block (kNR scales + 16 kNR bytes)
 //   kFormat         the weight format (pack for bf16, pack_mxfp4 for MXFP4)
+//   Scope           optional: constructed once per gemm call before the first tile and
+//                   destroyed after the last (AMX: loads the tile configuration, releases it)
+//   kDecodeAlways   with Decoded: decode for every row count, not only for several row
+//                   blocks (the AMX tiles, whose in-register decode would be another path)
 //   Decoded, decode_block(src, nk, dst)   optional (quantized tiles): the tile that runs over
 //                   decoded weights (a bf16 tile, or a tile over exact fp32 weights), and
 //                   decode_block, which decodes nk k steps of ONE panel (from src) into
@@ -60,7 +64,7 @@ inline constexpr int64_t kKBlock = 256;
 
 struct TileDefaults {
   static constexpr int kNP = 1, kNPGemv = 0, kARows = 1, kStepW = 0, kPrefetchGemv = 0;
-  static constexpr bool kBlockK = false;
+  static constexpr bool kBlockK = false, kDecodeAlways = false;
   static constexpr WeightFormat kFormat = WeightFormat::kBf16;
   using W = bf16_t;
 };
@@ -78,6 +82,16 @@ inline void tile_rows(int64_t mb, Args... args) {
   }
   T::template tile<M>(args...);
 }
+
+// T::Scope, or nothing.
+template <class T, class = void>
+struct scope_of {
+  struct type {};
+};
+template <class T>
+struct scope_of<T, std::void_t<typename T::Scope>> {
+  using type = typename T::Scope;
+};
 
 template <class T, class = void>
 struct has_decode : std::false_type {};
@@ -115,6 +129,7 @@ void decoded_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int
   // Per-call scratch of one K block (kNP panels of kKBlock k): the decoded weights live only
   // here, in L1, while the row blocks use them.
   alignas(64) typename B::W buf[T::kNP * bpanel];
+  [[maybe_unused]] const typename scope_of<B>::type scope;
   const auto* a = static_cast<const typename T::A*>(a_packed);
   const auto* wb = static_cast<const typename T::W*>(w);
   const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
@@ -143,8 +158,10 @@ template <class T>
 void blocked_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0,
                   int64_t p1, float* c, int64_t ldc, bool accumulate) {
   if constexpr (has_decode<T>::value) {
-    if (m > T::kMR) return decoded_gemm<T>(a_packed, m, k, w, p0, p1, c, ldc, accumulate);
+    if (m > T::kMR || T::kDecodeAlways)
+      return decoded_gemm<T>(a_packed, m, k, w, p0, p1, c, ldc, accumulate);
   }
+  [[maybe_unused]] const typename scope_of<T>::type scope;
   const auto* a = static_cast<const typename T::A*>(a_packed);
   using W = typename T::W;
   const auto* wb = static_cast<const W*>(w);
@@ -284,6 +301,7 @@ void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
   alignas(64) int32_t acc[T::kMR * T::kNP * T::kNR];
   alignas(64) float swf[T::kNP * T::kNR];
   alignas(64) double sw[T::kNP * T::kNR];
+  [[maybe_unused]] const typename scope_of<T>::type scope;
   for (int64_t p = p0; p < p1; p += T::kNP) {
     const int np = int(std::min<int64_t>(T::kNP, p1 - p));
     const char* wp = wb + p * pb;

@@ -49,7 +49,13 @@ const Registry<Ukernel>& registry() {
   return r;
 }
 
-std::vector<VariantInfo> list_variants() { return registry().info(); }
+std::vector<VariantInfo> list_variants() {
+  std::vector<VariantInfo> out = registry().info();
+  for (auto& info : out)
+    for (const auto& v : registry().variants())
+      if (info.name == v.name && v.ukernel.tiles) info.tiles_min_rows = v.ukernel.tiles_min_rows;
+  return out;
+}
 #endif
 
 #undef CPUKERN_VARIANT

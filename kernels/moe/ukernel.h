@@ -72,7 +72,28 @@ struct Ukernel {
   // In a registry row (the row's bf16 ukernel): its ukernel per format (kernel list columns),
   // indexed by WeightFormat; every row has every format. Null in the ukernel objects.
   const Ukernel* formats[kNumFormats] = {};
+
+  // Optional (AMX): the GEMM of calls with more than tiles_min_rows rows per expert on
+  // average, over the same packed weights (its own A packing and tile height). The driver
+  // chooses per call, from the caller's shapes only (ukernel_for_call), never per expert:
+  // a token's result never depends on how the router spread the other tokens.
+  const Ukernel* tiles = nullptr;
+  int tiles_min_rows = 0;
 };
+
+// u running the tile GEMM `tiles` for calls of more than min_rows rows per expert.
+constexpr Ukernel with_tiles(Ukernel u, const Ukernel* tiles, int min_rows) {
+  u.tiles = tiles;
+  u.tiles_min_rows = min_rows;
+  return u;
+}
+
+// The ukernel a call runs on weights packed for u: its tile GEMM when the call has more
+// than u.tiles_min_rows (token, expert) rows per expert (rows = T * topk, experts = E; a
+// dense layer: T rows, one expert), else u itself.
+inline const Ukernel& ukernel_for_call(const Ukernel& u, int64_t rows, int64_t experts) {
+  return u.tiles && rows > int64_t(u.tiles_min_rows) * experts ? *u.tiles : u;
+}
 
 // The registry row is the variant; prepared weights point at it.
 using Variant = cpukern::Variant<Ukernel>;

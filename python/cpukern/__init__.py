@@ -48,8 +48,12 @@ def cpu_info() -> dict[str, Any]:
 
 def kernels(op: str) -> list[dict[str, Any]]:
     """Every variant of `op` compiled in: name, micro-kernel, required features, the ones of
-    them this CPU lacks ("missing"), whether this CPU can run it and whether it is the one
-    selected by default.
+    them this CPU lacks ("missing") and why ("why": not reported by the CPU, hidden by
+    CPUKERN_DISABLE_FEATURES, or refused by the OS, e.g. AMX tile data), whether this CPU can
+    run it and whether it is the one selected by default. A fused_moe variant with AMX tiles
+    also has "tiles_min_rows": calls with more (token, expert) rows per expert than that
+    (T * topk > tiles_min_rows * E; a dense layer: T > tiles_min_rows) run the tiles, the
+    others its AVX-512 tiles.
 
     op: "ternary_gemv", "widely_linear" or "fused_moe".
     """

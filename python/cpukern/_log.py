@@ -42,7 +42,7 @@ def _reason(op: str, chosen: str, forced: Optional[str], variants: list[dict]) -
 
     feats = ", ".join(_ext.cpu_info()["features"]) or "none"
     mine = next((v for v in variants if v["name"] == chosen), None)
-    skipped = [f"{v['name']} (missing {', '.join(v['missing'])})" for v in variants
+    skipped = [f"{v['name']} (missing {v['why']})" for v in variants
                if mine is not None and v["priority"] > mine["priority"] and not v["supported"]
                and v["priority"] >= 0]
     why = f"the highest-priority variant this CPU supports (CPU features: {feats})"

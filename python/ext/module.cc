@@ -61,6 +61,8 @@ nb::list variants_to_list(const std::vector<VariantInfo>& infos) {
     d["ukernel"] = v.ukernel;
     d["requires"] = v.required;
     d["missing"] = v.missing;
+    d["why"] = v.why;
+    if (v.tiles_min_rows) d["tiles_min_rows"] = v.tiles_min_rows;
     d["priority"] = v.priority;
     d["supported"] = v.supported;
     d["selected"] = v.selected;

@@ -89,6 +89,27 @@ def test_environment_variable_forces_the_default():
     assert out.stdout.split()[1] == "reference"
 
 
+def test_fused_moe_lists_amx_and_says_why_it_is_missing():
+    if cpukern.cpu_info()["arch"] != "x86_64":
+        pytest.skip("x86-64 only: the amx row exists on x86-64 builds")
+    vs = {v["name"]: v for v in cpukern.kernels("fused_moe")}
+    amx = vs["amx"]
+    assert {"amx_tile", "amx_bf16", "amx_int8", "avx512bf16"} <= set(amx["requires"])
+    assert amx["priority"] > vs["avx512_bf16"]["priority"]
+    assert amx["supported"] == (not amx["missing"])
+    assert (amx["why"] == "") == amx["supported"], amx
+    for name in amx["missing"]:
+        assert name in amx["why"], amx
+    if os.environ.get("CPUKERN_QEMU_CPU"):
+        return  # qemu-user cannot start a guest subprocess
+    code = "import cpukern; print([v['why'] for v in cpukern.kernels('fused_moe') if v['name'] == 'amx'][0])"
+    env = dict(os.environ, CPUKERN_DISABLE_FEATURES="amx")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    if "amx_tile" in cpukern.cpu_info()["features"]:
+        assert "hidden by CPUKERN_DISABLE_FEATURES" in out.stdout, out.stdout
+    assert "amx_tile" in out.stdout, out.stdout
+
+
 def test_set_num_threads():
     old = cpukern.get_num_threads()
     try:

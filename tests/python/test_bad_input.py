@@ -284,7 +284,7 @@ CASES = [
     ("prepack/zero_stride_huge", TypeError, "w",
      lambda c: moe.prepack(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
     ("prepack/huge_zero_size", ValueError, "w", lambda c: moe.prepack(np.empty((2**50, 0, 4), BF))),
-    ("prepack/isa_unknown", ValueError, "isa", lambda c: moe.prepack(c.W13, isa="amx")),
+    ("prepack/isa_unknown", ValueError, "isa", lambda c: moe.prepack(c.W13, isa="sme2")),
     ("prepack/isa_type", TypeError, "isa", lambda c: moe.prepack(c.W13, isa=["avx2"])),
 
     # moe.fused_moe

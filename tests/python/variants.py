@@ -16,7 +16,7 @@ def variant_params(op):
         marks = []
         if not v["supported"]:
             marks.append(pytest.mark.skip(
-                reason=f"{op}/{v['name']} needs {', '.join(v['requires'])}, which this CPU lacks"))
+                reason=f"{op}/{v['name']} needs {', '.join(v['requires'])}; missing {v['why']}"))
         out.append(pytest.param(v["name"], id=v["name"], marks=marks))
     return out
 

@@ -31,16 +31,7 @@ namespace {  // internal linkage: compiled per ISA
 constexpr int kNR = 32;
 
 // A rows stay bf16, [m][kp], zero past k.
-inline void pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
-                   void* dst) {
-  const int64_t kp = round_up(k, 2);
-  bf16_t* d = static_cast<bf16_t*>(dst);
-  for (int64_t r = 0; r < m; ++r) {
-    const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
-    std::memcpy(d + r * kp, src, size_t(k) * 2);
-    for (int64_t j = k; j < kp; ++j) d[r * kp + j] = 0;
-  }
-}
+constexpr auto pack_a = pack_a_bf16<2, 1>;
 
 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);

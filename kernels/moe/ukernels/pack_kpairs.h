@@ -32,6 +32,20 @@ void pack_kpairs(const bf16_t* w, int64_t o, int64_t i, void* dst) {
   }
 }
 
+// A rows kept bf16, [round_up(m, ROWS)][round_up(k, KP)], zero past k and in the rows past m.
+template <int KP, int ROWS>
+void pack_a_bf16(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,
+                 void* dst) {
+  const int64_t kp = (k + KP - 1) / KP * KP;
+  bf16_t* d = static_cast<bf16_t*>(dst);
+  for (int64_t r = 0; r < m; ++r) {
+    const bf16_t* src = a + (rows ? int64_t(rows[r]) : r) * lda;
+    std::memcpy(d + r * kp, src, size_t(k) * 2);
+    std::memset(d + r * kp + k, 0, size_t(kp - k) * 2);
+  }
+  std::memset(d + m * kp, 0, size_t((m + ROWS - 1) / ROWS * ROWS - m) * size_t(kp) * 2);
+}
+
 // A rows widened to fp32, [m][round_up(k, KP)], zero past k.
 template <int KP>
 void pack_a_f32(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, int64_t k,

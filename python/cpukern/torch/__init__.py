@@ -46,8 +46,9 @@ topk_weights, topk_id, skip_weighted, act) -> ()``
 topk_id, skip_weighted, act, isa) -> ()``
     vLLM's argument order and meaning (vllm._custom_ops); ``isa`` may be one of cpukern's
     fused_moe variant names (forced), "" or "auto", or one of vLLM's names by the explicit alias
-    table ``ops.VLLM_MOE_ISA_ALIASES`` ("amx" and "vec" on x86-64, "vec" on AArch64, where
-    "neon" is cpukern's own neon variant and so forces it): those select automatically.
+    table ``ops.VLLM_MOE_ISA_ALIASES`` ("amx" and "vec" on x86-64, "neon" and "vec" on
+    AArch64): those select automatically, except a name that is a fused_moe variant this CPU
+    runs ("neon" on AArch64, "amx" on a CPU with usable AMX), which forces it.
 
 ``isa`` in every op: "" or "auto" select automatically, any other name must be a variant of
 that op (cpukern.kernels(op)); anything else (a vLLM name in a ternary op, "neon" on x86-64)

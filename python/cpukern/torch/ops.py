@@ -26,8 +26,11 @@ __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared"
 # of the op (cpukern.kernels(op)), else the op raises ValueError listing the known names. The
 # MoE ops also take vLLM's isa names (vllm._custom_ops.cpu_fused_moe / prepack_moe_weight), by
 # this explicit alias table, per architecture: they select automatically, unless the name is
-# one of cpukern's own fused_moe variants there (AArch64 has a "neon" variant: forced). No
-# other name selects automatically (a vLLM name in a ternary op, "amx" on AArch64: ValueError).
+# one of cpukern's own fused_moe variants this CPU runs (AArch64's "neon"; x86-64's "amx" on a
+# CPU with usable AMX, which automatic selection picks anyway): forced. vLLM's own AMX check
+# cannot see CPUKERN_DISABLE_FEATURES or a refused tile permission, so "amx" where cpukern
+# cannot run it selects automatically too. No other name selects automatically (a vLLM name
+# in a ternary op, "amx" on AArch64: ValueError).
 AUTO_ISAS = ("", "auto")
 VLLM_MOE_ISA_ALIASES = {"x86_64": ("amx", "vec"), "aarch64": ("neon", "vec")}
 _MOE_VARIANTS: list = []
@@ -43,7 +46,7 @@ def _isa(isa: Optional[str], op: str = "ternary_gemv") -> Optional[str]:
         raise TypeError(f"isa: expected a variant name (str), got {type(isa).__name__}")
     if op == "fused_moe" and isa in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
         if not _MOE_VARIANTS:
-            _MOE_VARIANTS.extend(v["name"] for v in _ext.moe_variants())
+            _MOE_VARIANTS.extend(v["name"] for v in _ext.moe_variants() if v["supported"])
         if isa not in _MOE_VARIANTS:
             return None
     return isa

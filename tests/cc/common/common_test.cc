@@ -337,6 +337,55 @@ TEST(Registry, AliasesAndMissingFeatures) {
   EXPECT_FALSE(missing_features(reg.variants()[1]).empty());
   const auto info = reg.info();
   EXPECT_EQ(info[1].missing, missing_features(reg.variants()[1]));
+  EXPECT_TRUE(info[0].why.empty());
+  EXPECT_EQ(info[1].why, why_missing(~0ull & ~cpu_info().features));
+}
+
+// Each AMX step failing makes AMX unusable and says why; the OS is asked only when CPUID and
+// XCR0 allow it.
+int tile_data_requests = 0;
+std::string grant() {
+  ++tile_data_requests;
+  return "";
+}
+std::string refuse() {
+  ++tile_data_requests;
+  return "refused for the test";
+}
+TEST(CpuFeatures, AmxStepsEachMakeItUnusable) {
+  const uint32_t all = 1u << 24 | 1u << 22 | 1u << 25;
+  const uint64_t tile_state = 3ull << 17;
+  std::string why = "x";
+  EXPECT_EQ(usable_amx(all, tile_state, grant, &why), kAMX);
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(tile_data_requests, 1);
+  EXPECT_EQ(usable_amx(all, 1ull << 17, grant, &why), 0u);
+  EXPECT_NE(why.find("XCR0"), std::string::npos) << why;
+  EXPECT_EQ(tile_data_requests, 1) << "asked the OS without the tile state";
+  EXPECT_EQ(usable_amx(all, tile_state, refuse, &why), 0u);
+  EXPECT_EQ(why, "refused for the test");
+  EXPECT_EQ(usable_amx(1u << 22 | 1u << 25, tile_state, grant, &why), 0u) << "no AMX-TILE";
+  EXPECT_EQ(usable_amx(1u << 24 | 1u << 22, tile_state, grant, &why), kAMXTile | kAMXBF16);
+  EXPECT_EQ(usable_amx(all, 0, nullptr, nullptr), kAMX) << "CPUID alone";
+}
+
+// AMX: "amx" names the three bits (CPUKERN_DISABLE_FEATURES=amx), AMX-BF16 and AMX-INT8 never
+// without AMX-TILE, and a missing AMX says why (no CPUID bit, XCR0, or Linux's permission).
+TEST(CpuFeatures, AmxBitsAndWhyMissing) {
+  EXPECT_EQ(feature_from_name("amx"), kAMX);
+  EXPECT_EQ(feature_from_name("amx_tile"), kAMXTile);
+  const CpuInfo& info = cpu_info();
+  if (info.features & (kAMXBF16 | kAMXINT8)) EXPECT_TRUE(info.features & kAMXTile);
+  if (info.features & kAMX) EXPECT_TRUE(info.features & kAVX512F);
+  const uint64_t lacking = kAMX & ~info.features;
+  if (lacking) {
+    const std::string why = why_missing(lacking);
+    EXPECT_NE(why.find("amx_"), std::string::npos) << why;
+    std::printf("AMX here: %s\n", why.c_str());
+  } else {
+    EXPECT_EQ(why_missing(0), "");
+    std::printf("AMX here: usable (tile data permitted)\n");
+  }
 }
 
 TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {

@@ -45,7 +45,7 @@ template <class Ukernel>
 std::string unsupported_reason(const Variant<Ukernel>& v) {
   if (v.supported()) return "";
   return std::string("variant ") + v.name + " needs CPU features this CPU lacks: " +
-         joined(missing_features(v));
+         why_missing(v.required & ~cpu_info().features);
 }
 
 }  // namespace cpukern::testing

@@ -42,6 +42,14 @@ const Variant& test_variant(const std::string& name) {
   return *v;
 }
 
+// The GEMMs a ukernel runs: itself and, for a row with AMX tiles, the tile GEMM its large
+// calls run on the same packed weights (ukernel.h ukernel_for_call).
+std::vector<const Ukernel*> gemms_of(const Ukernel& u) {
+  std::vector<const Ukernel*> g = {&u};
+  if (u.tiles) g.push_back(u.tiles);
+  return g;
+}
+
 std::vector<bf16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> d(-scale, scale);
   std::vector<bf16_t> v(n);
@@ -276,13 +284,14 @@ class MoeUkernelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
   const Variant& v = test_variant(GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
-  const Ukernel& uk = v.ukernel;
   std::mt19937 rng(7);
   // 301: past one K block, a partial last block; o 37 and 61 from panel 1: 2 and 3 panels
   // (even and odd counts at NR = 16; tiles that take 2 panels per call get a 1-panel tail).
+  for (const Ukernel* g : gemms_of(v.ukernel))
   for (int64_t o : {37, 61})
   for (int64_t k : {45, 301})
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
+    const Ukernel& uk = *g;
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k)));
@@ -319,8 +328,9 @@ TEST_P(MoeUkernelTest, EveryTileHeightPlacesEachRowExactly) {
   const Variant& v = test_variant(GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
   std::mt19937 rng(13);
-  for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
-    const Ukernel& uk = ukernel_for(v, f);
+  for (WeightFormat f : {WeightFormat::kBf16, WeightFormat::kMxfp4})
+  for (const Ukernel* g : gemms_of(ukernel_for(v, f))) {
+    const Ukernel& uk = *g;
     for (int64_t k : {64, 320}) {
       const int64_t o = 3 * uk.nr + 5;  // ragged last panel
       // Distinct weights: random e2m1 codes, scale 127 (values +-0.5 .. +-6, exact).
@@ -435,6 +445,14 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
     EXPECT_EQ(mxfp4_.mr, ukernel_.mr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.nr, ukernel_.nr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.packed_a_size(7, 64), ukernel_.packed_a_size(7, 64)) << #mxfp4_;   \
+    EXPECT_EQ(!ukernel_.tiles, !mxfp4_.tiles) << #name_;                                \
+    for (const Ukernel* u : {&ukernel_, &mxfp4_, &int8_})                               \
+      if (u->tiles) {                                                                   \
+        EXPECT_STREQ(u->tiles->layout, u->layout) << u->name;                           \
+        EXPECT_EQ(u->tiles->nr, u->nr) << u->name;                                      \
+        EXPECT_EQ(u->tiles->packed_size(61, 320), u->packed_size(61, 320)) << u->name;  \
+        EXPECT_EQ(u->tiles->format, u->format) << u->name;                              \
+      }                                                                                 \
     EXPECT_STREQ(int8_.name, #int8_);                                                   \
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kInt8), &int8_) << #name_;                  \
     EXPECT_TRUE(int8_.format == WeightFormat::kInt8 && int8_.pack_int8 && !int8_.pack)  \
@@ -635,12 +653,15 @@ class MoeMxfp4UkernelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
   const Variant& v = test_variant(GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
-  const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
-  const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);
   std::mt19937 rng(11);
+  const auto bks = gemms_of(ukernel_for(v, WeightFormat::kBf16));
+  const auto mks = gemms_of(ukernel_for(v, WeightFormat::kMxfp4));
+  ASSERT_EQ(bks.size(), mks.size()) << "bf16 and MXFP4 must switch to tiles together";
+  for (size_t gi = 0; gi < bks.size(); ++gi)
   for (int64_t o : {37, 61})
   for (int64_t k : {32, 288, 544})
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 33}) {
+    const Ukernel &bk = *bks[gi], &mk = *mks[gi];
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
     const Mx mx = make_mx(w, o, k, true, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
@@ -658,7 +679,7 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
         uint32_t b1, b2;
         std::memcpy(&b1, &c1[q], 4);
         std::memcpy(&b2, &c2[q], 4);
-        ASSERT_EQ(b1, b2) << "o=" << o << " k=" << k << " m=" << m << " accumulate=" << acc
+        ASSERT_EQ(b1, b2) << (gi ? "tiles " : "") << "o=" << o << " k=" << k << " m=" << m << " accumulate=" << acc
                           << " C[" << q / ldc << "][" << q % ldc << "]: bf16 " << c1[q]
                           << ", MXFP4 " << c2[q];
       }
@@ -737,18 +758,19 @@ class MoeInt8UkernelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeInt8UkernelTest, GemmEqualsScalarReferenceBitwise) {
   const Variant& v = test_variant(GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
-  const Ukernel& uk = ukernel_for(v, WeightFormat::kInt8);
   const Ukernel& ref = ukernel_for(test_variant("reference"), WeightFormat::kInt8);
-  ASSERT_EQ(uk.format, WeightFormat::kInt8);
   const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
   std::mt19937 rng(21);
   // k 7 and 27: 2 and 3 k steps of 4 past a multiple of 16 (SDOT's ragged lane group); o 70:
   // 4 and 8 panels of 16 and 8 columns after p0 (the 1-row tiles' 4-panel register tile).
   const std::vector<int64_t> ks = qemu ? std::vector<int64_t>{1, 3, 7, 27, 32, 64, 301, 2883}
                                        : std::vector<int64_t>{1, 3, 7, 27, 32, 64, 301, 2880, 2883};
+  for (const Ukernel* g : gemms_of(ukernel_for(v, WeightFormat::kInt8)))  // AMX: tiles too
   for (int64_t o : {1, 37, 45, 70})
   for (int64_t k : ks)
   for (int64_t m = 1; m <= 17; ++m) {
+    const Ukernel& uk = *g;
+    ASSERT_EQ(uk.format, WeightFormat::kInt8);
     if (qemu && k > 1000 && m % 4 != 1) continue;
     if (qemu && o == 70 && k > 64 && m > 4) continue;
     auto wf = random_bf16(size_t(o * k), 1.0f, rng);
@@ -1103,18 +1125,34 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
                 p.ids.data() + t0 * c.topk, c.topk, c.act, c.bias ? p.b13.data() : nullptr,
                 c.bias ? p.b2.data() : nullptr, false, threads, out);
     };
-    // The reference: every token alone.
-    std::vector<bf16_t> alone(size_t(tmax * c.h));
+    // The reference: every token alone. A row with AMX tiles runs them for calls of more than
+    // tiles_min_rows rows per expert (T * topk > min * E, from the caller's shapes only): those
+    // calls must all give the bits of the whole batch (which runs tiles; for bf16 and MXFP4),
+    // the others those of each token alone.
+    std::vector<bf16_t> alone(size_t(tmax * c.h)), whole(size_t(tmax * c.h));
     for (int64_t tok = 0; tok < tmax; ++tok) call(tok, 1, 1, alone.data() + tok * c.h);
+    auto tiles = [&](int64_t n) {
+      return &ukernel_for_call(*w13->ukernel, n * c.topk, c.e) != w13->ukernel;
+    };
+    ASSERT_FALSE(tiles(1)) << "decode must run the vector tiles";
+    call(0, tmax, 1, whole.data());
+    // int8 sums are exact: the AMX and VNNI tiles must give the same bits, so every call must
+    // equal each token alone.
+    const bool exact = prm.format == WeightFormat::kInt8 || prm.format == WeightFormat::kMxfp4A8;
+    const std::vector<bf16_t>& big = tiles(tmax) && !exact ? whole : alone;
+    int tile_calls = 0;
     auto expect_same = [&](const std::vector<bf16_t>& got, int64_t t0, const std::string& how) {
       const int64_t n = int64_t(got.size()) / c.h;
+      const std::vector<bf16_t>& want = tiles(n) ? big : alone;
+      tile_calls += tiles(n);
       for (int64_t tok = 0; tok < n; ++tok) {
-        if (std::memcmp(got.data() + tok * c.h, alone.data() + (t0 + tok) * c.h, size_t(c.h) * 2)) {
+        if (std::memcmp(got.data() + tok * c.h, want.data() + (t0 + tok) * c.h, size_t(c.h) * 2)) {
           int64_t col = 0;
-          while (got[tok * c.h + col] == alone[(t0 + tok) * c.h + col]) ++col;
+          while (got[tok * c.h + col] == want[(t0 + tok) * c.h + col]) ++col;
           ADD_FAILURE() << case_name(c) << " " << how << ": token " << t0 + tok << " column " << col
-                        << " = " << bf16_to_f32(got[tok * c.h + col]) << ", alone "
-                        << bf16_to_f32(alone[(t0 + tok) * c.h + col]);
+                        << " = " << bf16_to_f32(got[tok * c.h + col])
+                        << (&want == &whole ? ", whole batch (tiles) " : ", alone ")
+                        << bf16_to_f32(want[(t0 + tok) * c.h + col]);
           return;
         }
       }
@@ -1139,6 +1177,7 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
       }
     }
     EXPECT_GT(n_calls, 0);
+    if (tiles(tmax)) EXPECT_GT(tile_calls, 3) << "the tile side was hardly exercised";
   }
 }
 
