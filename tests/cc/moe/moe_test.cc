@@ -1177,7 +1177,9 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
       }
     }
     EXPECT_GT(n_calls, 0);
-    if (tiles(tmax)) EXPECT_GT(tile_calls, 3) << "the tile side was hardly exercised";
+    if (tiles(tmax)) {
+      EXPECT_GT(tile_calls, 3) << "the tile side was hardly exercised";
+    }
   }
 }
 
