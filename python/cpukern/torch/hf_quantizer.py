@@ -1,0 +1,133 @@
+"""cpukern as a transformers quantizer: ``CpukernConfig`` and its ``HfQuantizer``, registered
+under the name "cpukern" when this module is imported (``from cpukern.torch import
+CpukernConfig`` imports it), so that
+
+    AutoModelForCausalLM.from_pretrained(path, quantization_config=CpukernConfig())
+
+loads a BitNet, gpt-oss or Qwen3-MoE checkpoint with transformers' own loader (skeleton, weight
+tying, shape and dtype checks) and then puts cpukern's modules in place of the ones cpukern runs
+(cpukern.torch.families says which, per family). Before transformers reads a tensor, the
+quantizer checks the config's sizes and every stored tensor's shape and kind against the model
+(ValueError naming the config field, or the file and the tensor).
+
+A checkpoint stored with another quantizer's config (BitNet's packed ternary, gpt-oss's MXFP4)
+keeps that config in config.json, and transformers refuses a second one passed to
+``from_pretrained``: load those with ``cpukern.torch.from_pretrained(path)``, which passes the
+stored config on as ``CpukernConfig(checkpoint_quantization=...)`` (the packed ternary rows and
+the MXFP4 blocks are loaded as stored, never expanded to float)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any, Optional
+
+import torch
+from transformers.quantizers.auto import register_quantization_config, register_quantizer
+from transformers.quantizers.base import HfQuantizer
+from transformers.utils.quantization_config import QuantizationConfigMixin
+
+from cpukern._arrays import bool_arg
+from cpukern.torch.families import family_for
+from cpukern.torch.families.common import PatchReport, check_checkpoint, options, safetensors_header
+
+__all__ = ["CpukernConfig", "CpukernHfQuantizer"]
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+@register_quantization_config("cpukern")
+class CpukernConfig(QuantizationConfigMixin):
+    """The options of cpukern's quantizer, as ``cpukern.torch.patch`` takes them: isa (a forced
+    variant), act (ternary activations: "int8_bitnet", "int8", "fp32"), format (experts:
+    gpt-oss "mxfp4", "mxfp4_a8", "bf16"; Qwen3-MoE "bf16", "int8"; None: the checkpoint's own),
+    dense ("bf16", "int8", None: left in torch), threads, keep_plain_weights.
+    checkpoint_quantization: the quantization config the checkpoint was stored with (BitNet's
+    or MXFP4's, as a dict), None for float checkpoints. Checked against the model's family when
+    it loads."""
+
+    def __init__(self, format: Optional[str] = None, act: Optional[str] = None,
+                 dense: Optional[str] = "bf16", isa: Optional[str] = None,
+                 threads: Optional[int] = None, keep_plain_weights: bool = False,
+                 checkpoint_quantization: Optional[dict] = None, **kwargs: Any) -> None:
+        self.quant_method = "cpukern"
+        for name, v in (("format", format), ("act", act), ("dense", dense), ("isa", isa)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"{name}: expected None or a str, got {type(v).__name__} {v!r}")
+        if checkpoint_quantization is not None and not isinstance(checkpoint_quantization, dict):
+            raise TypeError(f"checkpoint_quantization: expected None or a dict, got "
+                            f"{type(checkpoint_quantization).__name__}")
+        self.format, self.act, self.dense, self.isa, self.threads = format, act, dense, isa, threads
+        self.keep_plain_weights = bool_arg(keep_plain_weights, "keep_plain_weights")
+        self.checkpoint_quantization = checkpoint_quantization
+
+
+def _checkpoint_layers(path: str) -> Optional[int]:
+    """How many decoder layers a local checkpoint directory stores (None: not known)."""
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    layers = -1
+    for f in files:
+        for key in safetensors_header(f):
+            m = _LAYER.match(key)
+            if m:
+                layers = max(layers, int(m.group(1)))
+    return layers + 1 if files else None
+
+
+@register_quantizer("cpukern")
+class CpukernHfQuantizer(HfQuantizer):
+    """Loads with transformers' loader, then swaps in cpukern's modules (see the module
+    docstring)."""
+
+    requires_calibration = False
+    quantization_config: CpukernConfig
+
+    def __init__(self, quantization_config: CpukernConfig, **kwargs: Any) -> None:
+        super().__init__(quantization_config, **kwargs)
+        self._family = None
+        self._load_ops, self.serialized_names = {}, {}
+
+    def validate_environment(self, *args: Any, device_map: Any = None, **kwargs: Any) -> None:
+        places = set(device_map.values()) if isinstance(device_map, dict) else {device_map}
+        if not places <= {None, "cpu", torch.device("cpu")}:
+            raise ValueError(f"device_map: cpukern runs on the CPU, got {device_map!r}")
+
+    def update_attn_implementation(self, config: Any) -> Any:
+        """The config checked before transformers builds a model of its shape: the family is
+        known, its sizes are integers >= 1, and a local checkpoint holds as many layers."""
+        family = family_for(config, "config")
+        family.check_config(config)
+        path = getattr(config, "_name_or_path", "") or ""
+        if os.path.isdir(path):
+            stored = _checkpoint_layers(path)
+            if stored is not None and stored < config.num_hidden_layers:
+                raise ValueError(f"config.num_hidden_layers: {config.num_hidden_layers}, but the "
+                                 f"checkpoint in {path!r} stores {stored} layers")
+        return config
+
+    def _process_model_before_weight_loading(self, model: Any, checkpoint_files: Any = None,
+                                             **kwargs: Any) -> None:
+        qc = self.quantization_config
+        self._family = family = family_for(model.config, "model")
+        self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads)
+        family.before_loading(model, qc.checkpoint_quantization)
+        self._load_ops, self.serialized_names = family.load_operations(qc.checkpoint_quantization)
+        check_checkpoint(family, model, checkpoint_files)
+
+    def get_load_operations(self) -> dict:
+        return self._load_ops
+
+    def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+        report = PatchReport()
+        steps, report.left = self._family.plan(model, self._options)
+        self._family.apply(model, steps, report, self.quantization_config.keep_plain_weights)
+        model.cpukern_report = report
+        return model
+
+    def is_serializable(self) -> bool:
+        return False
+
+    @property
+    def is_trainable(self) -> bool:
+        return False
