@@ -8,7 +8,6 @@ import copy
 import json
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'cpukern[torch]')")

@@ -24,7 +24,6 @@ transformers rounds after every bf16 op).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
@@ -83,9 +82,13 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise ValueError(f"path: expected a directory with config.json, got {path!r}")
     try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: transformers raises TypeError there
+        StrictDataclassError = TypeError
+    try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
-    except (ValueError, TypeError, AttributeError, KeyError, RecursionError,
-            json.JSONDecodeError) as e:
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError, OSError,
+            StrictDataclassError) as e:
         raise ValueError(f"path: {os.path.join(path, 'config.json')} is not a valid "
                          f"transformers config ({type(e).__name__}: {e})") from None
     family_for(config, "path")

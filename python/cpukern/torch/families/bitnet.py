@@ -52,7 +52,8 @@ def check_autobitlinear(mod: nn.Module, name: str) -> None:
         return
     w = mod.weight.detach()
     if not bool(((w == -1) | (w == 0) | (w == 1)).all()):
-        raise ValueError(f"{name}.weight: offline AutoBitLinear weights are not all in {{-1, 0, +1}}")
+        raise ValueError(f"{name}.weight: offline AutoBitLinear weights are not all in "
+                         f"{{-1, 0, +1}}")
     ws = mod.weight_scale.detach().to(torch.float32).reshape(-1)
     if ws.numel() != 1 or not torch.isfinite(ws).all():
         raise ValueError(f"{name}.weight_scale: expected one finite value, got {ws[:4].tolist()}")
@@ -67,7 +68,8 @@ def autobitlinear_codes(mod: nn.Module, name: str) -> tuple:
         inv = 1.0 / w.abs().mean().clamp(min=1e-5)  # WeightQuant's scale, float32
         return ((w * inv).round().clamp(-1, 1).to(torch.int8).numpy(),
                 float(np.float32(1.0) / np.float32(float(inv))))
-    return w.to(torch.int8).numpy(), float(mod.weight_scale.detach().to(torch.float32).reshape(-1)[0])
+    scale = float(mod.weight_scale.detach().to(torch.float32).reshape(-1)[0])
+    return w.to(torch.int8).numpy(), scale
 
 
 def ternary_from(mod: nn.Module, name: str, act: str, isa: str) -> nn.Module:

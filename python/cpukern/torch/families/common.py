@@ -58,13 +58,14 @@ class MoEExperts(nn.Module):
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
         if not isinstance(top_k_index, Tensor) or top_k_index.is_floating_point() or \
                 top_k_index.is_complex() or top_k_index.dtype == torch.bool:
-            got = top_k_index.dtype if isinstance(top_k_index, Tensor) else type(top_k_index).__name__
+            got = (top_k_index.dtype if isinstance(top_k_index, Tensor)
+                   else type(top_k_index).__name__)
             raise TypeError(f"top_k_index: expected an integer tensor, got {got}")
         if top_k_index.numel() and not torch.compiler.is_compiling():
-            lo, hi = int(top_k_index.min()), int(top_k_index.max())
-            if lo < 0 or hi >= self.moe.num_experts:
-                raise ValueError(f"top_k_index: expected expert ids in [0, {self.moe.num_experts}), "
-                                 f"got ids in [{lo}, {hi}]")
+            lo, hi, e = int(top_k_index.min()), int(top_k_index.max()), self.moe.num_experts
+            if lo < 0 or hi >= e:
+                raise ValueError(f"top_k_index: expected expert ids in [0, {e}), got ids in "
+                                 f"[{lo}, {hi}]")
         return self.moe.experts(hidden_states, top_k_weights, top_k_index.to(torch.int32))
 
 
@@ -264,8 +265,9 @@ class Family:
                 lossy.setdefault(step.lossy, []).append(step.name)
         if lossy:
             warnings.warn("cpukern: lossy choices asked for (results differ from the model's own "
-                          "weights): " + "; ".join(f"{what} on {len(names)} modules ({names[0]}, ...)"
-                                                   for what, names in lossy.items()),
+                          "weights): " + "; ".join(
+                              f"{what} on {len(names)} modules ({names[0]}, ...)"
+                              for what, names in lossy.items()),
                           UserWarning, stacklevel=3)
         return steps, left
 

@@ -36,9 +36,10 @@ class GptOssMxfp4Experts(nn.Module):
         u8 = dict(dtype=torch.uint8, device="meta")
         shapes = {"gate_up_proj": (2 * intermediate, hidden), "down_proj": (hidden, intermediate)}
         for proj, (o, i) in shapes.items():
-            for part, shape in (("blocks", (experts, o, i // 32, 16)), ("scales", (experts, o, i // 32))):
-                self.register_parameter(f"{proj}_{part}", nn.Parameter(torch.empty(shape, **u8),
-                                                                       requires_grad=False))
+            for part, shape in (("blocks", (experts, o, i // 32, 16)),
+                                ("scales", (experts, o, i // 32))):
+                self.register_parameter(f"{proj}_{part}", nn.Parameter(
+                    torch.empty(shape, **u8), requires_grad=False))
             self.register_parameter(f"{proj}_bias", nn.Parameter(
                 torch.empty(experts, o, dtype=dtype, device="meta"), requires_grad=False))
 
@@ -49,7 +50,8 @@ class GptOssMxfp4Experts(nn.Module):
 def _swiglu_reason(mod: nn.Module) -> Optional[str]:
     got = (float(getattr(mod, "alpha", SWIGLU[0])), float(getattr(mod, "limit", SWIGLU[1])))
     if not np.allclose(got, SWIGLU, rtol=0, atol=1e-6):
-        return f"swigluoai with alpha={got[0]}, limit={got[1]}: cpukern's kernel fixes alpha=1.702, limit=7"
+        return (f"swigluoai with alpha={got[0]}, limit={got[1]}: cpukern's kernel fixes "
+                f"alpha=1.702, limit=7")
     return None
 
 
@@ -88,7 +90,8 @@ class GptOss(Family):
         h, i = int(w13.shape[2]), int(w2.shape[2])
         fmt, note, lossy = opts.format, "", None
         if fmt in ("mxfp4", "mxfp4_a8") and (h % 32 or i % 32):
-            fmt, note = "bf16", f" (bf16: MXFP4 needs hidden and intermediate multiples of 32, got {h}, {i})"
+            fmt = "bf16"
+            note = f" (bf16: MXFP4 needs hidden and intermediate multiples of 32, got {h}, {i})"
         elif fmt is None:
             exact = h % 32 == 0 and i % 32 == 0 and is_exact_mxfp4(w13) and is_exact_mxfp4(w2)
             fmt = "mxfp4" if exact else "bf16"
