@@ -86,6 +86,14 @@ def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, isa):
     check_against_stock(kind, ref, model, BOUND[("qwen3_moe", "bf16")])
 
 
+def test_save_pretrained_refused(checkpoints, tmp_path):
+    """The prepared layouts are not serialised yet: saving refuses instead of writing a
+    checkpoint that would load wrong."""
+    model = load(checkpoints["qwen3_moe"])
+    with pytest.raises(ValueError, match="cpukern and is not serializable"):
+        model.save_pretrained(str(tmp_path / "saved"))
+
+
 def test_quantizer_needs_its_config_alone(checkpoints):
     """A checkpoint stored with another quantizer's config: transformers refuses a second one;
     cpukern.torch.from_pretrained passes the stored one on and loads the stored layouts."""

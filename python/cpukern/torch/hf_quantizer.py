@@ -26,6 +26,7 @@ from typing import Any, Optional
 import torch
 from transformers.quantizers.auto import register_quantization_config, register_quantizer
 from transformers.quantizers.base import HfQuantizer
+from transformers.utils import logging
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from cpukern._arrays import bool_arg
@@ -34,6 +35,7 @@ from cpukern.torch.families.common import PatchReport, check_checkpoint, options
 
 __all__ = ["CpukernConfig", "CpukernHfQuantizer"]
 
+logger = logging.get_logger(__name__)
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
@@ -126,6 +128,10 @@ class CpukernHfQuantizer(HfQuantizer):
         return model
 
     def is_serializable(self) -> bool:
+        """Not yet: the prepared layouts are made for this CPU, and transformers cannot yet
+        build the modules that would load them back (save_pretrained raises ValueError)."""
+        logger.warning("cpukern: save_pretrained of a cpukern model is not supported yet; "
+                       "save the original checkpoint and load it again with CpukernConfig")
         return False
 
     @property
