@@ -17,11 +17,12 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install 'cpukern[hf]')")
 
+import cpukern  # noqa: E402
 import cpukern.torch as ct  # noqa: E402
 from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_hf_models import BOUND, _common, check_against_stock, stock  # noqa: E402
+from test_hf_models import BOUND, _common, check_against_stock, decode, stock  # noqa: E402
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
 from variants import variant_params  # noqa: E402
@@ -86,12 +87,102 @@ def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, isa):
     check_against_stock(kind, ref, model, BOUND[("qwen3_moe", "bf16")])
 
 
-def test_save_pretrained_refused(checkpoints, tmp_path):
-    """The prepared layouts are not serialised yet: saving refuses instead of writing a
-    checkpoint that would load wrong."""
-    model = load(checkpoints["qwen3_moe"])
-    with pytest.raises(ValueError, match="cpukern and is not serializable"):
-        model.save_pretrained(str(tmp_path / "saved"))
+# --- save_pretrained / reload --------------------------------------------------------------
+
+def _loaded(checkpoints, kind, **options):
+    if kind == "qwen3_moe":
+        return load(checkpoints[kind], **options)
+    return ct.from_pretrained(checkpoints[kind], **options)  # stored with their own configs
+
+
+def _prepared_buffers(model):
+    return {k: v for k, v in model.state_dict().items() if k.endswith("prepared")}
+
+
+@pytest.mark.parametrize("kind", ["bitnet", "gpt_oss", "qwen3_moe"])
+def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
+    """save_pretrained writes the prepared layouts and the quantization_config; loading it back
+    (transformers' own from_pretrained, no option given) prepares nothing again: the same bytes,
+    the same logits, bit for bit."""
+    model = _loaded(checkpoints, kind)
+    logits = decode(model, steps=4)[0]
+    model.save_pretrained(str(tmp_path / "saved"))
+    saved = json.load(open(tmp_path / "saved" / "config.json"))["quantization_config"]
+    assert saved["quant_method"] == "cpukern" and saved["prepared_modules"]
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved"))
+    assert all(w == "loaded prepared" for _, _, w in again.cpukern_report.replaced)
+    # cpukern.torch.from_pretrained loads it the same way
+    wrapped = ct.from_pretrained(str(tmp_path / "saved"))
+    assert torch.equal(decode(wrapped, steps=1)[0], logits[:2])
+    with pytest.raises(ValueError, match="^format"):
+        ct.from_pretrained(str(tmp_path / "saved"), format="bf16")
+    assert len(again.cpukern_report.replaced) == len(model.cpukern_report.replaced)
+    before, after = _prepared_buffers(model), _prepared_buffers(again)
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert torch.equal(decode(again, steps=4)[0], logits)
+
+
+def _other_variant(op):
+    other = [v["name"] for v in cpukern.kernels(op) if v["supported"] and not v["selected"]]
+    if not other:
+        pytest.skip(f"this CPU runs one {op} variant only: no other to prepare for")
+    return other[-1]
+
+
+def _force_isa(saved_dir, isa):
+    """Edits a saved config as if its layouts were made for variant `isa`."""
+    path = os.path.join(saved_dir, "config.json")
+    cfg = json.load(open(path))
+
+    def walk(desc):
+        if "isa" in desc["attrs"]:
+            desc["attrs"]["isa"] = isa
+        for child in desc["children"].values():
+            walk(child)
+    for desc in cfg["quantization_config"]["prepared_modules"].values():
+        walk(desc)
+    json.dump(cfg, open(path, "w"))
+
+
+def test_reload_for_another_variant(checkpoints, tmp_path):
+    """A blob that is not this variant's: ternary layers are prepared again from their own
+    layout; MoE packings cannot be unpacked, so they are prepared again from the plain weights
+    when saved with them, else refused (never run wrong)."""
+    bitnet = _loaded(checkpoints, "bitnet")
+    bitnet.save_pretrained(str(tmp_path / "bitnet"))
+    isa = _other_variant("ternary_gemv")
+    _force_isa(str(tmp_path / "bitnet"), isa)
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "bitnet"))
+    q, q_saved = again.model.layers[0].self_attn.q_proj, bitnet.model.layers[0].self_attn.q_proj
+    assert q.isa == isa and not torch.equal(q.prepared, q_saved.prepared)
+    check_against_stock("bitnet", stock(checkpoints["bitnet"]), again,
+                        BOUND[("bitnet", "int8_bitnet")])
+
+    isa = _other_variant("fused_moe")
+    dropped = _loaded(checkpoints, "qwen3_moe")
+    dropped.save_pretrained(str(tmp_path / "dropped"))
+    _force_isa(str(tmp_path / "dropped"), isa)
+    with pytest.raises(RuntimeError, match="plain weights"):
+        transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "dropped"))
+    kept = _loaded(checkpoints, "qwen3_moe", keep_plain_weights=True)
+    kept.save_pretrained(str(tmp_path / "kept"))
+    _force_isa(str(tmp_path / "kept"), isa)
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "kept"))
+    assert again.model.layers[0].mlp.experts.moe.isa == isa
+    ref = transformers.AutoModelForCausalLM.from_pretrained(checkpoints["qwen3_moe"]).eval()
+    check_against_stock("qwen3_moe", ref, again, BOUND[("qwen3_moe", "bf16")])
+
+
+def test_reload_refuses_a_corrupted_blob(checkpoints, tmp_path):
+    model = _loaded(checkpoints, "qwen3_moe")
+    model.save_pretrained(str(tmp_path / "saved"))
+    path = str(tmp_path / "saved" / "model.safetensors")
+    sd = load_file(path)
+    key = "model.layers.1.mlp.experts.moe.w2_prepared"
+    sd[key][-1] ^= 0x5A  # one payload byte: the checksum differs
+    save_file(sd, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=key):
+        transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved"))
 
 
 def test_quantizer_needs_its_config_alone(checkpoints):

@@ -95,10 +95,19 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
     stored = getattr(config, "quantization_config", None)
     if stored is not None and not isinstance(stored, dict):
         stored = stored.to_dict()
+    given = dict(format=format, act=act, dense=dense, isa=isa, threads=threads,
+                 keep_plain_weights=keep_plain_weights)
     if stored is not None and stored.get("quant_method") == "cpukern":
-        stored = stored.get("checkpoint_quantization")
-    config.quantization_config = CpukernConfig(
-        format=format, act=act, dense=dense, isa=isa, threads=threads,
-        keep_plain_weights=keep_plain_weights, checkpoint_quantization=stored).to_dict()
+        # saved by save_pretrained: its own options and prepared modules
+        defaults = dict(format=None, act=None, dense="bf16", isa=None, threads=None,
+                        keep_plain_weights=False)
+        for name, v in given.items():
+            if v != defaults[name] and v != stored.get(name):
+                raise ValueError(f"{name}: {path!r} holds layouts prepared with {name}="
+                                 f"{stored.get(name)!r}; got {v!r}")
+        config.quantization_config = stored
+    else:
+        config.quantization_config = CpukernConfig(**given,
+                                                   checkpoint_quantization=stored).to_dict()
     kw: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
     return AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True, **kw)

@@ -14,10 +14,16 @@ A checkpoint stored with another quantizer's config (BitNet's packed ternary, gp
 keeps that config in config.json, and transformers refuses a second one passed to
 ``from_pretrained``: load those with ``cpukern.torch.from_pretrained(path)``, which passes the
 stored config on as ``CpukernConfig(checkpoint_quantization=...)`` (the packed ternary rows and
-the MXFP4 blocks are loaded as stored, never expanded to float)."""
+the MXFP4 blocks are loaded as stored, never expanded to float).
+
+``save_pretrained`` of such a model writes the prepared layouts and a ``quantization_config``
+that records each replaced module; loading that directory builds those modules on the meta
+device with the stored shapes (cpukern.torch.families.saved), lets transformers fill them and
+adopts the prepared buffers (checked; prepared again for this CPU or refused)."""
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import re
@@ -26,16 +32,15 @@ from typing import Any, Optional
 import torch
 from transformers.quantizers.auto import register_quantization_config, register_quantizer
 from transformers.quantizers.base import HfQuantizer
-from transformers.utils import logging
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from cpukern._arrays import bool_arg
 from cpukern.torch.families import family_for
 from cpukern.torch.families.common import PatchReport, check_checkpoint, options, safetensors_header
+from cpukern.torch.families.saved import adopt_loaded, build_skeletons, describe
 
 __all__ = ["CpukernConfig", "CpukernHfQuantizer"]
 
-logger = logging.get_logger(__name__)
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
@@ -47,12 +52,14 @@ class CpukernConfig(QuantizationConfigMixin):
     dense ("bf16", "int8", None: left in torch), threads, keep_plain_weights.
     checkpoint_quantization: the quantization config the checkpoint was stored with (BitNet's
     or MXFP4's, as a dict), None for float checkpoints. Checked against the model's family when
-    it loads."""
+    it loads. prepared_modules: written by save_pretrained (the modules whose prepared
+    layouts the checkpoint holds); not an option to set."""
 
     def __init__(self, format: Optional[str] = None, act: Optional[str] = None,
                  dense: Optional[str] = "bf16", isa: Optional[str] = None,
                  threads: Optional[int] = None, keep_plain_weights: bool = False,
-                 checkpoint_quantization: Optional[dict] = None, **kwargs: Any) -> None:
+                 checkpoint_quantization: Optional[dict] = None,
+                 prepared_modules: Optional[dict] = None, **kwargs: Any) -> None:
         self.quant_method = "cpukern"
         for name, v in (("format", format), ("act", act), ("dense", dense), ("isa", isa)):
             if v is not None and not isinstance(v, str):
@@ -63,6 +70,10 @@ class CpukernConfig(QuantizationConfigMixin):
         self.format, self.act, self.dense, self.isa, self.threads = format, act, dense, isa, threads
         self.keep_plain_weights = bool_arg(keep_plain_weights, "keep_plain_weights")
         self.checkpoint_quantization = checkpoint_quantization
+        if prepared_modules is not None and not isinstance(prepared_modules, dict):
+            raise TypeError(f"prepared_modules: expected None or a dict, got "
+                            f"{type(prepared_modules).__name__}")
+        self.prepared_modules = prepared_modules
 
 
 def _checkpoint_layers(path: str) -> Optional[int]:
@@ -115,24 +126,35 @@ class CpukernHfQuantizer(HfQuantizer):
         self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads)
         family.before_loading(model, qc.checkpoint_quantization)
         self._load_ops, self.serialized_names = family.load_operations(qc.checkpoint_quantization)
+        if qc.prepared_modules:  # saved by save_pretrained: the modules, as they were saved
+            build_skeletons(model, qc.prepared_modules, checkpoint_files)
         check_checkpoint(family, model, checkpoint_files)
 
     def get_load_operations(self) -> dict:
         return self._load_ops
 
     def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+        qc = self.quantization_config
         report = PatchReport()
+        prepared = dict(qc.prepared_modules or {})
+        if prepared:
+            adopt_loaded(model, prepared)
+            report.replaced += [(n, d["class"].rpartition(".")[2], "loaded prepared")
+                                for n, d in prepared.items()]
         steps, report.left = self._family.plan(model, self._options)
-        self._family.apply(model, steps, report, self.quantization_config.keep_plain_weights)
+        self._family.apply(model, steps, report, qc.keep_plain_weights)
+        prepared.update({s.name: describe(model.get_submodule(s.name)) for s in steps})
+        # What save_pretrained writes: these options and the modules as they are now (the
+        # caller's CpukernConfig object is left as it was).
+        saved = copy.copy(qc)
+        saved.prepared_modules = prepared
+        model.config.quantization_config = saved
+        self.quantization_config = saved
         model.cpukern_report = report
         return model
 
     def is_serializable(self) -> bool:
-        """Not yet: the prepared layouts are made for this CPU, and transformers cannot yet
-        build the modules that would load them back (save_pretrained raises ValueError)."""
-        logger.warning("cpukern: save_pretrained of a cpukern model is not supported yet; "
-                       "save the original checkpoint and load it again with CpukernConfig")
-        return False
+        return True
 
     @property
     def is_trainable(self) -> bool:
