@@ -262,8 +262,12 @@ def test_expert_ids_are_range_checked(bad):
     ids = torch.tensor([[0, 1], [2, 3], [1, 2]])
     good = experts(x, ids, weights)
     ids[1, 0] = bad
-    with pytest.raises(ValueError, match=r"^top_k_index: expected expert ids in \[0, 4\)"):
+    with pytest.raises(ValueError, match=r"expert ids must be in \[0, 4\)"):
         experts(x, ids, weights)
+    compiled = torch.compile(experts, backend="aot_eager", fullgraph=True)
+    with torch._dynamo.config.patch(disable=False), \
+            pytest.raises(ValueError, match=r"expert ids must be in \[0, 4\)"):
+        compiled(x, ids, weights)
     with pytest.raises(TypeError, match="^top_k_index"):
         experts(x, ids.float(), weights)
     int32_ids = torch.tensor([[0, 1], [2, 3], [1, 2]], dtype=torch.int32)

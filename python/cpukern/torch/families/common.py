@@ -49,7 +49,8 @@ class MoEExperts(nn.Module):
     """Stands in for a transformers experts module (``GptOssExperts``, ``Qwen3MoeExperts``):
     called as they are, ``(hidden_states (T, H), top_k_index (T, k), top_k_weights (T, k))``,
     and runs ``moe`` (a FusedMoE) with that routing; returns hidden_states' dtype. Expert ids
-    of any integer dtype are range-checked before they are narrowed to int32."""
+    go to the op as int64 or int32, which range-checks them (also in compiled graphs) before
+    the kernel reads them as int32: 2**32 + 1 is refused, never expert 1."""
 
     def __init__(self, moe: FusedMoE) -> None:
         super().__init__()
@@ -61,12 +62,9 @@ class MoEExperts(nn.Module):
             got = (top_k_index.dtype if isinstance(top_k_index, Tensor)
                    else type(top_k_index).__name__)
             raise TypeError(f"top_k_index: expected an integer tensor, got {got}")
-        if top_k_index.numel() and not torch.compiler.is_compiling():
-            lo, hi, e = int(top_k_index.min()), int(top_k_index.max()), self.moe.num_experts
-            if lo < 0 or hi >= e:
-                raise ValueError(f"top_k_index: expected expert ids in [0, {e}), got ids in "
-                                 f"[{lo}, {hi}]")
-        return self.moe.experts(hidden_states, top_k_weights, top_k_index.to(torch.int32))
+        if top_k_index.dtype not in (torch.int32, torch.int64):
+            top_k_index = top_k_index.to(torch.int64)  # widening: no id changes
+        return self.moe.experts(hidden_states, top_k_weights, top_k_index)
 
 
 @dataclasses.dataclass(frozen=True)
