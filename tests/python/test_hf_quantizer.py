@@ -293,12 +293,16 @@ def test_patch_checks_everything_before_swapping(checkpoints, kind):
         ct.patch(model, dense="fp8")
     with pytest.raises(ValueError, match="^format"):
         ct.patch(model, format="int4")
+    with pytest.raises(ValueError, match="^threads"):
+        ct.patch(model, threads=-1)
     assert _classes(model) == before
     if kind == "bitnet":  # a bad module late in the model: nothing before it was swapped either
         model.model.layers[-1].mlp.down_proj.weight_scale.fill_(0.0)
+        threads_were_set = cpukern.num_threads_is_set()
         with pytest.raises(ValueError, match="layers.1.mlp.down_proj.weight_scale"):
-            ct.patch(model)
+            ct.patch(model, threads=3)
         assert _classes(model) == before
+        assert cpukern.num_threads_is_set() == threads_were_set  # nothing set either
 
 
 def test_unknown_isa_refused_for_bf16_bitnet():

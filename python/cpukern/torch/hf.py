@@ -59,7 +59,7 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     opts = options(family, isa, act, format, dense, threads)
     report = PatchReport()
     steps, report.left = family.plan(model, opts)
-    family.apply(model, steps, report, keep_plain_weights)
+    family.apply(model, steps, opts, report, keep_plain_weights)
     model.cpukern_report = report
     return report
 

@@ -142,7 +142,7 @@ class CpukernHfQuantizer(HfQuantizer):
             report.replaced += [(n, d["class"].rpartition(".")[2], "loaded prepared")
                                 for n, d in prepared.items()]
         steps, report.left = self._family.plan(model, self._options)
-        self._family.apply(model, steps, report, qc.keep_plain_weights)
+        self._family.apply(model, steps, self._options, report, qc.keep_plain_weights)
         prepared.update({s.name: describe(model.get_submodule(s.name)) for s in steps})
         # What save_pretrained writes: these options and the modules as they are now (the
         # caller's CpukernConfig object is left as it was).

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 import cpukern
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
-from cpukern._arrays import str_arg
+from cpukern._arrays import MAX_THREADS, int_arg, str_arg
 from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
 
 DENSE = ("bf16", "int8")
@@ -75,6 +75,7 @@ class Options:
     act: str = "int8_bitnet"
     format: Optional[str] = None
     dense: Optional[str] = "bf16"
+    threads: Optional[int] = None  # set (process-wide) once every module is checked
 
 
 def _variant_names(op: str) -> list:
@@ -101,8 +102,9 @@ def options(family: "Family", isa: Any = None, act: Any = None, format: Any = No
         raise ValueError(f"format: expected None or one of {family.formats} for a "
                          f"{family.model_type} model, got {format!r}")
     if threads is not None:
-        cpukern.set_num_threads(threads)  # checks its argument
-    return Options("" if isa in (None, "auto") else isa, act or "int8_bitnet", format, dense)
+        int_arg(threads, "threads", 0, MAX_THREADS)
+    return Options("" if isa in (None, "auto") else isa, act or "int8_bitnet", format, dense,
+                   threads)
 
 
 # --- building cpukern modules ------------------------------------------------------------
@@ -221,7 +223,6 @@ class Family:
     def check_config(self, config: Any) -> None:
         """The sizes of config.json are integers >= 1 (ValueError naming the field), before a
         model of that shape is built."""
-        from cpukern._arrays import int_arg
         for field in self.config_sizes:
             if not hasattr(config, field):
                 continue
@@ -269,9 +270,12 @@ class Family:
                           UserWarning, stacklevel=3)
         return steps, left
 
-    def apply(self, model: nn.Module, steps: list, report: PatchReport, keep_plain: bool) -> None:
+    def apply(self, model: nn.Module, steps: list, opts: Options, report: PatchReport,
+              keep_plain: bool) -> None:
         """Builds and places each step's module, one at a time (with keep_plain False one
         layer's plain copy at a time is alive)."""
+        if opts.threads is not None:
+            cpukern.set_num_threads(opts.threads)
         with torch.no_grad():
             for step in steps:
                 new = step.build()
