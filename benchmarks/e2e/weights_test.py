@@ -84,7 +84,8 @@ def check_qwen3(tmp: str) -> None:
 
 def check_gpt_oss(tmp: str) -> None:
     s = tiny(W.gpt_oss(1), hidden_size=128, intermediate_size=64, num_local_experts=4,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300)
+             num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300,
+             pad_token_id=299)  # a pad id inside the vocabulary, as transformers requires
     s.ensure(print)
     hf, g = read_safetensors(s.hf_dir), read_gguf(s.gguf_path("MXFP4"))
     p = "model.layers.0.mlp.experts."
