@@ -84,6 +84,8 @@ def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, isa):
     assert isinstance(model.lm_head, ct.Linear)
     if kind == "gpt_oss_bf16":  # random bf16 experts stay bf16 by default
         assert "kept bf16" in str(model.cpukern_report)
+    # inference only: no parameter requires grad, so a plain call needs no torch.no_grad()
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == ref.config.vocab_size
     check_against_stock(kind, ref, model, BOUND[("qwen3_moe", "bf16")])
 
 

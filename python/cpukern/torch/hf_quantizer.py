@@ -151,6 +151,9 @@ class CpukernHfQuantizer(HfQuantizer):
         model.config.quantization_config = saved
         self.quantization_config = saved
         model.cpukern_report = report
+        # Inference only (cpukern's ops take no tensors that require grad): a forward outside
+        # torch.no_grad() works, as with the modules' own weights.
+        model.requires_grad_(False)
         return model
 
     def is_serializable(self) -> bool:
