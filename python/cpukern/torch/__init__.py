@@ -101,7 +101,7 @@ from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "clear_cache", "cache_info", "patch",
-           "from_pretrained", "PatchReport", "CpukernConfig"]
+           "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
 
 
 def __getattr__(name: str):
