@@ -5,11 +5,12 @@ and a config's sizes before transformers loads them."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import struct
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ import cpukern
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import MAX_THREADS, int_arg, str_arg
+from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
 
 DENSE = ("bf16", "int8")
@@ -273,20 +275,28 @@ class Family:
     def apply(self, model: nn.Module, steps: list, opts: Options, report: PatchReport,
               keep_plain: bool) -> None:
         """Builds and places each step's module, one at a time (with keep_plain False one
-        layer's plain copy at a time is alive)."""
+        layer's plain copy at a time is alive, and the checkpoint pages the replaced module's
+        tensors were mapped from are dropped from the process once copied: cpukern.torch._pages)."""
         if opts.threads is not None:
             cpukern.set_num_threads(opts.threads)
         with torch.no_grad():
             for step in steps:
                 new = step.build()
+                old = model.get_submodule(step.name)
                 if not keep_plain:
                     for m in new.modules():
                         if isinstance(m, _PreparedBuffer) and not m.plain_weights_dropped:
                             m.drop_plain_weights()
                 model.set_submodule(step.name, new)
                 report.replaced.append((step.name, step.cls, step.what))
-                del new
+                if not keep_plain:  # pages of tensors the model still holds stay
+                    drop_mapped_pages(_tensors(old), _tensors(model))
+                del new, old
                 step.build = None  # frees the old module's tensors the closure holds
+
+
+def _tensors(mod: nn.Module) -> Iterable[Tensor]:
+    return itertools.chain(mod.parameters(), mod.buffers())
 
 
 # --- checkpoint checks ---------------------------------------------------------------------
