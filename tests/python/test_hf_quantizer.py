@@ -7,10 +7,14 @@ lossy packing only when asked for."""
 
 import copy
 import json
+import mmap
 import os
 import shutil
+import struct
+import sys
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'cpukern[torch]')")
@@ -421,3 +425,88 @@ def test_config_options_checked():
     with pytest.raises(TypeError, match="^keep_plain_weights"):
         CpukernConfig(keep_plain_weights="yes")
     assert CpukernConfig.from_dict(CpukernConfig(format="int8").to_dict()).format == "int8"
+
+
+# --- the checkpoint's mapped pages -----------------------------------------------------------
+
+def _resident_pages(lo, hi):
+    """Whether each page of [lo, hi) (page-aligned addresses) is mapped into this process
+    (/proc/self/pagemap's present bit); skips where that cannot be read."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip(f"resident pages are read from Linux's /proc/self/pagemap ({sys.platform})")
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            f.seek(lo // mmap.PAGESIZE * 8)
+            flags = np.frombuffer(f.read((hi - lo) // mmap.PAGESIZE * 8), dtype=np.uint64)
+    except OSError as e:
+        pytest.skip(f"/proc/self/pagemap is not readable here ({e})")
+    return (flags >> np.uint64(63)) != 0
+
+
+def _mapped_tensor_pages(path, suffixes):
+    """name -> (lo, hi): the whole pages of each stored tensor whose name ends with one of
+    `suffixes`, at the addresses of this process's one mapping of the safetensors file."""
+    maps = [line.split() for line in open("/proc/self/maps")]
+    found = [m for m in maps if len(m) >= 6 and m[5] == os.path.realpath(path)]
+    assert len(found) == 1, f"expected one mapping of {path}, found {len(found)}"
+    start, offset = int(found[0][0].split("-")[0], 16), int(found[0][2], 16)
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    page, out = mmap.PAGESIZE, {}
+    for name, v in header.items():
+        if name != "__metadata__" and name.endswith(suffixes):
+            a, b = (start - offset + 8 + n + o for o in v["data_offsets"])
+            out[name] = (-(-a // page) * page, b // page * page)
+    assert out and all(hi > lo for lo, hi in out.values()), "no whole page to look at"
+    return out
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_checkpoint_pages_dropped_once_copied(checkpoints, tmp_path, keep):
+    """Loading through the quantizer leaves no page of the MXFP4 experts mapped in the process
+    once they are packed into cpukern's layouts (the mapping itself stays: the embedding
+    still reads from it), so RSS holds one copy of the weights, not the copy plus the file.
+    With keep_plain_weights the model keeps those tensors, and their pages stay."""
+    path = str(tmp_path / "gpt_oss")
+    shutil.copytree(checkpoints["gpt_oss"], path)  # a file no other test has mapped
+    model = ct.from_pretrained(path, keep_plain_weights=keep)
+    experts = model.model.layers[0].mlp.experts.moe
+    assert (experts.w13.numel() > 0) == keep
+    pages = _mapped_tensor_pages(os.path.join(path, "model.safetensors"), ("_blocks",))
+    for name, (lo, hi) in pages.items():
+        resident = _resident_pages(lo, hi)
+        assert resident.all() if keep else not resident.any(), (name, resident)
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == 128
+
+
+def test_dropping_mapped_pages_loses_nothing(tmp_path):
+    """drop_mapped_pages drops only pages the file gives back unchanged: tensors read from a
+    mapped safetensors file (as transformers maps it) read the same values afterwards, a
+    tensor written in place keeps what was written, and the pages of tensors in `keep`, or
+    of anonymous memory, stay."""
+    from cpukern.torch._pages import drop_mapped_pages
+    from safetensors import safe_open
+    a = torch.arange(200000, dtype=torch.int32)
+    b = torch.arange(50000, dtype=torch.int32) * 3
+    c = torch.arange(50000, dtype=torch.int32) * 5
+    save_file({"a": a, "b": b, "c": c}, str(tmp_path / "m.safetensors"))
+    f = safe_open(str(tmp_path / "m.safetensors"), framework="pt", device="cpu")
+    ta, tb, tc = (f.get_slice(k)[...] for k in "abc")
+    assert int(ta.sum()) == int(a.sum()) and int(tb.sum()) == int(b.sum())  # resident now
+    tc.add_(1)  # private copies of c's pages (written, not the file's)
+    anon = a.clone()
+
+    def whole_pages(t):
+        p = mmap.PAGESIZE
+        lo = -(-t.data_ptr() // p) * p
+        return lo, (t.data_ptr() + t.nbytes) // p * p
+
+    dropped = drop_mapped_pages([ta, tc, anon], keep=[tb])
+    assert dropped >= whole_pages(ta)[1] - whole_pages(ta)[0] > 0
+    assert not _resident_pages(*whole_pages(ta)).any()
+    assert _resident_pages(*whole_pages(tb)).all() and _resident_pages(*whole_pages(tc)).all()
+    assert _resident_pages(*whole_pages(anon)).all()
+    assert torch.equal(ta, a) and torch.equal(tb, b) and torch.equal(tc, c + 1)
+    assert torch.equal(anon, a)
+    assert drop_mapped_pages([anon], keep=[]) == 0  # not file-mapped: nothing to drop
