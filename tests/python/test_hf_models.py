@@ -64,12 +64,13 @@ def bitnet_checkpoint(path, seed=0):
                              "quantization_mode": "offline", "modules_to_not_convert": ["lm_head"]})
 
 
-def gpt_oss_checkpoint(path, seed=0):
+def gpt_oss_checkpoint(path, seed=0, intermediate_size=64):
     """A gpt-oss checkpoint as the real one stores it: experts as MXFP4 blocks and scales
     (E, O, I/32, 16) / (E, O, I/32) with gate and up rows interleaved, bf16 biases; the rest
     bf16."""
     torch.manual_seed(seed)
-    cfg = transformers.GptOssConfig(**_common(intermediate_size=64, num_local_experts=4,
+    cfg = transformers.GptOssConfig(**_common(intermediate_size=intermediate_size,
+                                              num_local_experts=4,
                                               num_experts_per_tok=2, sliding_window=4),
                                     dtype="bfloat16")
     model = transformers.GptOssForCausalLM(cfg).to(torch.bfloat16)

@@ -26,7 +26,8 @@ import cpukern.torch as ct  # noqa: E402
 from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_hf_models import BOUND, _common, check_against_stock, decode, stock  # noqa: E402
+from test_hf_models import (BOUND, _common, check_against_stock, decode,  # noqa: E402
+                             gpt_oss_checkpoint, stock)
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
 from variants import variant_params  # noqa: E402
@@ -429,23 +430,37 @@ def test_config_options_checked():
 
 # --- the checkpoint's mapped pages -----------------------------------------------------------
 
-def _resident_pages(lo, hi):
-    """Whether each page of [lo, hi) (page-aligned addresses) is mapped into this process
-    (/proc/self/pagemap's present bit); skips where that cannot be read."""
+def _need_pagemap():
+    """Skips (with the reason) where /proc/self/pagemap cannot be read."""
     if not sys.platform.startswith("linux"):
         pytest.skip(f"resident pages are read from Linux's /proc/self/pagemap ({sys.platform})")
     try:
         with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            f.seek(lo // mmap.PAGESIZE * 8)
-            flags = np.frombuffer(f.read((hi - lo) // mmap.PAGESIZE * 8), dtype=np.uint64)
+            f.read(8)
     except OSError as e:
         pytest.skip(f"/proc/self/pagemap is not readable here ({e})")
+
+
+def _resident_pages(lo, hi):
+    """Whether each page of [lo, hi) (page-aligned addresses) is mapped into this process
+    (/proc/self/pagemap's present bit)."""
+    with open("/proc/self/pagemap", "rb", buffering=0) as f:
+        f.seek(lo // mmap.PAGESIZE * 8)
+        flags = np.frombuffer(f.read((hi - lo) // mmap.PAGESIZE * 8), dtype=np.uint64)
     return (flags >> np.uint64(63)) != 0
 
 
-def _mapped_tensor_pages(path, suffixes):
-    """name -> (lo, hi): the whole pages of each stored tensor whose name ends with one of
-    `suffixes`, at the addresses of this process's one mapping of the safetensors file."""
+# A read fault on a file mapping also maps the pages around it that the page cache holds, in
+# the aligned window of fault_around_bytes (64 KiB by default) around the fault: reading a small
+# tensor stored next to a dropped one maps some of the dropped one's pages back, cheaply. The
+# tests look at the pages further than that from a tensor's ends.
+_FAULT_AROUND = 64 << 10
+
+
+def _inner_pages(path, which):
+    """name -> (lo, hi): the pages of each stored tensor for whose name which(name) is true,
+    in aligned windows of _FAULT_AROUND without either end (tensors with none left out), at the addresses of this process's one mapping
+    of the safetensors file."""
     maps = [line.split() for line in open("/proc/self/maps")]
     found = [m for m in maps if len(m) >= 6 and m[5] == os.path.realpath(path)]
     assert len(found) == 1, f"expected one mapping of {path}, found {len(found)}"
@@ -453,28 +468,43 @@ def _mapped_tensor_pages(path, suffixes):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
-    page, out = mmap.PAGESIZE, {}
+    out = {}
     for name, v in header.items():
-        if name != "__metadata__" and name.endswith(suffixes):
+        if name != "__metadata__" and which(name):
             a, b = (start - offset + 8 + n + o for o in v["data_offsets"])
-            out[name] = (-(-a // page) * page, b // page * page)
-    assert out and all(hi > lo for lo, hi in out.values()), "no whole page to look at"
+            lo = (a + _FAULT_AROUND) // _FAULT_AROUND * _FAULT_AROUND
+            hi = (b - _FAULT_AROUND) // _FAULT_AROUND * _FAULT_AROUND
+            if hi > lo:
+                out[name] = (lo, hi)
+    assert out, "no inner page to look at"
     return out
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_checkpoint_pages_dropped_once_copied(checkpoints, tmp_path, keep):
-    """Loading through the quantizer leaves no page of the MXFP4 experts mapped in the process
-    once they are packed into cpukern's layouts (the mapping itself stays: the embedding
-    still reads from it), so RSS holds one copy of the weights, not the copy plus the file.
-    With keep_plain_weights the model keeps those tensors, and their pages stay."""
-    path = str(tmp_path / "gpt_oss")
-    shutil.copytree(checkpoints["gpt_oss"], path)  # a file no other test has mapped
-    model = ct.from_pretrained(path, keep_plain_weights=keep)
-    experts = model.model.layers[0].mlp.experts.moe
-    assert (experts.w13.numel() > 0) == keep
-    pages = _mapped_tensor_pages(os.path.join(path, "model.safetensors"), ("_blocks",))
-    for name, (lo, hi) in pages.items():
+@pytest.mark.parametrize("kind,keep", [("gpt_oss", False), ("gpt_oss", True),
+                                       ("qwen3_moe", False)])
+def test_checkpoint_pages_dropped_once_copied(tmp_path, kind, keep):
+    """Loading through the quantizer leaves the pages of the experts' checkpoint tensors
+    unmapped in the process once they are copied (gpt-oss: MXFP4 blocks packed into cpukern's
+    layout; Qwen3-MoE: per-expert weights merged by transformers' converter), so RSS holds one
+    copy of the weights, not the copy plus the file; the mapping itself stays (the embedding
+    still reads from it). With keep_plain_weights the model keeps gpt-oss's blocks, and their
+    pages stay. Experts of 256 KiB per tensor (gpt-oss gate_up: 512 KiB)."""
+    _need_pagemap()
+    path = str(tmp_path / kind)
+    if kind == "gpt_oss":
+        gpt_oss_checkpoint(path, intermediate_size=1024)
+        model = ct.from_pretrained(path, keep_plain_weights=keep)
+        assert (model.model.layers[0].mlp.experts.moe.w13.numel() > 0) == keep
+        which = lambda name: name.endswith("_blocks")  # noqa: E731
+    else:
+        torch.manual_seed(0)
+        cfg = transformers.Qwen3MoeConfig(**_common(
+            intermediate_size=96, moe_intermediate_size=2048, num_experts=4,
+            num_experts_per_tok=2), dtype="bfloat16")
+        transformers.Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
+        model = load(path)
+        which = lambda name: ".experts." in name and name.endswith(".weight")  # noqa: E731
+    for name, (lo, hi) in _inner_pages(os.path.join(path, "model.safetensors"), which).items():
         resident = _resident_pages(lo, hi)
         assert resident.all() if keep else not resident.any(), (name, resident)
     assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == 128
@@ -487,6 +517,7 @@ def test_dropping_mapped_pages_loses_nothing(tmp_path):
     of anonymous memory, stay."""
     from cpukern.torch._pages import drop_mapped_pages
     from safetensors import safe_open
+    _need_pagemap()
     a = torch.arange(200000, dtype=torch.int32)
     b = torch.arange(50000, dtype=torch.int32) * 3
     c = torch.arange(50000, dtype=torch.int32) * 5

@@ -30,11 +30,13 @@ import re
 from typing import Any, Optional
 
 import torch
+from transformers.core_model_loading import ConversionOps, WeightConverter
 from transformers.quantizers.auto import register_quantization_config, register_quantizer
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from cpukern._arrays import bool_arg
+from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.families import family_for
 from cpukern.torch.families.common import PatchReport, check_checkpoint, options, safetensors_header
 from cpukern.torch.families.saved import adopt_loaded, build_skeletons, describe
@@ -88,6 +90,43 @@ def _checkpoint_layers(path: str) -> Optional[int]:
     return layers + 1 if files else None
 
 
+def _flat(tensors: Any) -> list:
+    return [t for v in tensors for t in (v if isinstance(v, (list, tuple)) else [v])]
+
+
+class _Unchanged(ConversionOps):
+    """Passes the tensors on (what the two ops below are when a model is saved)."""
+
+    def convert(self, input_dict: dict, *args: Any, **kwargs: Any) -> dict:
+        return input_dict
+
+    @property
+    def reverse_op(self) -> ConversionOps:
+        return _Unchanged()
+
+
+class _NoteSources(_Unchanged):
+    """First op of each of the model's weight converters (Qwen3-MoE: per-expert weights merged
+    into one tensor): notes the checkpoint tensors it reads, for _DropSourcePages."""
+
+    def __init__(self, box: dict) -> None:
+        self.box = box
+
+    def convert(self, input_dict: dict, *args: Any, **kwargs: Any) -> dict:
+        self.box["sources"] = _flat(input_dict.values())
+        return input_dict
+
+
+class _DropSourcePages(_NoteSources):
+    """Last op of each of the model's weight converters: once its ops have copied the checkpoint
+    tensors it read, drops their mapped pages from the process (cpukern.torch._pages; those
+    the result still shares stay)."""
+
+    def convert(self, input_dict: dict, *args: Any, **kwargs: Any) -> dict:
+        drop_mapped_pages(self.box.pop("sources", ()), _flat(input_dict.values()))
+        return input_dict
+
+
 @register_quantizer("cpukern")
 class CpukernHfQuantizer(HfQuantizer):
     """Loads with transformers' loader, then swaps in cpukern's modules (see the module
@@ -132,6 +171,17 @@ class CpukernHfQuantizer(HfQuantizer):
 
     def get_load_operations(self) -> dict:
         return self._load_ops
+
+    def update_weight_conversions(self, weight_conversions: list, model: Any) -> list:
+        """transformers' converters, each between _NoteSources and _DropSourcePages: the
+        checkpoint pages a converter copied (a merge of per-expert weights) leave the process
+        as the tensors load, not when the model is freed."""
+        updated = super().update_weight_conversions(weight_conversions, model)
+        for c in updated:
+            if isinstance(c, WeightConverter):
+                box: dict = {}
+                c.operations = [_NoteSources(box), *c.operations, _DropSourcePages(box)]
+        return updated
 
     def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
         qc = self.quantization_config
