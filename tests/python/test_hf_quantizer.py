@@ -458,9 +458,9 @@ _FAULT_AROUND = 64 << 10
 
 
 def _inner_pages(path, which):
-    """name -> (lo, hi): the pages of each stored tensor for whose name which(name) is true,
-    in aligned windows of _FAULT_AROUND without either end (tensors with none left out), at the addresses of this process's one mapping
-    of the safetensors file."""
+    """name -> (lo, hi): the pages of each stored tensor for whose name which(name) is true, in
+    the aligned windows of _FAULT_AROUND that hold neither end (tensors with none left out), at
+    the addresses of this process's one mapping of the safetensors file."""
     maps = [line.split() for line in open("/proc/self/maps")]
     found = [m for m in maps if len(m) >= 6 and m[5] == os.path.realpath(path)]
     assert len(found) == 1, f"expected one mapping of {path}, found {len(found)}"
