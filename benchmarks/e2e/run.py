@@ -1,5 +1,5 @@
 """Whole models, three engines, one run: cpukern under Hugging Face transformers
-(`cpukern.torch.patch`), stock transformers, and llama.cpp's own `llama-bench` on GGUF files
+(its cpukern quantizer), stock transformers, and llama.cpp's own `llama-bench` on GGUF files
 of the same random weights.
 
     ./bazelw run //benchmarks/e2e -- --llama-cpp-build /path/to/llama.cpp/build \
@@ -191,18 +191,14 @@ def worker(cfg: dict) -> dict[str, Any]:
         try:
             import cpukern.torch as ct
         except Exception as e:  # noqa: BLE001 (report any import failure as the skip reason)
-            return {**res, "skip": f"cpukern.torch.patch not available ({e})"}
-        if mxfp4:
-            # Loading stock first would dequantise every expert to bf16 (42 GB): MXFP4
-            # checkpoints go straight into cpukern layouts.
-            if not hasattr(ct, "from_pretrained"):
-                return {**res, "skip": "cpukern.torch.from_pretrained not available"}
-            model = ct.from_pretrained(cfg["hf_dir"], **kw)
-        else:
-            if not hasattr(ct, "patch"):
-                return {**res, "skip": "cpukern.torch.patch not available"}
-            model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16)
-            res["patched"] = str(ct.patch(model, **kw))[:300]
+            return {**res, "skip": f"cpukern.torch not available ({e})"}
+        # transformers' loader with cpukern's quantizer: MXFP4 blocks and packed ternary rows
+        # go straight into cpukern layouts (a stock load would dequantise every gpt-oss expert
+        # to bf16, 42 GB).
+        if not hasattr(ct, "from_pretrained"):
+            return {**res, "skip": "cpukern.torch.from_pretrained not available"}
+        model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **kw)
+        res["patched"] = str(model.cpukern_report)[:300]
     else:
         extra = {}
         if mxfp4:  # what transformers does on a CPU anyway, without asking for accelerate

@@ -291,17 +291,35 @@ def _bitnet_norms(c: dict) -> list[tuple[str, int]]:
     return out + [("model.norm.weight", h)]
 
 
-def bitnet_hf(spec: ModelSpec) -> list[Tensor]:
-    c = spec.config
-    ts = [normal_bf16("model.embed_tokens.weight", (c["vocab_size"], c["hidden_size"]))]
-    ts += [normal_bf16(n, (k,), 0.05, 1.0) for n, k in _bitnet_norms(c)]
-    for name, o, k in _bitnet_linears(c):
-        def packed(name=name, o=o, k=k):
-            return pack_hf_ternary(ternary(name, o, k)[0])
-        def scale(name=name, o=o, k=k):
-            return np.array([ternary(name, o, k)[1]], BF16)
-        ts.append(Tensor(name + ".weight", (o // 4, k), np.dtype(np.uint8), packed))
-        ts.append(Tensor(name + ".weight_scale", (1,), np.dtype(BF16), scale))
+def hf_tensors(spec: ModelSpec) -> list[Tensor]:
+    """The HF checkpoint: every tensor cpukern's adapter of the family loads
+    (cpukern.torch.families.checkpoint_layout: names, shapes, dtypes), made by name: packed
+    ternary rows with their weight_scale (BitNet), MXFP4 blocks and scales (gpt-oss), norms
+    around 1, attention sinks, the rest normal bf16."""
+    from cpukern.torch.families import checkpoint_layout
+    layout = checkpoint_layout(spec.config)
+    ts = []
+    for name, (shape, dtype) in layout.items():
+        base = name.rpartition(".")[0]
+        if str(dtype) == "torch.uint8" and name.endswith(".weight"):  # BitLinear: 4 rows a byte
+            o, k = shape[0] * 4, shape[1]
+            ts.append(Tensor(name, shape, np.dtype(np.uint8),
+                             lambda base=base, o=o, k=k: pack_hf_ternary(ternary(base, o, k)[0])))
+        elif name.endswith(".weight_scale"):
+            o, k = layout[base + ".weight"][0]
+            ts.append(Tensor(name, shape, np.dtype(BF16), lambda base=base, o=o * 4, k=k:
+                             np.array([ternary(base, o, k)[1]], BF16)))
+        elif name.endswith(("_blocks", "_scales")):  # gpt-oss MXFP4 experts
+            proj = name.rsplit("_", 1)[0]
+            (e, rows, nb, *_), which = shape, int(name.endswith("_scales"))
+            ts.append(Tensor(name, shape, np.dtype(np.uint8), lambda proj=proj, e=e, rows=rows,
+                             k=nb * 32, which=which: mxfp4(proj, (e, rows), k)[which]))
+        elif name.endswith("norm.weight"):
+            ts.append(normal_bf16(name, shape, 0.05, 1.0))
+        elif name.endswith(".sinks"):
+            ts.append(normal_bf16(name, shape, 0.5))
+        else:
+            ts.append(normal_bf16(name, shape))
     return ts
 
 
@@ -368,7 +386,7 @@ def bitnet_gguf(spec: ModelSpec, qname: str, path: str) -> None:
 
 def bitnet(layers: int = 30) -> ModelSpec:
     return ModelSpec("bitnet", "BitNet b1.58 2B-4T" + ("" if layers == 30 else f" ({layers} of 30 layers)"),
-                     bitnet_config(layers), ("TQ2_0", "TQ1_0"), bitnet_hf, bitnet_gguf,
+                     bitnet_config(layers), ("TQ2_0", "TQ1_0"), hf_tensors, bitnet_gguf,
                      note="llama.cpp's bitnet graph uses SiLU-gated FFN, HF's relu2 (same weights)")
 
 
@@ -414,13 +432,6 @@ def _qwen3_expert(c: dict, L: int, e: int, which: str) -> Tensor:
     return normal_bf16(f"model.layers.{L}.mlp.experts.{e}.{which}.weight", shape)
 
 
-def qwen3_moe_hf(spec: ModelSpec) -> list[Tensor]:
-    c = spec.config
-    ts = _qwen3_dense(c)
-    for L in range(c["num_hidden_layers"]):
-        for e in range(c["num_experts"]):
-            ts += [_qwen3_expert(c, L, e, w) for w in ("gate_proj", "up_proj", "down_proj")]
-    return ts
 
 
 def qwen3_moe_gguf(spec: ModelSpec, qname: str, path: str) -> None:
@@ -460,7 +471,7 @@ def qwen3_moe_gguf(spec: ModelSpec, qname: str, path: str) -> None:
 
 def qwen3_moe(layers: int = 8) -> ModelSpec:
     return ModelSpec("qwen3-moe", f"Qwen3-30B-A3B ({layers} of 48 layers)", qwen3_moe_config(layers),
-                     ("BF16",), qwen3_moe_hf, qwen3_moe_gguf, experts=(128, 8))
+                     ("BF16",), hf_tensors, qwen3_moe_gguf, experts=(128, 8))
 
 
 # --- gpt-oss-20b
@@ -521,12 +532,6 @@ def _gpt_oss_experts(c: dict, L: int) -> dict[str, Tensor]:
     return out
 
 
-def gpt_oss_hf(spec: ModelSpec) -> list[Tensor]:
-    c = spec.config
-    ts = _gpt_oss_dense(c)
-    for L in range(c["num_hidden_layers"]):
-        ts += list(_gpt_oss_experts(c, L).values())
-    return ts
 
 
 def ggml_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -599,4 +604,4 @@ def gpt_oss_gguf(spec: ModelSpec, qname: str, path: str) -> None:
 
 def gpt_oss(layers: int = 24) -> ModelSpec:
     return ModelSpec("gpt-oss", "gpt-oss-20b" + ("" if layers == 24 else f" ({layers} of 24 layers)"),
-                     gpt_oss_config(layers), ("MXFP4",), gpt_oss_hf, gpt_oss_gguf, experts=(32, 4))
+                     gpt_oss_config(layers), ("MXFP4",), hf_tensors, gpt_oss_gguf, experts=(32, 4))

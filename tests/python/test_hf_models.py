@@ -8,7 +8,6 @@ import copy
 import json
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'cpukern[torch]')")
@@ -20,6 +19,7 @@ import cpukern.torch as ct  # noqa: E402
 from cpukern import moe  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers.integrations.bitnet import pack_weights  # noqa: E402
+from cpukern.torch.families.bitnet import ternary_from  # noqa: E402
 from variants import variant_params  # noqa: E402
 
 STEPS = 16
@@ -64,12 +64,13 @@ def bitnet_checkpoint(path, seed=0):
                              "quantization_mode": "offline", "modules_to_not_convert": ["lm_head"]})
 
 
-def gpt_oss_checkpoint(path, seed=0):
+def gpt_oss_checkpoint(path, seed=0, intermediate_size=64):
     """A gpt-oss checkpoint as the real one stores it: experts as MXFP4 blocks and scales
     (E, O, I/32, 16) / (E, O, I/32) with gate and up rows interleaved, bf16 biases; the rest
     bf16."""
     torch.manual_seed(seed)
-    cfg = transformers.GptOssConfig(**_common(intermediate_size=64, num_local_experts=4,
+    cfg = transformers.GptOssConfig(**_common(intermediate_size=intermediate_size,
+                                              num_local_experts=4,
                                               num_experts_per_tok=2, sliding_window=4),
                                     dtype="bfloat16")
     model = transformers.GptOssForCausalLM(cfg).to(torch.bfloat16)
@@ -344,9 +345,9 @@ def test_bitnet_activation_rule_is_the_models(isa):
     lin.bias.copy_(torch.randn(48))
     x = torch.randn(5, 80) * torch.tensor([1.0, 1e3, 1e-6, 0.0, 3e-8])[:, None]
     ref = lin(x)
-    got = ct.hf._from_bitlinear(lin, "lin", "int8_bitnet", isa)(x)
+    got = ternary_from(lin, "lin", "int8_bitnet", isa)(x)
     torch.testing.assert_close(got, ref, rtol=2e-6, atol=1e-6)
-    other = ct.hf._from_bitlinear(lin, "lin", "int8", isa)(x)
+    other = ternary_from(lin, "lin", "int8", isa)(x)
     sums = lambda y: (y - lin.bias)[2]  # noqa: E731 - the tiny row without the bias
     assert not torch.allclose(sums(other), sums(ref), rtol=1e-2, atol=0), \
         "the tiny row should tell the rules apart"
@@ -397,18 +398,3 @@ def test_bitnet_autobitlinear(mode, tmp_path):
     loaded = ct.from_pretrained(str(tmp_path))
     assert len(loaded.cpukern_report.replaced) == 7 * cfg.num_hidden_layers
     check_against_stock("bitnet", ref, loaded, BOUND[("bitnet", "int8_bitnet")])
-
-
-def test_checkpoint_pages_are_dropped_after_the_copy_not_the_data(tmp_path):
-    """from_pretrained copies each tensor out of the mapped file, then drops the mapped pages
-    (RSS holds one copy); the mapping still reads the same bytes afterwards."""
-    from cpukern import io as cio
-    a = torch.arange(3 * 70000, dtype=torch.float32).reshape(3, 70000)
-    b = torch.full((5,), 7, dtype=torch.int32)
-    save_file({"a": a, "b": b}, str(tmp_path / "m.safetensors"))
-    tensors, _ = cio.read_safetensors(tmp_path / "m.safetensors")
-    used: set = set()
-    got = ct.hf._take(tensors, used, "a")
-    assert torch.equal(got, a) and used == {"a"}
-    assert np.array_equal(tensors["a"], a.numpy()) and np.array_equal(tensors["b"], b.numpy())
-    ct.hf._unmap_pages(np.zeros(3))  # not mapped: nothing to do

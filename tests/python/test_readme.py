@@ -88,6 +88,7 @@ def shrink(src, sizes):
 def test_every_python_block_is_covered():
     assert sorted((p, h) for p, h, _ in blocks()) == sorted([
         ("README.md", "Python API"),
+        ("README.md", "Run a model"),
         ("docs/formats/checkpoints.md", "Importing ternary checkpoints (`cpukern.convert`)"),
         ("docs/formats/mxfp4.md", "MXFP4 MoE experts (gpt-oss's format)"),
         ("docs/formats/mxfp4.md", "W4A8: int8 activations (opt-in)"),
@@ -96,7 +97,7 @@ def test_every_python_block_is_covered():
         ("docs/formats/prepared_weights.md",
          "PyTorch: the prepared layout is a plain tensor (vLLM's convention)"),
         ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
-        ("docs/pytorch.md", "Hugging Face models (`patch`, `from_pretrained`)"),
+        ("docs/pytorch.md", "Hugging Face models (`CpukernConfig`, `patch`)"),
     ])
 
 
@@ -180,6 +181,22 @@ def test_hf_block():
     exec(block("docs/pytorch.md", "Hugging Face models"), g)
     # 2 experts modules and the 9 bf16 nn.Linear layers (4 projections a layer, lm_head)
     assert len(g["report"].replaced) == 11 and tuple(g["ids"].shape) == (1, 11)
+
+
+def test_run_a_model_block(tmp_path):
+    """README's way to load, on a tiny bf16 Qwen3-MoE checkpoint written here."""
+    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed here")
+    cfg = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=64, intermediate_size=64,
+                                      moe_intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                                      num_experts=4, num_experts_per_tok=2)
+    transformers.Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path)
+    src = block("README.md", "Run a model")
+    assert '"path/to/checkpoint"' in src
+    g = {}
+    exec(src.replace('"path/to/checkpoint"', repr(str(tmp_path))), g)
+    assert "FusedMoE bf16" in str(g["model"].cpukern_report)
 
 
 def test_pytorch_block():

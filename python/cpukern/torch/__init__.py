@@ -2,8 +2,11 @@
 
 Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
 torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
-``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``hf`` (patch / from_pretrained for
-Hugging Face transformers models), ``_weight_cache`` (the prepared-weight
+``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
+transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
+quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
+as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
+from_pretrained for Hugging Face transformers models), ``_weight_cache`` (the prepared-weight
 cache below).
 
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
@@ -99,4 +102,11 @@ from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "clear_cache", "cache_info", "patch",
-           "from_pretrained", "PatchReport"]
+           "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
+
+
+def __getattr__(name: str):
+    if name == "CpukernConfig":  # imports transformers, and registers the quantizer with it
+        from cpukern.torch.hf_quantizer import CpukernConfig
+        return CpukernConfig
+    raise AttributeError(f"module 'cpukern.torch' has no attribute {name!r}")

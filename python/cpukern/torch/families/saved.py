@@ -1,0 +1,116 @@
+"""Saving and loading prepared models: what each replaced module is (its class, its plain
+attributes, which tensors are parameters), recorded in the saved ``quantization_config``; on
+loading, the same modules are built on the meta device with the stored tensors' shapes, so that
+transformers' loader fills them, and their prepared buffers are then checked (header, checksum,
+shape) and adopted, prepared again for this CPU, or refused."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpukern.torch.families.common import MoEExperts, safetensors_header
+from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
+
+# The classes a saved description may name (nothing else is ever imported from it).
+_CLASSES = {f"{c.__module__}.{c.__qualname__}": c
+            for c in (TernaryLinear, FusedMoE, Linear, MoEExperts, nn.Sequential)}
+_CLASSES["transformers.models.llama.modeling_llama.LlamaRMSNorm"] = None  # imported on use
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _class_name(mod: nn.Module) -> str:
+    return f"{type(mod).__module__}.{type(mod).__qualname__}"
+
+
+def describe(mod: nn.Module) -> dict:
+    """A JSON description of a replaced module: class, plain attributes, parameter names,
+    children."""
+    name = _class_name(mod)
+    if name not in _CLASSES:
+        raise ValueError(f"cannot describe a {name} for saving")
+    return {"class": name,
+            "attrs": {k: v for k, v in vars(mod).items()
+                      if isinstance(v, _PLAIN) and k != "_plain_dropped"},
+            "params": sorted(mod._parameters),
+            "absent": sorted(k for k, v in mod._buffers.items() if v is None),
+            "children": {k: describe(c) for k, c in mod._modules.items()}}
+
+
+def _resolve(name: str) -> type:
+    if name not in _CLASSES:
+        raise ValueError(f"quantization_config.prepared_modules: class {name!r} is not one "
+                         f"cpukern saves")
+    cls = _CLASSES[name]
+    if cls is None:
+        module, _, attr = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), attr)
+    return cls
+
+
+def _skeleton(desc: dict, prefix: str, stored: dict, where: str) -> nn.Module:
+    """The described module on the meta device, its tensors shaped as stored."""
+    keys = {"class", "attrs", "params", "absent", "children"}
+    if not isinstance(desc, dict) or not keys <= set(desc):
+        raise ValueError(f"quantization_config.prepared_modules: {where}: malformed description")
+    cls = _resolve(desc["class"])
+    mod = cls.__new__(cls)
+    nn.Module.__init__(mod)
+    mod.__dict__.update({k: v for k, v in desc["attrs"].items() if isinstance(v, _PLAIN)})
+    for key, (shape, _, dtype) in stored.items():
+        if not key.startswith(prefix) or "." in key[len(prefix):]:
+            continue
+        t = torch.empty(shape, dtype=_DTYPES[dtype], device="meta")
+        name = key[len(prefix):]
+        if name in desc["params"]:
+            mod.register_parameter(name, nn.Parameter(t, requires_grad=False))
+        else:
+            mod.register_buffer(name, t)
+    for name in desc["absent"]:
+        mod.register_buffer(str(name), None)
+    for k, child in desc["children"].items():
+        mod.add_module(k, _skeleton(child, f"{prefix}{k}.", stored, where))
+    if isinstance(mod, _PreparedBuffer):
+        for name in mod._PREPARED:
+            if name not in mod._buffers:
+                raise ValueError(f"{where}: the checkpoint has no {prefix}{name}")
+        for sources in mod._SOURCES.values():  # optional plain tensors the checkpoint lacks
+            for src in sources:
+                mod._buffers.setdefault(src, None)
+        mod._prepared_from = {}
+    return mod
+
+
+_DTYPES = {"U8": torch.uint8, "I8": torch.int8, "I32": torch.int32, "I64": torch.int64,
+           "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "F64": torch.float64, "BOOL": torch.bool}
+
+
+def build_skeletons(model: nn.Module, described: Any, files: list) -> None:
+    """Puts the described modules, on the meta device, where they were saved."""
+    if not isinstance(described, dict):
+        raise ValueError("quantization_config.prepared_modules: expected a dict of module names")
+    stored: dict = {}
+    for f in files or ():
+        stored.update(safetensors_header(f))
+    for name, desc in described.items():
+        with torch.device("meta"):
+            model.set_submodule(name, _skeleton(desc, name + ".", stored, name))
+
+
+def adopt_loaded(model: nn.Module, described: dict) -> None:
+    """The loaded prepared buffers of every described module checked and put to use: as
+    stored when made for this CPU, prepared again for it from their own layout (ternary) or
+    from the plain weights when saved with them; else RuntimeError (never run wrong)."""
+    with torch.no_grad():
+        for name in described:
+            for sub, mod in model.get_submodule(name).named_modules(prefix=name):
+                if not isinstance(mod, _PreparedBuffer):
+                    continue
+                plain = [getattr(mod, s, None) for srcs in mod._SOURCES.values() for s in srcs]
+                mod._plain_dropped = all(t is None or t.numel() == 0 for t in plain)
+                mod._adopt({n: mod._buffers[n] for n in mod._PREPARED},
+                           {n: f"{sub}.{n}" for n in mod._PREPARED})
