@@ -59,15 +59,4 @@ inline void or_bits_at(void* s, int64_t bit, uint64_t v) {
   std::memcpy(p, &t, 8);
 }
 
-// Spreads the 16 low bits of v to the even bits of a word (the inverse of
-// ternary_codes::compress_even_bits).
-inline constexpr uint32_t spread_to_even_bits(uint32_t v) {
-  v &= 0xFFFFu;
-  v = (v | (v << 8)) & 0x00FF00FFu;
-  v = (v | (v << 4)) & 0x0F0F0F0Fu;
-  v = (v | (v << 2)) & 0x33333333u;
-  v = (v | (v << 1)) & 0x55555555u;
-  return v;
-}
-
 }  // namespace cpukern::ternary::pack_rows

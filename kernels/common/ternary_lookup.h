@@ -1,0 +1,121 @@
+// The lookup layouts of ternary weights, shared by every op that has them (ternary lut3r8,
+// widely-linear g3r8x4 and g4r16x4): tiles of R rows, columns in groups of G; per group each
+// row has a G-bit "+1" pattern and a G-bit "-1" pattern, which index a 2^G-entry table of the
+// activations' subset sums (vpermps), so one lookup replaces G masked adds.
+// A row's patterns are cut into fields of K groups (G * K columns, lane bits 0..G*K-1); a
+// layout only chooses where a field's lanes go (Placement). This header packs and unpacks
+// rows and builds the subset-sum tables; the micro-kernels read the lanes.
+#pragma once
+#include <cstdint>
+
+#if defined(__BMI2__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/common/ternary_codes.h"
+
+namespace cpukern::ternary_lookup {
+
+struct Geometry {
+  int R, G, K;  // rows per tile, columns per group, groups per field
+  constexpr int cols() const { return G * K; }
+};
+inline constexpr Geometry kLut3r8{8, 3, 10};  // ternary: "+1" and "-1" fields in two lanes
+inline constexpr Geometry kG3r8{8, 3, 5};     // widely-linear AVX2: both fields in one lane
+inline constexpr Geometry kG4r16{16, 4, 4};   // widely-linear AVX-512F: both in one lane
+
+// Where field c of a row goes: its "+1" bits at lanes[c * stride], its "-1" bits at
+// lanes[c * stride + neg_lane] shifted left by neg_shift (OR'ed into the "+1" lane when
+// neg_lane is 0).
+struct Placement {
+  int64_t stride, neg_lane;
+  int neg_shift;
+};
+
+// The 16-bit "+1" / "-1" masks of one public word (bit j = weight j).
+struct SplitPortable {  // AMD Zen 1/2 run pext in microcode
+  static uint32_t pos(uint32_t w) { return ternary_codes::add_mask(w); }
+  static uint32_t neg(uint32_t w) { return ternary_codes::sub_mask(w); }
+};
+#if defined(__BMI2__)
+struct SplitPext {
+  static uint32_t pos(uint32_t w) { return _pext_u32(w, 0xAAAAAAAAu); }
+  static uint32_t neg(uint32_t w) { return _pext_u32(w, 0x55555555u); }
+};
+#endif
+
+// Writes `fields` fields of one row of `words` public words: the row's "+1" and "-1" bit
+// streams are cut into fields of g.cols() bits; fields past the row's columns are zero.
+template <class Split>
+void pack_row(const Geometry& g, const Placement& p, const uint32_t* row, int64_t words,
+              int64_t fields, uint32_t* lanes) {
+  const int cols = g.cols();
+  const uint64_t mask = (uint64_t(1) << cols) - 1;
+  const auto put = [&](int64_t c, uint64_t pos, uint64_t neg) {
+    uint32_t* lane = lanes + c * p.stride;
+    if (p.neg_lane == 0) {
+      *lane = uint32_t(pos & mask) | uint32_t(neg & mask) << p.neg_shift;
+    } else {
+      lane[0] = uint32_t(pos & mask);
+      lane[p.neg_lane] = uint32_t(neg & mask) << p.neg_shift;
+    }
+  };
+  uint64_t pos = 0, neg = 0;  // pending bits, `bits` of them (< cols between words)
+  int bits = 0;
+  int64_t c = 0;
+  for (int64_t j = 0; j < words && c < fields; ++j) {
+    pos |= uint64_t(Split::pos(row[j])) << bits;
+    neg |= uint64_t(Split::neg(row[j])) << bits;
+    for (bits += 16; bits >= cols && c < fields; ++c, bits -= cols, pos >>= cols, neg >>= cols)
+      put(c, pos, neg);
+  }
+  for (; c < fields; ++c, pos = neg = 0) put(c, pos, neg);
+}
+
+// Public words from 16 "+1" bits and 16 "-1" bits, portable: two table lookups per byte
+// instead of the 10-op bit spread.
+struct SpreadTable {
+  uint16_t even[256] = {};  // bit j -> bit 2j
+  constexpr SpreadTable() {
+    for (uint32_t b = 0; b < 256; ++b) even[b] = uint16_t(ternary_codes::spread_to_even_bits(b));
+  }
+};
+inline constexpr SpreadTable kSpread{};
+
+struct JoinPortable {
+  static uint32_t word(uint32_t pos, uint32_t neg) {
+    const uint32_t even = uint32_t(kSpread.even[neg & 255]) | uint32_t(kSpread.even[(neg >> 8) & 255]) << 16;
+    const uint32_t odd = uint32_t(kSpread.even[pos & 255]) | uint32_t(kSpread.even[(pos >> 8) & 255]) << 16;
+    return odd << 1 | even;
+  }
+};
+#if defined(__BMI2__)
+struct JoinPdep {
+  static uint32_t word(uint32_t pos, uint32_t neg) {
+    return _pdep_u32(pos, 0xAAAAAAAAu) | _pdep_u32(neg, 0x55555555u);
+  }
+};
+#endif
+
+// The inverse of pack_row: `words` public words of a row from its `fields` fields (columns
+// past the last field's: zero).
+template <class Join>
+void unpack_row(const Geometry& g, const Placement& p, const uint32_t* lanes, int64_t fields,
+                uint32_t* row, int64_t words) {
+  const int cols = g.cols();
+  const uint32_t mask = (uint32_t(1) << cols) - 1u;
+  uint64_t pos = 0, neg = 0;  // pending bits, `bits` of them (< 16 between fields)
+  int bits = 0;
+  int64_t w = 0;
+  for (int64_t c = 0; c < fields; ++c) {
+    const uint32_t* lane = lanes + c * p.stride;
+    pos |= uint64_t(lane[0] & mask) << bits;
+    neg |= uint64_t((lane[p.neg_lane] >> p.neg_shift) & mask) << bits;
+    for (bits += cols; bits >= 16 && w < words; bits -= 16, pos >>= 16, neg >>= 16)
+      row[w++] = Join::word(uint32_t(pos) & 0xFFFFu, uint32_t(neg) & 0xFFFFu);
+  }
+  for (; w < words; ++w, pos >>= 16, neg >>= 16)
+    row[w] = Join::word(uint32_t(pos) & 0xFFFFu, uint32_t(neg) & 0xFFFFu);
+}
+
+}  // namespace cpukern::ternary_lookup
