@@ -4,7 +4,7 @@
 // activations' subset sums (vpermps), so one lookup replaces G masked adds.
 // A row's patterns are cut into fields of K groups (G * K columns, lane bits 0..G*K-1); a
 // layout only chooses where a field's lanes go (Placement). This header packs and unpacks
-// rows and builds the subset-sum tables; the micro-kernels read the lanes.
+// rows and builds a group's subset-sum table; the micro-kernels read the lanes.
 #pragma once
 #include <cstdint>
 
@@ -96,6 +96,17 @@ struct JoinPdep {
   }
 };
 #endif
+
+// The 2^g subset sums of g activations: T[s] = the sum of x[i] over the bits i of s, added in
+// column order (a one-term sum is that term: -0.0 stays -0.0; T[0] = +0.0). Adds only.
+inline void subset_sums(const float* x, int g, float* T) {
+  T[0] = 0.0f;
+  for (int i = 0; i < g; ++i) {
+    const int h = 1 << i;
+    T[h] = x[i];
+    for (int s = 1; s < h; ++s) T[h + s] = T[s] + x[i];
+  }
+}
 
 // The inverse of pack_row: `words` public words of a row from its `fields` fields (columns
 // past the last field's: zero).
