@@ -59,4 +59,20 @@ inline void or_bits_at(void* s, int64_t bit, uint64_t v) {
   std::memcpy(p, &t, 8);
 }
 
+// Tiles of R rows with n lanes per row, lane e of row r at
+// out[(r / R) * n * R + e * R + r % R]: row(r, lanes) writes the lanes of each row r < m; the
+// rows after m up to the tile boundary get `pad` in every lane.
+template <class T, class Row>
+void tile_rows(int64_t m, int64_t n, int64_t R, T* out, T pad, Row row) {
+  const int64_t rows = (m + R - 1) / R * R;
+  for (int64_t r = 0; r < rows; ++r) {
+    T* lanes = out + (r / R) * n * R + r % R;
+    if (r < m) {
+      row(r, lanes);
+    } else {
+      for (int64_t e = 0; e < n; ++e) lanes[e * R] = pad;
+    }
+  }
+}
+
 }  // namespace cpukern::ternary::pack_rows

@@ -150,4 +150,22 @@ void check_moved_sections(const AlignedBuffer& clean, Import import, const std::
   EXPECT_GT(moved, 0) << what;
 }
 
+// Fuzz trial `trial` of a serialised buffer: a copy of `clean` whose payload bytes are all
+// fill(trial) for the first `fills` trials, else with 1 to 4 random bit flips, in the header
+// (odd trials) or anywhere (even ones).
+template <class Fill, class Rng>
+AlignedBuffer fuzzed_copy(const AlignedBuffer& clean, int trial, int fills, Fill fill, Rng& rng) {
+  const uint64_t n = clean.size(), head = sizeof(Header);
+  AlignedBuffer b{static_cast<size_t>(n)};
+  std::memcpy(b.data(), clean.data(), size_t(n));
+  auto* p = b.data<unsigned char>();
+  if (trial < fills) {
+    std::memset(p + head, fill(trial), size_t(n - head));
+  } else {
+    for (int f = 0, flips = 1 + int(rng() % 4); f < flips; ++f)
+      p[trial % 2 ? rng() % head : rng() % n] ^= uint8_t(1u << (rng() % 8));
+  }
+  return b;
+}
+
 }  // namespace cpukern::blob::testing

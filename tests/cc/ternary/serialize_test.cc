@@ -248,20 +248,10 @@ TEST(TernarySerialize, FuzzedBuffersThrowOrComputeInBounds) {
       const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
       auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
       const AlignedBuffer clean = to_buffer(*w, true);
-      const int64_t n = int64_t(clean.size());
       for (int trial = 0; trial < 160; ++trial) {
-        AlignedBuffer b{static_cast<size_t>(n)};
-        std::memcpy(b.data(), clean.data(), size_t(n));
+        AlignedBuffer b =
+            blob::testing::fuzzed_copy(clean, trial, 16, [](int t) { return t * 17; }, rng);
         auto* p = b.data<unsigned char>();
-        if (trial < 16) {
-          std::memset(p + 448, trial * 17, size_t(n - 448));  // every payload byte one value
-        } else {
-          const int flips = 1 + int(rng() % 4);
-          for (int f = 0; f < flips; ++f) {
-            const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(n));
-            p[at] ^= uint8_t(1u << (rng() % 8));
-          }
-        }
         ImportOptions o;
         o.isa = v->name;
         o.extra_rows = &simde_variants();
