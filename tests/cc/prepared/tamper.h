@@ -168,4 +168,25 @@ AlignedBuffer fuzzed_copy(const AlignedBuffer& clean, int trial, int fills, Fill
   return b;
 }
 
+// Outcomes of fuzz(): both must occur in a meaningful fuzz.
+struct FuzzCounts {
+  int threw = 0, ran = 0;
+};
+
+// `trials` fuzzed copies of `clean` (fuzzed_copy), each given to use(buffer, trial), which
+// imports and runs it: it returns (counted as ran) or throws InvalidArgument (threw).
+template <class Fill, class Rng, class Use>
+void fuzz(const AlignedBuffer& clean, int trials, int fills, Fill fill, Rng& rng,
+          FuzzCounts& counts, Use use) {
+  for (int trial = 0; trial < trials; ++trial) {
+    AlignedBuffer b = fuzzed_copy(clean, trial, fills, fill, rng);
+    try {
+      use(b, trial);
+      ++counts.ran;
+    } catch (const InvalidArgument&) {
+      ++counts.threw;
+    }
+  }
+}
+
 }  // namespace cpukern::blob::testing

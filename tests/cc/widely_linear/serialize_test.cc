@@ -172,35 +172,25 @@ TEST(WidelyLinearSerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
 
 TEST(WidelyLinearSerialize, FuzzedBuffersThrowOrComputeInBounds) {
   std::mt19937 rng(3);
-  int threw = 0, ran = 0;
+  blob::testing::FuzzCounts counts;
   for (const Variant* v : runnable_rows()) {
     const Layer L = random_layer(2, 70, 100, rng);
     auto l = prep(*v, L);
     const AlignedBuffer clean = to_buffer(*l);
-    const int64_t size = int64_t(clean.size());
-    for (int trial = 0; trial < 120; ++trial) {
-      AlignedBuffer b = blob::testing::fuzzed_copy(
-          clean, trial, 8, [&](int t) { return t == 0 ? 0xFF : int(rng() % 256); }, rng);
-      auto* p = b.data<unsigned char>();
-      try {
-        auto got = import(p, size, false, v->name, true, &simde_variants());
-        if (got->n * got->m > (int64_t(1) << 20)) {  // a valid header, too large to run here
-          ++ran;
-          continue;
-        }
-        for (int64_t batch : {1, 4}) {
-          const auto x = random_x(batch * 2 * got->m, rng);
-          run_layer(*got, x, batch, true);
-          run_layer(*got, x, batch, false);
-        }
-        ++ran;
-      } catch (const InvalidArgument&) {
-        ++threw;
+    const auto fill = [&](int t) { return t == 0 ? 0xFF : int(rng() % 256); };
+    blob::testing::fuzz(clean, 120, 8, fill, rng, counts, [&](const AlignedBuffer& b, int) {
+      auto got = import(b.data<unsigned char>(), int64_t(b.size()), false, v->name, true,
+                        &simde_variants());
+      if (got->n * got->m > (int64_t(1) << 20)) return;  // a valid header, too large to run here
+      for (int64_t batch : {1, 4}) {
+        const auto x = random_x(batch * 2 * got->m, rng);
+        run_layer(*got, x, batch, true);
+        run_layer(*got, x, batch, false);
       }
-    }
+    });
   }
-  EXPECT_GT(threw, 0);
-  EXPECT_GT(ran, 0);
+  EXPECT_GT(counts.threw, 0);
+  EXPECT_GT(counts.ran, 0);
 }
 
 }  // namespace
