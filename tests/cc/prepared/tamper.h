@@ -16,6 +16,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
@@ -166,6 +167,32 @@ AlignedBuffer fuzzed_copy(const AlignedBuffer& clean, int trial, int fills, Fill
       p[trial % 2 ? rng() % head : rng() % n] ^= uint8_t(1u << (rng() % 8));
   }
   return b;
+}
+
+// check_header_flips (bits 0 and 7 of every header byte; under verify each flip is refused)
+// and check_moved_sections, for an op whose import_raw(bytes, size, verify) returns its
+// prepared weights and run(weights) a comparable result of running them (`expected`: the
+// clean weights' result).
+template <class Result, class Run, class ImportRaw>
+void check_tampering(const AlignedBuffer& clean, int ndims, const Result& expected, Run run,
+                     ImportRaw import_raw, const std::string& what) {
+  const auto counts = check_header_flips(
+      clean, ndims, expected, {0, 7},
+      [&](const unsigned char* p, int64_t n, bool verify) { return run(*import_raw(p, n, verify)); },
+      what);
+  EXPECT_EQ(counts.first.refused, int(sizeof(Header)) * 2) << what;
+  check_moved_sections(clean, import_raw, what);
+}
+
+// The rows a serialize test imports with: the registry's rows this CPU runs, then the SIMDe
+// rows (any host).
+template <class Registry, class Row>
+std::vector<const Row*> runnable_rows(const Registry& registry, const std::vector<Row>& simde) {
+  std::vector<const Row*> rows;
+  for (const Row& v : registry.variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Row& v : simde) rows.push_back(&v);
+  return rows;
 }
 
 // Outcomes of fuzz(): both must occur in a meaningful fuzz.

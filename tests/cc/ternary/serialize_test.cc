@@ -65,10 +65,7 @@ const std::vector<Case> kCases = {{0, 5, 0},   {3, 0, 0},    {1, 1, 0},   {17, 3
 // Every variant this CPU runs and every SIMDe row: export, import (a view), identical results.
 TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
   std::mt19937 rng(1);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
   for (const Variant* v : rows)
     for (const Case& c : kCases) {
       SCOPED_TRACE(std::string(v->name) + " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) +
@@ -191,10 +188,7 @@ TEST(TernarySerialize, HeaderErrorsNameTheArgument) {
 // moved by 64 bytes, checksum re-stamped: refused with or without verify.
 TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
   std::mt19937 rng(6);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
   for (const Variant* v : rows)
     for (const Case& c : {Case{20, 70, 0}, Case{18, 96, 32}}) {
       const std::string what = std::string(v->name) + " g=" + std::to_string(c.g);
@@ -223,12 +217,7 @@ TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
         if (!verify) o.isa = v->name;
         return from_buffer(p, n, nullptr, o);
       };
-      const auto counts = blob::testing::check_header_flips(
-          clean, 4, run_both(*w), {0, 7},
-          [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
-          what);
-      EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
-      blob::testing::check_moved_sections(clean, import_raw, what);
+      blob::testing::check_tampering(clean, 4, run_both(*w), run_both, import_raw, what);
     }
 }
 
@@ -237,10 +226,7 @@ TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
 // Memory safety itself is what the ASan leg checks.
 TEST(TernarySerialize, FuzzedBuffersThrowOrComputeInBounds) {
   std::mt19937 rng(5);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
   blob::testing::FuzzCounts counts;
   for (const Variant* v : rows)
     for (const Case& c : {Case{33, 77, 0}, Case{20, 300, 32}}) {

@@ -76,11 +76,7 @@ std::vector<float> random_x(int64_t n, std::mt19937& rng) {
 }
 
 std::vector<const Variant*> runnable_rows() {
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
-  return rows;
+  return blob::testing::runnable_rows(registry(), simde_variants());
 }
 
 TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
@@ -161,12 +157,7 @@ TEST(WidelyLinearSerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
     auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
       return import(p, n, verify, verify ? "" : v->name, true, &simde_variants());
     };
-    const auto counts = blob::testing::check_header_flips(
-        clean, 3, run_both(*l), {0, 7},
-        [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
-        what);
-    EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
-    blob::testing::check_moved_sections(clean, import_raw, what);
+    blob::testing::check_tampering(clean, 3, run_both(*l), run_both, import_raw, what);
   }
 }
 
