@@ -7,6 +7,8 @@
 // rows and builds a group's subset-sum table; the micro-kernels read the lanes.
 #pragma once
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #if defined(__BMI2__)
 #include <immintrin.h>
@@ -44,11 +46,39 @@ struct SplitPext {
 };
 #endif
 
-// Writes `fields` fields of one row of `words` public words: the row's "+1" and "-1" bit
-// streams are cut into fields of g.cols() bits; fields past the row's columns are zero.
+// Scratch of pack_row, reused across rows: a row's "+1" and "-1" masks (16 bits per public
+// word), computed in one pass over the row (vectorised for SplitPortable), then cut into
+// fields with one unaligned 8-byte read each.
+class RowMasks {
+ public:
+  explicit RowMasks(int64_t words) : pos_(size_t(words) + kPad), neg_(size_t(words) + kPad) {}
+  template <class Split>
+  void load(const uint32_t* row, int64_t words) {
+    uint16_t *pos = pos_.data(), *neg = neg_.data();
+    for (int64_t i = 0; i < words; ++i) {
+      pos[i] = uint16_t(Split::pos(row[i]));
+      neg[i] = uint16_t(Split::neg(row[i]));
+    }
+  }
+  uint64_t pos(int64_t bit) const { return bits_at(pos_.data(), bit); }
+  uint64_t neg(int64_t bit) const { return bits_at(neg_.data(), bit); }
+
+ private:
+  static constexpr size_t kPad = 8;  // zero masks past the row: a read at any field's bit
+  static uint64_t bits_at(const uint16_t* s, int64_t bit) {
+    uint64_t v;
+    std::memcpy(&v, reinterpret_cast<const unsigned char*>(s) + (bit >> 3), 8);
+    return v >> (bit & 7);
+  }
+  std::vector<uint16_t> pos_, neg_;
+};
+
+// Writes `fields` fields of one row of `words` public words (row null: a padding row, all
+// zero): the row's "+1" and "-1" bit streams cut into fields of g.cols() bits; fields past
+// the row's columns are zero. masks: scratch for at least `words` words.
 template <class Split>
 void pack_row(const Geometry& g, const Placement& p, const uint32_t* row, int64_t words,
-              int64_t fields, uint32_t* lanes) {
+              int64_t fields, RowMasks& masks, uint32_t* lanes) {
   const int cols = g.cols();
   const uint64_t mask = (uint64_t(1) << cols) - 1;
   const auto put = [&](int64_t c, uint64_t pos, uint64_t neg) {
@@ -60,16 +90,12 @@ void pack_row(const Geometry& g, const Placement& p, const uint32_t* row, int64_
       lane[p.neg_lane] = uint32_t(neg & mask) << p.neg_shift;
     }
   };
-  uint64_t pos = 0, neg = 0;  // pending bits, `bits` of them (< cols between words)
-  int bits = 0;
-  int64_t c = 0;
-  for (int64_t j = 0; j < words && c < fields; ++j) {
-    pos |= uint64_t(Split::pos(row[j])) << bits;
-    neg |= uint64_t(Split::neg(row[j])) << bits;
-    for (bits += 16; bits >= cols && c < fields; ++c, bits -= cols, pos >>= cols, neg >>= cols)
-      put(c, pos, neg);
+  if (!row) {
+    for (int64_t c = 0; c < fields; ++c) put(c, 0, 0);
+    return;
   }
-  for (; c < fields; ++c, pos = neg = 0) put(c, pos, neg);
+  masks.load<Split>(row, words);
+  for (int64_t c = 0; c < fields; ++c) put(c, masks.pos(c * cols), masks.neg(c * cols));
 }
 
 // Public words from 16 "+1" bits and 16 "-1" bits, portable: two table lookups per byte

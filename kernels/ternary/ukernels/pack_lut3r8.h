@@ -19,9 +19,10 @@ void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   const int64_t words = words_for(k), nblk = layouts::lut3r8_blocks(k);
   uint32_t* out = static_cast<uint32_t*>(dst);
   const int64_t rows = (m + kGeo.R - 1) / kGeo.R * kGeo.R;
+  ternary_lookup::RowMasks masks(words);
   for (int64_t r = 0; r < rows; ++r)
-    ternary_lookup::pack_row<Split>(kGeo, kPlace, packed + (r < m ? r * words : 0),
-                                    r < m ? words : 0, nblk,
+    ternary_lookup::pack_row<Split>(kGeo, kPlace, r < m ? packed + r * words : nullptr, words,
+                                    nblk, masks,
                                     out + (r / kGeo.R) * nblk * kPlace.stride + r % kGeo.R);
 }
 

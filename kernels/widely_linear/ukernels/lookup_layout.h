@@ -32,11 +32,12 @@ void pack_lanes(const Geometry& q, const uint32_t* planes, const Dims& d, void* 
   uint32_t* o = static_cast<uint32_t*>(out);
   const int64_t T = q.tiles(d), C = q.chunks(d);
   const ternary_lookup::Placement place{4 * q.R, 0, q.neg_shift};
+  ternary_lookup::RowMasks masks(d.words);
   for (int64_t s = 0; s < d.stages; ++s)
     for (int p = 0; p < 4; ++p)
       for (int64_t r = 0; r < d.n; ++r)
         ternary_lookup::pack_row<Split>(q, place, planes + ((s * 4 + p) * d.n + r) * d.words,
-                                        d.words, C,
+                                        d.words, C, masks,
                                         o + ((s * T + r / q.R) * C * 4 + p) * q.R + r % q.R);
 }
 
