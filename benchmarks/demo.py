@@ -42,7 +42,7 @@ import ml_dtypes
 import numpy as np
 
 import cpukern
-from cpukern import _ext, moe, ternary
+from cpukern import _ext, moe, ternary, widely_linear
 
 import roofline  # benchmarks/roofline.py, next to this file
 
@@ -190,22 +190,22 @@ def demo_widely_linear(args, rng, results, bandwidth):
     n, m = n2 // 2, m2 // 2
     print(f"\n== widely_linear (Fairy2i, 2 stages): {n2} x {m2}, selected '{selected('widely_linear')}'")
     a = rng.standard_normal((n2, m2)).astype(np.float32)
-    planes, scales = ternary.phase_quantize(a, stages=2)
-    dense = ternary.widely_linear_dense(planes, scales, m)
-    layer = ternary.prepare_widely_linear(planes, scales, m)
-    ref = ternary.prepare_widely_linear(planes, scales, m, isa="reference")
-    cold = cold_copies(lambda: ternary.prepare_widely_linear(planes, scales, m), layer.nbytes)
+    planes, scales = widely_linear.quantize(a, stages=2)
+    dense = widely_linear.dense(planes, scales, m)
+    layer = widely_linear.prepare(planes, scales, m)
+    ref = widely_linear.prepare(planes, scales, m, isa="reference")
+    cold = cold_copies(lambda: widely_linear.prepare(planes, scales, m), layer.nbytes)
     rows = []
     for b in args.batches[:2]:
         x = rng.standard_normal((b, m2)).astype(np.float32)
-        y = ternary.widely_linear(layer, x, threads=args.threads)
-        y_ref = ternary.widely_linear(ref, x, threads=args.threads)
+        y = widely_linear.apply(layer, x, threads=args.threads)
+        y_ref = widely_linear.apply(ref, x, threads=args.threads)
         mag = np.abs(x) @ np.abs(dense.T) * 4
         ok = bool(np.all(np.abs(y - y_ref) <= 2e-5 * mag + 1e-30))
         progress(f"widely_linear B={b}: fused, unfused, numpy")
-        t_f = timeit(lambda: ternary.widely_linear(layer, x, threads=args.threads))
-        t_c = timeit_rotating([lambda l=l: ternary.widely_linear(l, x, threads=args.threads) for l in cold])
-        t_u = timeit(lambda: ternary.widely_linear(layer, x, fused=False, threads=args.threads))
+        t_f = timeit(lambda: widely_linear.apply(layer, x, threads=args.threads))
+        t_c = timeit_rotating([lambda l=l: widely_linear.apply(l, x, threads=args.threads) for l in cold])
+        t_u = timeit(lambda: widely_linear.apply(layer, x, fused=False, threads=args.threads))
         t_np = timeit(lambda: x @ dense.T)
         ops = 2.0 * n2 * m2 * b  # dense-equivalent operations of the (2n, 2m) layer
         io_bytes = 4 * b * (n2 + m2)

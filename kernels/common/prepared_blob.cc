@@ -223,4 +223,12 @@ std::string name(const char (&field)[16]) { return get_name(field); }
 std::string name(const char (&field)[32]) { return get_name(field); }
 std::string name(const char (&field)[96]) { return get_name(field); }
 
+void check_reprepare_allowed(bool allowed, const std::string& arg, const std::string& variant,
+                             const std::string& layout, bool made_by, const std::string& then) {
+  check_arg(allowed, arg,
+            "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
+                (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
+                "; " + then);
+}
+
 }  // namespace cpukern::blob

@@ -23,6 +23,7 @@
 //    format across releases (export them again from the weights).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -153,5 +154,30 @@ std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& r
   }
   return {made_by, want};
 }
+
+// parse(), then verify_checksum() when opts.verify (first: a changed header says so).
+template <class Row>
+Header parse_import(const unsigned char* buf, int64_t size, const OpFormat& fmt,
+                    const ImportOptions<Row>& opts) {
+  const Header h = parse(buf, size, fmt, opts.arg);
+  if (opts.verify) verify_checksum(h, buf, opts.arg);
+  return h;
+}
+
+// A zero-copy import's last fields: `owner` keeps `buf` alive; opts.reprepared = false.
+template <class Prepared, class Row>
+std::shared_ptr<const Prepared> view_of(std::shared_ptr<Prepared> p, std::shared_ptr<const void> owner,
+                                        const unsigned char* buf, int64_t size,
+                                        const ImportOptions<Row>& opts) {
+  p->owner = std::move(owner);
+  p->buffer = {buf, size};
+  if (opts.reprepared) *opts.reprepared = false;
+  return p;
+}
+
+// An import that would prepare again (want != made_by): ValueError naming `arg` unless
+// `allowed` (ImportOptions::allow_reprepare); `then` ends the message.
+void check_reprepare_allowed(bool allowed, const std::string& arg, const std::string& variant,
+                             const std::string& layout, bool made_by, const std::string& then);
 
 }  // namespace cpukern::blob

@@ -36,18 +36,15 @@ static inline uint32_t cpukern_pext_u32(uint32_t src, uint32_t mask) {
 // Every 32-bit lane shifted by an immediate. GCC 12's _mm512_{s,sr}li_epi32 pass an undefined
 // vector through and -Wmaybe-uninitialized fires when they are inlined deep into a kernel; the
 // maskz form over all 16 lanes compiles to the same vpsrld / vpslld. SIMDe: the plain forms.
-static inline __m512i cpukern_srli_epi32(__m512i v, unsigned n) {
 #if defined(CPUKERN_SIMDE)
-  return _mm512_srli_epi32(v, n);
+static inline __m512i cpukern_srli_epi32(__m512i v, unsigned n) { return _mm512_srli_epi32(v, n); }
+static inline __m512i cpukern_slli_epi32(__m512i v, unsigned n) { return _mm512_slli_epi32(v, n); }
 #else
+static inline __m512i cpukern_srli_epi32(__m512i v, unsigned n) {
   return _mm512_maskz_srli_epi32(__mmask16(0xFFFF), v, n);
-#endif
 }
 static inline __m512i cpukern_slli_epi32(__m512i v, unsigned n) {
-#if defined(CPUKERN_SIMDE)
-  return _mm512_slli_epi32(v, n);
-#else
   return _mm512_maskz_slli_epi32(__mmask16(0xFFFF), v, n);
-#endif
 }
+#endif
 #endif

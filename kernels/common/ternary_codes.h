@@ -35,6 +35,17 @@ inline constexpr uint32_t compress_even_bits(uint32_t v) {
   v = (v | (v >> 8)) & 0x0000FFFFu;
   return v;
 }
+// Spreads the 16 low bits of v to the even bits of a word (the inverse of
+// compress_even_bits).
+inline constexpr uint32_t spread_to_even_bits(uint32_t v) {
+  v &= 0xFFFFu;
+  v = (v | (v << 8)) & 0x00FF00FFu;
+  v = (v | (v << 4)) & 0x0F0F0F0Fu;
+  v = (v | (v << 2)) & 0x33333333u;
+  v = (v | (v << 1)) & 0x55555555u;
+  return v;
+}
+
 inline constexpr uint32_t add_mask(uint32_t word) { return compress_even_bits(word >> 1); }
 inline constexpr uint32_t sub_mask(uint32_t word) { return compress_even_bits(word); }
 

@@ -107,16 +107,22 @@ int64_t first_bad_word(const uint32_t* p, int64_t m, int64_t words, int64_t k) {
 
 }  // namespace
 
-std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t k, const float* scale,
-                                                       int threads, int64_t group_size) {
-  const int nthreads = limits::resolve_threads(threads);
+std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_t k,
+                                             int64_t group_size) {
   auto p = std::make_shared<PreparedWeights>();
   p->variant = &v;
   p->isa = v.name;
   p->m = m;
   p->k = k;
   p->group_size = group_size;
+  return p;
+}
+
+std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
+                                                       int64_t m, int64_t k, const float* scale,
+                                                       int threads, int64_t group_size) {
+  const int nthreads = limits::resolve_threads(threads);
+  auto p = new_weights(v, m, k, group_size);
   if (scale && group_size > 0) {  // given (m, groups); kept group-major for the epilogue
     const int64_t groups = groups_for(k, group_size);
     p->scale.resize(size_t(m * groups));

@@ -86,8 +86,7 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
                                                    std::shared_ptr<const void> owner,
                                                    const ImportOptions& opts) {
   const std::string& arg = opts.arg;
-  const blob::Header h = blob::parse(buf, size, kOp, arg);
-  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
+  const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t m = h.dims[kM], k = h.dims[kK], g = h.dims[kGroup], has_scale = h.dims[kHasScale];
   check_arg(m >= 0 && k >= 0 && k <= limits::kMaxElements && m <= limits::kMaxElements, arg,
             "corrupted header (shape " + s(m) + " x " + s(k) + ")");
@@ -125,12 +124,7 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
     check_arg(i8_layout.empty() || (!same_layout(v) && i8_layout == v.ukernel.i8.layout), arg,
               "corrupted header (int8 layout '" + i8_layout + "', the variant reads '" +
                   (same_layout(v) ? std::string("its fp32 layout") : v.ukernel.i8.layout) + "')");
-    auto w = std::make_shared<PreparedWeights>();
-    w->variant = &v;
-    w->isa = v.name;
-    w->m = m;
-    w->k = k;
-    w->group_size = g;
+    auto w = new_weights(v, m, k, g);
     const int64_t f32_bytes = layout_bytes(v.ukernel.f32.packed_size, m, k, g);
     w->layout_view = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
     w->layout_view_bytes = f32_bytes;
@@ -139,17 +133,12 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
     if (i8_src)  // the row's own size too (the same layout word: the same size)
       w->i8_view = blob::section(h, buf, kI8Layout, layout_bytes(v.ukernel.i8.packed_size, m, k, g),
                                  arg, "int8 layout");
-    w->owner = std::move(owner);
-    w->buffer = {buf, size};
-    if (opts.reprepared) *opts.reprepared = false;
-    return w;
+    return blob::view_of(std::move(w), std::move(owner), buf, size, opts);
   }
 
   // Prepared on another CPU (or another variant asked for): back to the public words.
-  check_arg(opts.allow_reprepare, arg,
-            "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
-                (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
-                "; import it once with from_buffer (it prepares again for this CPU)");
+  blob::check_reprepare_allowed(opts.allow_reprepare, arg, variant, layout, made_by != nullptr,
+                                "import it once with from_buffer (it prepares again for this CPU)");
   const Packer* from = unpacker_for(layout);
   check_arg(from != nullptr, arg,
             "prepared for variant '" + variant + "' (layout '" + layout +

@@ -150,6 +150,10 @@ const Registry<TernaryGemvUkernel>& registry();
 // The SIMDe build of the AVX-512 micro-kernels as rows (only in the :simde library; tests).
 const std::vector<Variant>& simde_variants();
 
+// Weights of row v for (m, k, group_size), layout and scales not yet set (driver.cc).
+std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_t k,
+                                             int64_t group_size);
+
 // Internal entry point: prepare for an explicit row (prepare() and tests of rows outside
 // the registry, e.g. simde_variants()). Validates the codes (0b11, past k) but not the
 // shapes (prepare checks those).

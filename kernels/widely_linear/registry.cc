@@ -1,6 +1,6 @@
 // The registry rows, packers and SIMDe rows of the widely-linear op, from the kernel list
-// (ukernels/ukernels.inc). Compiled twice: into :widely_linear (registry(), packers()) and,
-// with CPUKERN_SIMDE, into :simde (simde_variants()).
+// (kernels/common/op_registry.inc). Compiled twice: into :widely_linear (registry(),
+// packers()) and, with CPUKERN_SIMDE, into :simde (simde_variants()).
 #include <vector>
 
 #include "kernels/common/isa.h"
@@ -18,45 +18,11 @@ namespace cpukern::widely_linear {
 #define CPUKERN_CATALOGUE_ONLY(arch, name, isakey, priority, kernels) \
   CPUKERN_ON(arch, Variant{#name, isa::isakey, priority, CPUKERN_WL_ROW_##kernels, false},)
 
-#define CPUKERN_PACKER(arch, layout, isakey, fn)
-
-#if defined(CPUKERN_SIMDE)
-
-const std::vector<Variant>& simde_variants() {
-  static const std::vector<Variant> rows = {
-#include "kernels/widely_linear/ukernels/ukernels.inc"
-  };
-  return rows;
-}
-
-#else
-
-const Registry<Ukernel>& registry() {
-  // isa="avx2_bmi2" (a row until the pext packer became a packer) still selects avx2.
-  static const Registry<Ukernel> reg("widely_linear",
-                                     {
-#include "kernels/widely_linear/ukernels/ukernels.inc"
-                                     },
-                                     {{"avx2_bmi2", "avx2"}});
-  return reg;
-}
-
-#undef CPUKERN_VARIANT
-#undef CPUKERN_CATALOGUE_ONLY
-#undef CPUKERN_PACKER
-#define CPUKERN_VARIANT(arch, name, isakey, priority, kernels)
-#define CPUKERN_CATALOGUE_ONLY(arch, name, isakey, priority, kernels)
-#define CPUKERN_PACKER(arch, layout, isakey, fn) \
-  CPUKERN_ON(arch, Packer{#fn, &layouts::layout, isa::isakey, fn},)
-
-const std::vector<Packer>& packers() {
-  static const std::vector<Packer> rows = {
-#include "kernels/widely_linear/ukernels/ukernels.inc"
-  };
-  return rows;
-}
-
-std::vector<VariantInfo> list_variants() { return registry().info(); }
-#endif
+#define CPUKERN_KERNEL_LIST "kernels/widely_linear/ukernels/ukernels.inc"
+#define CPUKERN_OP_NAME "widely_linear"
+#define CPUKERN_UKERNEL_TYPE Ukernel
+#define CPUKERN_PACKER_TYPE Packer
+#define CPUKERN_PACKER_ROW(layout, isakey, fn) Packer{#fn, &layouts::layout, isa::isakey, fn}
+#include "kernels/common/op_registry.inc"
 
 }  // namespace cpukern::widely_linear

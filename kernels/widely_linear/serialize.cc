@@ -55,8 +55,7 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
                                                  std::shared_ptr<const void> owner,
                                                  const ImportOptions& opts) {
   const std::string& arg = opts.arg;
-  const blob::Header h = blob::parse(buf, size, kOp, arg);
-  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
+  const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t stages = h.dims[kStages], n = h.dims[kN], m = h.dims[kM];
   const bool dims_ok = stages >= 1 && n >= 1 && m >= 1 && stages <= limits::kMaxElements &&
                        n <= limits::kMaxElements && m <= limits::kMaxElements;
@@ -88,15 +87,10 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
     layer->layout_view_bytes = bytes;
     layer->scales_view =
         reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
-    layer->owner = std::move(owner);
-    layer->buffer = {buf, size};
-    if (opts.reprepared) *opts.reprepared = false;
-    return layer;
+    return blob::view_of(std::move(layer), std::move(owner), buf, size, opts);
   }
-  check_arg(opts.allow_reprepare, arg,
-            "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
-                (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
-                "; import it once with from_buffer");
+  blob::check_reprepare_allowed(opts.allow_reprepare, arg, variant, layout, made_by != nullptr,
+                                "import it once with from_buffer");
   const Layout* from = layout_named(layout);
   check_arg(from == &layouts::t2p16x4, arg,
             "prepared for variant '" + variant + "' (layout '" + layout + "')" +

@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 from cpukern import _ext, _log
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
 from cpukern._ext import get_num_threads
 
@@ -154,5 +154,5 @@ _check_isa_env()
 _log.configure_from_env()
 
 __all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads",
-           "num_threads_is_set", "ternary", "moe", "__version__",
+           "num_threads_is_set", "ternary", "widely_linear", "moe", "__version__",
            "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

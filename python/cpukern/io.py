@@ -85,7 +85,7 @@ def save(path: str | os.PathLike, tensors: Mapping[str, Any], *, k: Optional[Map
     """Writes `tensors` (name -> numpy array or torch tensor) with the safetensors package.
 
     k: name -> K for every uint32 tensor (required for each): packed rows (M, ceil(K/16)) from
-    cpukern.ternary.pack/quantize, or planes (S, 4, n, ceil(m/16)) from phase_quantize with
+    cpukern.ternary.pack/quantize, or planes (S, 4, n, ceil(m/16)) from widely_linear.quantize with
     K = m. The header records the format version, K and, for planes, the number of stages.
     group_size: name -> G for packed rows whose scale is per group of G columns (G a multiple
     of 16; the scale tensor is saved by the caller like any other, shape (M, ceil(K/G))).
@@ -226,7 +226,7 @@ def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     truncated or rewritten in place while its arrays are alive: touching a page past the new
     end raises SIGBUS and kills the process, as with numpy.memmap or safetensors' mappings
     (replace files by writing a new one and renaming it, or load with mmap=False). What
-    ternary.prepare, prepare_widely_linear and moe.prepack return are copies in their own
+    ternary.prepare, widely_linear.prepare and moe.prepack return are copies in their own
     layouts and do not depend on the file; so are the modules TernaryLinear.from_checkpoint
     builds."""
     tensors, meta = _st.read(path, mmap=mmap, check=_check_cpukern)

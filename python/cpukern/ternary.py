@@ -1,5 +1,8 @@
-"""Multiplication-free ternary layers (FairyFuse): a GEMV over {-1, 0, +1} weights and the
-fused widely-linear complex layer (Fairy2i).
+"""Multiplication-free ternary layers (FairyFuse): a GEMV over {-1, 0, +1} weights, and the
+serialisation of prepared weights of both ternary ops (this GEMV and cpukern.widely_linear).
+
+phase_quantize, widely_linear_dense, prepare_widely_linear and widely_linear are aliases of
+cpukern.widely_linear's quantize, dense, prepare and apply, kept for one release.
 
 Results are torch tensors when the (first) array argument is one, numpy arrays otherwise.
 
@@ -359,121 +362,11 @@ method_of(WidelyLinearWeights, "__reduce__", _reduce)
 method_of(WidelyLinearWeights, "to_bytes", _widely_linear_to_bytes)
 
 
-# --- Fairy2i widely-linear layer -------------------------------------------------------
-
-def phase_quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """Fairy2i quantisation of a real float32 (2n, 2m) weight (nn.Linear [out, in]).
-
-    U_re=(A11+A22)/2, U_im=(A21-A12)/2, W_re=(A11-A22)/2, W_im=(A12+A21)/2; each stage maps
-    every complex weight of U and of W to the nearest of {+1, -1, +i, -i} with per-tensor,
-    per-axis scales, and the next stage quantises the residual. Returns planes uint32
-    (stages, 4, n, ceil(m/16)) in the order U_re, U_im, W_re, W_im and scales float32 (stages, 4).
-    """
-    stages = int_arg(stages, "stages", 1)
-    a = check_array(a, "a", "float32", (2,))
-    rows, cols = shape_of(a)
-    if rows % 2 or cols % 2 or rows == 0 or cols == 0:
-        raise ValueError(f"a: expected a (2n, 2m) matrix with n, m >= 1, got {describe(a)}")
-    n, m = rows // 2, cols // 2
-    planes = empty(a, (stages, 4, n, _words(m)), "uint32", "stages")
-    scales = empty(a, (stages, 4), "float32", "stages")
-    _ext.widely_linear_phase_quantize(native(a, "a"), stages, native(planes), native(scales))
-    return planes, scales
-
-
-def _staged(planes: Any, scales: Any) -> tuple[Any, Any]:
-    """(4, n, words) planes with (4,) or (4, n) scales mean one stage: add the axis (a view)."""
-    planes = check_array(planes, "planes", "uint32", (3, 4))
-    scales = check_array(scales, "scales", "float32", (1, 2, 3))
-    if planes.ndim == 3:
-        planes = planes[None]
-        if scales.ndim in (1, 2):
-            scales = scales[None]
-    return planes, scales
-
-
-def _layer_shape(planes: Any, scales: Any, m: int) -> int:
-    """Checks (S, 4, n, ceil(m/16)) planes against (S, 4) / (S, 4, n) scales; returns n."""
-    s, four, n, words = shape_of(planes)
-    if four != 4:
-        raise ValueError(f"planes: expected shape (stages, 4, n, words) with the planes U_re, U_im, "
-                         f"W_re, W_im, got {describe(planes)}")
-    if s < 1 or n < 1:
-        raise ValueError(f"planes: expected at least one stage and one row, got {describe(planes)}")
-    if words != _words(m):
-        raise ValueError(f"planes: expected ceil(m/16) = {_words(m)} words per row for m = {m}, got "
-                         f"{describe(planes)}")
-    if scales.ndim == 3:
-        check_shape(scales, "scales", (s, 4, n))
-    else:
-        check_shape(scales, "scales", (s, 4))
-    return n
-
-
-def widely_linear_dense(planes: Any, scales: Any, m: int) -> np.ndarray:
-    """The real float32 (2n, 2m) matrix a quantised widely-linear layer stands for."""
-    m = int_arg(m, "m", 1)
-    planes, scales = _staged(planes, scales)
-    n = _layer_shape(planes, scales, m)
-    out = empty(planes, (2 * n, 2 * m), "float32", "m")
-    _ext.widely_linear_dense(native(planes, "planes"), native(scales, "scales"), m, native(out))
-    return out
-
-
-def prepare_widely_linear(planes: Any, scales: Any, m: int, *,
-                          isa: Optional[str] = None) -> WidelyLinearWeights:
-    """Converts a widely-linear layer once into the selected (or forced) kernel's layout."""
-    m = int_arg(m, "m", 1)
-    isa = isa_arg(isa)
-    planes, scales = _staged(planes, scales)
-    _layer_shape(planes, scales, m)
-    layer = _ext.widely_linear_prepare(native(planes, "planes"), native(scales, "scales"), m, isa)
-    _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
-    return layer
-
-
-def widely_linear(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *,
-                  fused: bool = True, isa: Optional[str] = None, threads: Optional[int] = None,
-                  out: Any = None) -> Any:
-    """y = U x + W conj(x) as a real layer: x float32 (2m,) or (B, 2m) = [x_re | x_im];
-    returns float32 (2n,) or (B, 2n) = [y_re | y_im], a drop-in for `a @ x` with
-    a = widely_linear_dense(planes, scales, m).
-
-    planes: uint32 (S, 4, n, ceil(m/16)) (or (4, n, words) for S = 1) with scales (S, 4) /
-    (S, 4, n), or a WidelyLinearWeights (then scales may be None).
-    fused=False runs the naive schedule (8 GEMV passes per stage) over the same bytes.
-    """
-    x = check_array(x, "x", "float32", (1, 2))
-    fused = bool_arg(fused, "fused")
-    nthreads = threads_arg(threads)
-    if isinstance(planes, WidelyLinearWeights):
-        if scales is not None:
-            raise ValueError("scales: expected None (the prepared layer carries its scales), got "
-                             f"{type(scales).__name__}")
-        isa = isa_arg(isa)
-        if isa and isa != planes.isa:
-            raise ValueError(f"isa: expected None or '{planes.isa}' (the variant the layer was "
-                             f"prepared for), got {isa!r}")
-        layer = planes
-    elif isinstance(planes, np.ndarray) or is_torch(planes):
-        if scales is None:
-            raise ValueError("scales: expected float32 scales when planes is an array, got None")
-        cols = shape_of(x)[-1]
-        if cols % 2 or cols == 0:
-            raise ValueError(f"x: expected an even number 2m >= 2 of columns [x_re | x_im], got "
-                             f"{describe(x)}")
-        layer = prepare_widely_linear(planes, scales, cols // 2, isa=isa)
-    else:
-        raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got "
-                        f"{type(planes).__name__}")
-    rows, cols = layer.shape
-    if shape_of(x)[-1] != cols:
-        raise ValueError(f"x: expected 2m = {cols} columns, got {describe(x)}")
-    out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
-    y = out_or_new(out, x, out_shape, "float32")
-    _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"))
-    return y
-
+# The widely-linear layer's former names here (its API is cpukern.widely_linear): aliases,
+# kept for one release.
+from cpukern.widely_linear import (apply as widely_linear, dense as widely_linear_dense,  # noqa: E402
+                                   prepare as prepare_widely_linear,
+                                   quantize as phase_quantize)
 
 # Weights on disk (safetensors, mapped on load): see cpukern.io.
 from cpukern.io import load, save  # noqa: E402

@@ -69,8 +69,8 @@ def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
         if op == "ternary_gemv":
             cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16, isa=name)
         elif op == "widely_linear":
-            planes, scales = cpukern.ternary.phase_quantize(np.ones((2, 2), np.float32), 1)
-            cpukern.ternary.prepare_widely_linear(planes, scales, 1, isa=name)
+            planes, scales = cpukern.widely_linear.quantize(np.ones((2, 2), np.float32), 1)
+            cpukern.widely_linear.prepare(planes, scales, 1, isa=name)
         else:
             import ml_dtypes
             cpukern.moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
@@ -122,13 +122,13 @@ def test_set_num_threads():
 
 def _every_op_call():
     """One small call per op with a threads= argument: name -> f(threads)."""
-    from cpukern import moe, ternary
+    from cpukern import moe, ternary, widely_linear
 
     rng = np.random.default_rng(1)
     w = ternary.pack(rng.integers(-1, 2, size=(8, 40)).astype(np.int8))
     x = rng.standard_normal(40).astype(np.float32)
-    planes, scales = ternary.phase_quantize(rng.standard_normal((8, 64)).astype(np.float32), 2)
-    layer = ternary.prepare_widely_linear(planes, scales, 32)
+    planes, scales = widely_linear.quantize(rng.standard_normal((8, 64)).astype(np.float32), 2)
+    layer = widely_linear.prepare(planes, scales, 32)
     xw = rng.standard_normal(64).astype(np.float32)
     bf = ml_dtypes.bfloat16
     p13 = moe.prepack(rng.standard_normal((4, 16, 16)).astype(bf))
@@ -137,7 +137,7 @@ def _every_op_call():
     tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
     return {
         "ternary_gemv": lambda t: ternary.gemv(w, x, threads=t),
-        "widely_linear": lambda t: ternary.widely_linear(layer, xw, threads=t),
+        "widely_linear": lambda t: widely_linear.apply(layer, xw, threads=t),
         "fused_moe": lambda t: moe.fused_moe(xb, p13, p2, tw, ids, threads=t),
     }
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import cpukern
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 
 UNDER_QEMU = bool(os.environ.get("CPUKERN_QEMU_CPU"))
 BF = ml_dtypes.bfloat16
@@ -45,8 +45,8 @@ class Ctx:
         self.X = rng.standard_normal(40).astype(np.float32)
         self.XB = rng.standard_normal((2, 40)).astype(np.float32)
         self.A = rng.standard_normal((8, 64)).astype(np.float32)        # n = 4, m = 32
-        self.PL, self.SC = ternary.phase_quantize(self.A, 2)            # (2, 4, 4, 2), (2, 4)
-        self.L = ternary.prepare_widely_linear(self.PL, self.SC, 32)
+        self.PL, self.SC = widely_linear.quantize(self.A, 2)            # (2, 4, 4, 2), (2, 4)
+        self.L = widely_linear.prepare(self.PL, self.SC, 32)
         self.XW = rng.standard_normal(64).astype(np.float32)
         e, h, i, t = 4, 16, 8, 3
         self.E, self.H, self.I, self.T = e, h, i, t
@@ -207,59 +207,59 @@ CASES = [
     ("to_bytes/out_is_the_viewed_buffer", ValueError, "out",
      lambda c: c.in_view(c.TW, ternary.from_buffer, lambda w, buf: ternary.to_bytes(w, out=buf))),
 
-    # ternary.phase_quantize
-    ("phase_quantize/dtype", TypeError, "a", lambda c: ternary.phase_quantize(c.A.astype(np.float64))),
-    ("phase_quantize/ndim", ValueError, "a", lambda c: ternary.phase_quantize(c.A[None])),
-    ("phase_quantize/odd_rows", ValueError, "a", lambda c: ternary.phase_quantize(c.A[:7].copy())),
-    ("phase_quantize/odd_cols", ValueError, "a", lambda c: ternary.phase_quantize(c.A[:, :63].copy())),
-    ("phase_quantize/empty", ValueError, "a", lambda c: ternary.phase_quantize(np.ones((0, 4), np.float32))),
-    ("phase_quantize/stages_0", ValueError, "stages", lambda c: ternary.phase_quantize(c.A, 0)),
-    ("phase_quantize/stages_type", TypeError, "stages", lambda c: ternary.phase_quantize(c.A, 2.0)),
-    ("phase_quantize/stages_huge", ValueError, "stages", lambda c: ternary.phase_quantize(c.A[:2, :2].copy(), 2**45)),
-    ("phase_quantize/stages_past_int64", ValueError, "stages", lambda c: ternary.phase_quantize(c.A, 2**70)),
-    ("phase_quantize/inf", ValueError, "a", lambda c: ternary.phase_quantize(np.full((2, 2), np.inf, np.float32))),
-    ("phase_quantize/non_contiguous", TypeError, "a", lambda c: ternary.phase_quantize(c.A[:, ::2])),
+    # widely_linear.quantize
+    ("phase_quantize/dtype", TypeError, "a", lambda c: widely_linear.quantize(c.A.astype(np.float64))),
+    ("phase_quantize/ndim", ValueError, "a", lambda c: widely_linear.quantize(c.A[None])),
+    ("phase_quantize/odd_rows", ValueError, "a", lambda c: widely_linear.quantize(c.A[:7].copy())),
+    ("phase_quantize/odd_cols", ValueError, "a", lambda c: widely_linear.quantize(c.A[:, :63].copy())),
+    ("phase_quantize/empty", ValueError, "a", lambda c: widely_linear.quantize(np.ones((0, 4), np.float32))),
+    ("phase_quantize/stages_0", ValueError, "stages", lambda c: widely_linear.quantize(c.A, 0)),
+    ("phase_quantize/stages_type", TypeError, "stages", lambda c: widely_linear.quantize(c.A, 2.0)),
+    ("phase_quantize/stages_huge", ValueError, "stages", lambda c: widely_linear.quantize(c.A[:2, :2].copy(), 2**45)),
+    ("phase_quantize/stages_past_int64", ValueError, "stages", lambda c: widely_linear.quantize(c.A, 2**70)),
+    ("phase_quantize/inf", ValueError, "a", lambda c: widely_linear.quantize(np.full((2, 2), np.inf, np.float32))),
+    ("phase_quantize/non_contiguous", TypeError, "a", lambda c: widely_linear.quantize(c.A[:, ::2])),
 
-    # ternary.widely_linear_dense / prepare_widely_linear
-    ("widely_linear_dense/planes_dtype", TypeError, "planes", lambda c: ternary.widely_linear_dense(c.PL.astype(np.int32), c.SC, 32)),
-    ("widely_linear_dense/planes_ndim", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL[0, 0], c.SC, 32)),
-    ("widely_linear_dense/planes_not_4", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL[:, :3].copy(), c.SC[:, :3].copy(), 32)),
-    ("widely_linear_dense/words_vs_m", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL, c.SC, 100)),
-    ("widely_linear_dense/m_huge", ValueError, "m", lambda c: ternary.widely_linear_dense(c.PL, c.SC, 2**63 - 1)),
-    ("widely_linear_dense/m_type", TypeError, "m", lambda c: ternary.widely_linear_dense(c.PL, c.SC, "32")),
-    ("widely_linear_dense/scales_shape", ValueError, "scales", lambda c: ternary.widely_linear_dense(c.PL, c.SC[:1].copy(), 32)),
-    ("widely_linear_dense/scales_dtype", TypeError, "scales", lambda c: ternary.widely_linear_dense(c.PL, c.SC.astype(np.float64), 32)),
-    ("widely_linear_dense/scales_nan", ValueError, "scales", lambda c: ternary.widely_linear_dense(c.PL, np.full_like(c.SC, np.nan), 32)),
-    ("widely_linear_dense/code_11", ValueError, "planes", lambda c: ternary.widely_linear_dense(c.PL | np.uint32(3), c.SC, 32)),
-    ("prepare_widely_linear/m_huge", ValueError, "m", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 2**63 - 1)),
-    ("prepare_widely_linear/m_zero", ValueError, "m", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 0)),
-    ("prepare_widely_linear/words_vs_m", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 8)),
-    ("prepare_widely_linear/code_11", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL | np.uint32(3 << 4), c.SC, 32)),
-    ("prepare_widely_linear/code_past_m", ValueError, "planes", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 31)),
+    # widely_linear.dense / prepare
+    ("widely_linear_dense/planes_dtype", TypeError, "planes", lambda c: widely_linear.dense(c.PL.astype(np.int32), c.SC, 32)),
+    ("widely_linear_dense/planes_ndim", ValueError, "planes", lambda c: widely_linear.dense(c.PL[0, 0], c.SC, 32)),
+    ("widely_linear_dense/planes_not_4", ValueError, "planes", lambda c: widely_linear.dense(c.PL[:, :3].copy(), c.SC[:, :3].copy(), 32)),
+    ("widely_linear_dense/words_vs_m", ValueError, "planes", lambda c: widely_linear.dense(c.PL, c.SC, 100)),
+    ("widely_linear_dense/m_huge", ValueError, "m", lambda c: widely_linear.dense(c.PL, c.SC, 2**63 - 1)),
+    ("widely_linear_dense/m_type", TypeError, "m", lambda c: widely_linear.dense(c.PL, c.SC, "32")),
+    ("widely_linear_dense/scales_shape", ValueError, "scales", lambda c: widely_linear.dense(c.PL, c.SC[:1].copy(), 32)),
+    ("widely_linear_dense/scales_dtype", TypeError, "scales", lambda c: widely_linear.dense(c.PL, c.SC.astype(np.float64), 32)),
+    ("widely_linear_dense/scales_nan", ValueError, "scales", lambda c: widely_linear.dense(c.PL, np.full_like(c.SC, np.nan), 32)),
+    ("widely_linear_dense/code_11", ValueError, "planes", lambda c: widely_linear.dense(c.PL | np.uint32(3), c.SC, 32)),
+    ("prepare_widely_linear/m_huge", ValueError, "m", lambda c: widely_linear.prepare(c.PL, c.SC, 2**63 - 1)),
+    ("prepare_widely_linear/m_zero", ValueError, "m", lambda c: widely_linear.prepare(c.PL, c.SC, 0)),
+    ("prepare_widely_linear/words_vs_m", ValueError, "planes", lambda c: widely_linear.prepare(c.PL, c.SC, 8)),
+    ("prepare_widely_linear/code_11", ValueError, "planes", lambda c: widely_linear.prepare(c.PL | np.uint32(3 << 4), c.SC, 32)),
+    ("prepare_widely_linear/code_past_m", ValueError, "planes", lambda c: widely_linear.prepare(c.PL, c.SC, 31)),
     ("prepare_widely_linear/scales_per_row_shape", ValueError, "scales",
-     lambda c: ternary.prepare_widely_linear(c.PL, np.ones((2, 4, 3), np.float32), 32)),
-    ("prepare_widely_linear/scales_inf", ValueError, "scales", lambda c: ternary.prepare_widely_linear(c.PL, np.full_like(c.SC, np.inf), 32)),
-    ("prepare_widely_linear/isa_unknown", ValueError, "isa", lambda c: ternary.prepare_widely_linear(c.PL, c.SC, 32, isa="sve2")),
-    ("prepare_widely_linear/non_contiguous", TypeError, "planes", lambda c: ternary.prepare_widely_linear(_nc(c.PL), c.SC, 32)),
+     lambda c: widely_linear.prepare(c.PL, np.ones((2, 4, 3), np.float32), 32)),
+    ("prepare_widely_linear/scales_inf", ValueError, "scales", lambda c: widely_linear.prepare(c.PL, np.full_like(c.SC, np.inf), 32)),
+    ("prepare_widely_linear/isa_unknown", ValueError, "isa", lambda c: widely_linear.prepare(c.PL, c.SC, 32, isa="sve2")),
+    ("prepare_widely_linear/non_contiguous", TypeError, "planes", lambda c: widely_linear.prepare(_nc(c.PL), c.SC, 32)),
 
-    # ternary.widely_linear
-    ("widely_linear/x_dtype", TypeError, "x", lambda c: ternary.widely_linear(c.L, c.XW.astype(np.float64))),
-    ("widely_linear/x_ndim", ValueError, "x", lambda c: ternary.widely_linear(c.L, np.array(1, np.float32))),
-    ("widely_linear/x_cols", ValueError, "x", lambda c: ternary.widely_linear(c.L, c.XW[:62].copy())),
-    ("widely_linear/x_odd_cols", ValueError, "x", lambda c: ternary.widely_linear(c.PL, c.XW[:63].copy(), c.SC)),
-    ("widely_linear/scales_missing", ValueError, "scales", lambda c: ternary.widely_linear(c.PL, c.XW)),
-    ("widely_linear/scales_with_layer", ValueError, "scales", lambda c: ternary.widely_linear(c.L, c.XW, c.SC)),
-    ("widely_linear/planes_type", TypeError, "planes", lambda c: ternary.widely_linear("layer", c.XW)),
-    ("widely_linear/fused_type", TypeError, "fused", lambda c: ternary.widely_linear(c.L, c.XW, fused=np.ones(2))),
-    ("widely_linear/threads_past_max", ValueError, "threads", lambda c: ternary.widely_linear(c.L, c.XW, threads=cpukern.MAX_THREADS + 1)),
-    ("widely_linear/threads_huge", ValueError, "threads", lambda c: ternary.widely_linear(c.L, c.XW, threads=2**40)),
-    ("widely_linear/isa_mismatch", ValueError, "isa", lambda c: ternary.widely_linear(c.L, c.XW, isa="avx9000")),
-    ("widely_linear/out_shape", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(9, np.float32)))),
-    ("widely_linear/out_dtype", TypeError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.watch(np.empty(8, np.int32)))),
-    ("widely_linear/out_overlaps_x", ValueError, "out", lambda c: ternary.widely_linear(c.L, c.XW, out=c.XW[:8])),
+    # widely_linear.apply
+    ("widely_linear/x_dtype", TypeError, "x", lambda c: widely_linear.apply(c.L, c.XW.astype(np.float64))),
+    ("widely_linear/x_ndim", ValueError, "x", lambda c: widely_linear.apply(c.L, np.array(1, np.float32))),
+    ("widely_linear/x_cols", ValueError, "x", lambda c: widely_linear.apply(c.L, c.XW[:62].copy())),
+    ("widely_linear/x_odd_cols", ValueError, "x", lambda c: widely_linear.apply(c.PL, c.XW[:63].copy(), c.SC)),
+    ("widely_linear/scales_missing", ValueError, "scales", lambda c: widely_linear.apply(c.PL, c.XW)),
+    ("widely_linear/scales_with_layer", ValueError, "scales", lambda c: widely_linear.apply(c.L, c.XW, c.SC)),
+    ("widely_linear/planes_type", TypeError, "planes", lambda c: widely_linear.apply("layer", c.XW)),
+    ("widely_linear/fused_type", TypeError, "fused", lambda c: widely_linear.apply(c.L, c.XW, fused=np.ones(2))),
+    ("widely_linear/threads_past_max", ValueError, "threads", lambda c: widely_linear.apply(c.L, c.XW, threads=cpukern.MAX_THREADS + 1)),
+    ("widely_linear/threads_huge", ValueError, "threads", lambda c: widely_linear.apply(c.L, c.XW, threads=2**40)),
+    ("widely_linear/isa_mismatch", ValueError, "isa", lambda c: widely_linear.apply(c.L, c.XW, isa="avx9000")),
+    ("widely_linear/out_shape", ValueError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.watch(np.empty(9, np.float32)))),
+    ("widely_linear/out_dtype", TypeError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.watch(np.empty(8, np.int32)))),
+    ("widely_linear/out_overlaps_x", ValueError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.XW[:8])),
     ("widely_linear/out_in_prepared_buffer", ValueError, "out",
      lambda c: c.in_view(c.L, ternary.from_buffer,
-                         lambda w, buf: ternary.widely_linear(w, c.XW, out=c.tail(buf, np.float32, (8,))))),
+                         lambda w, buf: widely_linear.apply(w, c.XW, out=c.tail(buf, np.float32, (8,))))),
     ("widely_linear/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
      lambda c: c.in_view(c.L, ternary.from_buffer, lambda w, buf: ternary.to_bytes(w, out=buf))),
 
@@ -420,7 +420,7 @@ def test_bad_input(case_id):
 
 _FORCE_CODE = r"""
 import sys, numpy as np, ml_dtypes, cpukern
-from cpukern import ternary, moe
+from cpukern import ternary, widely_linear, moe
 op = sys.argv[1]
 names = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
 if not names:
@@ -429,8 +429,8 @@ try:
     if op == "ternary_gemv":
         ternary.gemv(ternary.pack(np.ones((2, 16), np.int8)), np.ones(16, np.float32), isa=names[0])
     elif op == "widely_linear":
-        pl, sc = ternary.phase_quantize(np.ones((2, 2), np.float32), 1)
-        ternary.prepare_widely_linear(pl, sc, 1, isa=names[0])
+        pl, sc = widely_linear.quantize(np.ones((2, 2), np.float32), 1)
+        widely_linear.prepare(pl, sc, 1, isa=names[0])
     else:
         moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
 except ValueError as e:

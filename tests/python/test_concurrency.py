@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 import cpukern
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 from variants import supported
 
 UNDER_QEMU = bool(os.environ.get("CPUKERN_QEMU_CPU"))
@@ -46,14 +46,14 @@ def _make_jobs():
         jobs.append((f"pack{i}", lambda w=w: ternary.pack(w)))
     for i, (n2, m2, stages) in enumerate([(8, 64, 2), (34, 50, 1)]):
         a = rng.standard_normal((n2, m2)).astype(np.float32)
-        planes, scales = ternary.phase_quantize(a, stages)
+        planes, scales = widely_linear.quantize(a, stages)
         for isa in supported("widely_linear"):
-            layer = ternary.prepare_widely_linear(planes, scales, m2 // 2, isa=isa)
+            layer = widely_linear.prepare(planes, scales, m2 // 2, isa=isa)
             x = rng.standard_normal((2, m2)).astype(np.float32)
             for t in (None, 2):
-                jobs.append((f"wl{i}/{isa}/t{t}", lambda l=layer, x=x, t=t: ternary.widely_linear(l, x, threads=t)))
-            jobs.append((f"wl{i}/{isa}/unfused", lambda l=layer, x=x: ternary.widely_linear(l, x, fused=False)))
-        jobs.append((f"phase_quantize{i}", lambda a=a, s=stages: ternary.phase_quantize(a, s)[0]))
+                jobs.append((f"wl{i}/{isa}/t{t}", lambda l=layer, x=x, t=t: widely_linear.apply(l, x, threads=t)))
+            jobs.append((f"wl{i}/{isa}/unfused", lambda l=layer, x=x: widely_linear.apply(l, x, fused=False)))
+        jobs.append((f"phase_quantize{i}", lambda a=a, s=stages: widely_linear.quantize(a, s)[0]))
     for i, (e, h, inter, t_count, topk) in enumerate([(4, 32, 16, 5, 2), (8, 24, 40, 9, 3)]):
         w13 = (rng.standard_normal((e, 2 * inter, h)) / np.sqrt(h)).astype(BF16)
         w2 = (rng.standard_normal((e, h, inter)) / np.sqrt(inter)).astype(BF16)

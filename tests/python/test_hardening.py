@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import cpukern
-from cpukern import convert, io, moe, ternary
+from cpukern import convert, io, moe, ternary, widely_linear
 from variants import UNDER_QEMU, variant_params
 
 BF16 = ml_dtypes.bfloat16
@@ -49,8 +49,8 @@ def _blobs(isa_t, isa_wl):
     w = RNG.integers(-1, 2, (16, 64)).astype(np.int8)
     yield ternary.to_bytes(ternary.prepare(ternary.pack(w), 64, RNG.random(16).astype(np.float32),
                                            isa=isa_t))
-    planes, scales = ternary.phase_quantize(RNG.standard_normal((8, 32)).astype(np.float32), 2)
-    yield ternary.to_bytes(ternary.prepare_widely_linear(planes, scales, 16, isa=isa_wl))
+    planes, scales = widely_linear.quantize(RNG.standard_normal((8, 32)).astype(np.float32), 2)
+    yield ternary.to_bytes(widely_linear.prepare(planes, scales, 16, isa=isa_wl))
 
 
 @pytest.mark.parametrize("isa", variant_params("ternary_gemv"))

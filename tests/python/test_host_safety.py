@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cpukern
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 from variants import UNDER_QEMU, supported
 
 BF16 = ml_dtypes.bfloat16
@@ -291,11 +291,11 @@ def test_every_op_accepts_empty_batches(kind, T):
     assert tuple(ternary.unpack(T(np.zeros((4, 0), np.uint32)), 0).shape) == (4, 0)
     p, s = ternary.quantize(T(np.zeros((0, 32), np.float32)))
     assert tuple(p.shape) == (0, 2) and tuple(s.shape) == (0,)
-    planes, scales = ternary.phase_quantize(rng.standard_normal((8, 16)).astype(np.float32))
+    planes, scales = widely_linear.quantize(rng.standard_normal((8, 16)).astype(np.float32))
     for isa in supported("widely_linear"):
-        layer = ternary.prepare_widely_linear(T(planes), T(scales), 8, isa=isa)
-        assert tuple(ternary.widely_linear(layer, T(np.zeros((0, 16), np.float32))).shape) == (0, 8)
-    assert tuple(ternary.widely_linear(T(planes), T(np.zeros((0, 16), np.float32)), T(scales)).shape) == (0, 8)
+        layer = widely_linear.prepare(T(planes), T(scales), 8, isa=isa)
+        assert tuple(widely_linear.apply(layer, T(np.zeros((0, 16), np.float32))).shape) == (0, 8)
+    assert tuple(widely_linear.apply(T(planes), T(np.zeros((0, 16), np.float32)), T(scales)).shape) == (0, 8)
     tw_, ids = moe.route(T(np.zeros((0, 4), np.float32)), 2)
     assert tuple(tw_.shape) == (0, 2) and tuple(ids.shape) == (0, 2)
     for isa in supported("fused_moe"):

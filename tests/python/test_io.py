@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cpukern import io, ternary
+from cpukern import io, ternary, widely_linear
 
 pytest.importorskip("safetensors", reason="the safetensors package is not installed here: cpukern.io tests skipped")
 
@@ -17,7 +17,7 @@ RNG = np.random.default_rng(11)
 def layer_tensors():
     w = RNG.standard_normal((24, 50)).astype(np.float32)
     packed, scale = ternary.quantize(w)
-    planes, scales = ternary.phase_quantize(RNG.standard_normal((16, 40)).astype(np.float32), stages=2)
+    planes, scales = widely_linear.quantize(RNG.standard_normal((16, 40)).astype(np.float32), stages=2)
     bias = RNG.standard_normal(24).astype(ml_dtypes.bfloat16)
     tensors = {"fc.packed": packed, "fc.scale": scale, "wl.planes": planes, "wl.scales": scales,
                "fc.bias": bias}
@@ -48,7 +48,7 @@ def test_round_trip_and_use(saved, mmap):
     w = ternary.prepare(ck["fc.packed"], ck.k("fc.packed"), ck["fc.scale"])
     np.testing.assert_array_equal(ternary.gemv(w, x),
                                   ternary.gemv(ternary.prepare(tensors["fc.packed"], 50, tensors["fc.scale"]), x))
-    layer = ternary.prepare_widely_linear(ck["wl.planes"], ck["wl.scales"], ck.k("wl.planes"))
+    layer = widely_linear.prepare(ck["wl.planes"], ck["wl.scales"], ck.k("wl.planes"))
     assert layer.shape == (16, 40)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cpukern
-from cpukern import _log, moe, ternary
+from cpukern import _log, moe, ternary, widely_linear
 from variants import UNDER_QEMU
 
 
@@ -36,8 +36,8 @@ def _records(caplog):
 def _prepare_all(isa=None):
     packed = ternary.pack(np.ones((4, 32), np.int8))
     ternary.prepare(packed, 32, isa=isa)
-    planes, scales = ternary.phase_quantize(np.ones((4, 4), np.float32))
-    ternary.prepare_widely_linear(planes, scales, 2, isa=isa)
+    planes, scales = widely_linear.quantize(np.ones((4, 4), np.float32))
+    widely_linear.prepare(planes, scales, 2, isa=isa)
     moe.prepack(np.ones((2, 4, 8), ml_dtypes.bfloat16), isa=isa)
 
 

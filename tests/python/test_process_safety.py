@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 from variants import UNDER_QEMU
 
 BF16 = ml_dtypes.bfloat16
@@ -27,8 +27,8 @@ def _ops():
     w = rng.integers(-1, 2, size=(96, 200)).astype(np.int8)
     tw = ternary.prepare(ternary.pack(w), 200)
     x = rng.standard_normal((3, 200)).astype(np.float32)
-    planes, scales = ternary.phase_quantize(rng.standard_normal((32, 64)).astype(np.float32), 2)
-    layer = ternary.prepare_widely_linear(planes, scales, 32)
+    planes, scales = widely_linear.quantize(rng.standard_normal((32, 64)).astype(np.float32), 2)
+    layer = widely_linear.prepare(planes, scales, 32)
     xw = rng.standard_normal((2, 64)).astype(np.float32)
     e, h, inter, t = 4, 32, 48, 6
     w13 = moe.prepack((rng.standard_normal((e, 2 * inter, h)) / 8).astype(BF16))
@@ -38,7 +38,7 @@ def _ops():
     calls = {
         "gemv": lambda n: ternary.gemv(tw, x, threads=n),
         "gemv_int8": lambda n: ternary.gemv(tw, x, act="int8", threads=n),
-        "widely_linear": lambda n: ternary.widely_linear(layer, xw, threads=n),
+        "widely_linear": lambda n: widely_linear.apply(layer, xw, threads=n),
         "fused_moe": lambda n: moe.fused_moe(xm, w13, w2, weights, ids, threads=n),
     }
     expected = {name: np.asarray(call(1)).copy() for name, call in calls.items()}

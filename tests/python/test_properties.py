@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cpukern import moe, ternary
+from cpukern import moe, ternary, widely_linear
 from variants import supported
 
 UNDER_QEMU = bool(os.environ.get("CPUKERN_QEMU_CPU"))
@@ -218,22 +218,22 @@ def wl_model(planes, scales, m, x):
 def test_widely_linear_matches_dense_and_is_deterministic(case):
     a, stages, x, per_row, threads, rng = case
     n, m = a.shape[0] // 2, a.shape[1] // 2
-    planes, scales = ternary.phase_quantize(a, stages)
+    planes, scales = widely_linear.quantize(a, stages)
     if per_row:
         scales = (scales[:, :, None] * rng.uniform(0.5, 1.5, (stages, 4, n))).astype(np.float32)
-    dense = ternary.widely_linear_dense(planes, scales, m).astype(np.float64)
+    dense = widely_linear.dense(planes, scales, m).astype(np.float64)
     x2 = x.reshape(-1, 2 * m).astype(np.float64)
     want = x2 @ dense.T
     bound = 1e-5 * (np.abs(x2) @ np.abs(dense.T)) * (4 * stages) + 1e-30
     ref = None
     for isa in supported("widely_linear"):
-        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
-        y = ternary.widely_linear(layer, x, threads=threads)
+        layer = widely_linear.prepare(planes, scales, m, isa=isa)
+        y = widely_linear.apply(layer, x, threads=threads)
         assert (np.abs(y.reshape(-1, 2 * n) - want) <= bound).all(), isa
-        bitwise(y, ternary.widely_linear(layer, x, threads=1))
-        bitwise(y, ternary.widely_linear(layer, x, fused=False, threads=threads))
+        bitwise(y, widely_linear.apply(layer, x, threads=1))
+        bitwise(y, widely_linear.apply(layer, x, fused=False, threads=threads))
         if x.ndim == 2:
-            bitwise(y[0], ternary.widely_linear(layer, x[0].copy()))
+            bitwise(y[0], widely_linear.apply(layer, x[0].copy()))
         if isa == "reference":
             ref = y
     assert ref is not None
@@ -248,12 +248,12 @@ def test_widely_linear_nan_inf_propagate(case, data):
     flat = x.reshape(-1)
     for v in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), min_size=1, max_size=2)):
         flat[data.draw(st.integers(0, flat.size - 1))] = v
-    planes, scales = ternary.phase_quantize(a, stages)
+    planes, scales = widely_linear.quantize(a, stages)
     want = wl_model(planes, scales, m, x)
     for isa in supported("widely_linear"):
-        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+        layer = widely_linear.prepare(planes, scales, m, isa=isa)
         for fused in (True, False):
-            y = ternary.widely_linear(layer, x, fused=fused, threads=threads)
+            y = widely_linear.apply(layer, x, fused=fused, threads=threads)
             same_nonfinite(y.reshape(want.shape), want)
 
 

@@ -228,22 +228,29 @@ def _scale(form, m, rng):
     return s
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-@pytest.mark.parametrize("case", list(SCALE_CASES))
-def test_int8_epilogue_matches_float64_model(isa, case):
-    rng = np.random.default_rng(77)
+def _epilogue_case(isa, case, seed, zero_row=False):
+    """(w, prepared weights, the scale given to gemv, the scale in effect, x) of one scale case
+    on 37 x 301 weights (row 0 zero if zero_row)."""
+    rng = np.random.default_rng(seed)
     m, k = 37, 301
     w = random_ternary(m, k, rng)
-    w[0] = 0
+    if zero_row:
+        w[0] = 0
     prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
     tw = ternary.prepare(ternary.pack(w), k, prepared, isa=isa)
     effective = called if called is not None else prepared if prepared is not None else 1.0
-    x = epilogue_rows(k, rng)
+    return w, tw, called, effective, epilogue_rows(k, rng)
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("case", list(SCALE_CASES))
+def test_int8_epilogue_matches_float64_model(isa, case):
+    w, tw, called, effective, x = _epilogue_case(isa, case, 77, zero_row=True)
     y = ternary.gemv(tw, x, called, act="int8")
     want = int8_model(w, x, effective)
     assert_int8_matches_model(y, want)
     assert np.all(y[2] == 0) and np.all(y[:, 0] == 0)  # zero row of x, zero row of w
-    assert np.count_nonzero(want[3]) > m // 2 and np.count_nonzero(want[7]) > m // 2
+    assert np.count_nonzero(want[3]) > w.shape[0] // 2 and np.count_nonzero(want[7]) > w.shape[0] // 2
     for b in (0, 3, 6):  # batch 1 (1-D x) gives the same bits as its row of the batch
         np.testing.assert_array_equal(ternary.gemv(tw, x[b], called, act="int8"), y[b])
 
@@ -262,13 +269,7 @@ def test_int8_epilogue_empty_shapes(case):
 @pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("case", list(SCALE_CASES))
 def test_fp32_scale_epilogue_matches_float64_model(isa, case):
-    rng = np.random.default_rng(79)
-    m, k = 37, 301
-    w = random_ternary(m, k, rng)
-    prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
-    tw = ternary.prepare(ternary.pack(w), k, prepared, isa=isa)
-    effective = called if called is not None else prepared if prepared is not None else 1.0
-    x = epilogue_rows(k, rng)
+    w, tw, called, effective, x = _epilogue_case(isa, case, 79)
     y = ternary.gemv(tw, x, called)
     want, mag = model(w, x, effective)
     assert np.all(np.abs(y - want) <= 1e-5 * mag + 2.0**-148), np.max(np.abs(y - want) / (mag + 1e-30))

@@ -7,7 +7,7 @@ torch = pytest.importorskip(
     "torch", reason="torch is not installed here (e.g. the aarch64 QEMU legs): PyTorch tests skipped")
 
 import cpukern.torch as ct  # noqa: E402
-from cpukern import moe, ternary  # noqa: E402
+from cpukern import moe, ternary, widely_linear  # noqa: E402
 from moe_oracle import fused_moe_reference  # noqa: E402
 
 BF16 = torch.bfloat16
@@ -31,9 +31,9 @@ def test_ternary_functions_return_torch_for_torch_input():
     assert torch.equal(ternary.unpack(packed, 70), w)
     p, s = ternary.quantize(torch.randn(8, 33))
     assert isinstance(p, torch.Tensor) and isinstance(s, torch.Tensor) and s.dtype == torch.float32
-    planes, scales = ternary.phase_quantize(torch.randn(8, 36), stages=2)
+    planes, scales = widely_linear.quantize(torch.randn(8, 36), stages=2)
     assert isinstance(planes, torch.Tensor) and planes.shape == (2, 4, 4, 2)
-    dense = ternary.widely_linear_dense(planes, scales, 18)
+    dense = widely_linear.dense(planes, scales, 18)
     assert isinstance(dense, torch.Tensor) and dense.shape == (8, 36)
     tw, ids = moe.route(torch.randn(3, 5), 2)
     assert isinstance(tw, torch.Tensor) and ids.dtype == torch.int32
@@ -54,13 +54,13 @@ def test_gemv_out_is_written_in_place():
 
 def test_widely_linear_out_is_written_in_place():
     a = torch.randn(16, 40)
-    planes, scales = ternary.phase_quantize(a, stages=2)
-    layer = ternary.prepare_widely_linear(planes, scales, 20)
+    planes, scales = widely_linear.quantize(a, stages=2)
+    layer = widely_linear.prepare(planes, scales, 20)
     x = torch.randn(2, 40)
     y = torch.empty(2, 16)
     ptr = y.data_ptr()
-    assert ternary.widely_linear(layer, x, out=y) is y and y.data_ptr() == ptr
-    dense = ternary.widely_linear_dense(planes, scales, 20)
+    assert widely_linear.apply(layer, x, out=y) is y and y.data_ptr() == ptr
+    dense = widely_linear.dense(planes, scales, 20)
     torch.testing.assert_close(y, x @ dense.T, rtol=1e-4, atol=1e-4)
 
 
@@ -145,7 +145,7 @@ def test_opcheck_ternary_and_widely_linear():
     _, packed = ternary_weights(16, 40)
     torch.library.opcheck(torch.ops.cpukern.ternary_gemv.default,
                           (packed.view(torch.int32), torch.randn(3, 40), torch.rand(16)))
-    planes, scales = ternary.phase_quantize(torch.randn(8, 40), stages=1)
+    planes, scales = widely_linear.quantize(torch.randn(8, 40), stages=1)
     torch.library.opcheck(torch.ops.cpukern.widely_linear.default,
                           (planes.view(torch.int32), scales, torch.randn(2, 40)))
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cpukern
-from cpukern import ternary
+from cpukern import ternary, widely_linear
 from variants import UNDER_QEMU, variant_params
 
 RNG = np.random.default_rng(99)
@@ -14,7 +14,7 @@ def test_phase_quantize_2x2_by_hand():
     # n = m = 1: a = [[A11, A12], [A21, A22]].
     a = np.array([[3.0, 1.0], [1.0, 1.0]], np.float32)
     # U = ((3+1)/2, (1-1)/2) = 2 + 0i -> +1, s_Ure = 2; W = ((3-1)/2, (1+1)/2) = 1 + 1i.
-    planes, scales = ternary.phase_quantize(a, stages=1)
+    planes, scales = widely_linear.quantize(a, stages=1)
     assert planes.shape == (1, 4, 1, 1) and scales.shape == (1, 4)
     u_re, u_im, w_re, w_im = (ternary.unpack(planes[0, i], 1)[0, 0] for i in range(4))
     assert (u_re, u_im) == (1, 0)
@@ -36,22 +36,22 @@ def test_phase_quantize_4x4_exact_representable():
     a11, a22 = U.real + W.real, U.real - W.real
     a21, a12 = U.imag + W.imag, W.imag - U.imag
     a = np.block([[a11, a12], [a21, a22]]).astype(np.float32)
-    planes, scales = ternary.phase_quantize(a, stages=1)
+    planes, scales = widely_linear.quantize(a, stages=1)
     np.testing.assert_allclose(scales[0], [su_re, su_im, sw_re, sw_im], rtol=1e-6)
     np.testing.assert_array_equal(ternary.unpack(planes[0, 0], m), u.real.astype(np.int8) * np.isreal(u))
     np.testing.assert_array_equal(ternary.unpack(planes[0, 1], m), (u.imag * np.iscomplex(u)).astype(np.int8))
-    np.testing.assert_allclose(ternary.widely_linear_dense(planes, scales, m), a, rtol=1e-6)
+    np.testing.assert_allclose(widely_linear.dense(planes, scales, m), a, rtol=1e-6)
     # A second stage has nothing left to quantise.
-    planes2, scales2 = ternary.phase_quantize(a, stages=2)
-    np.testing.assert_allclose(ternary.widely_linear_dense(planes2, scales2, m), a, rtol=1e-6, atol=1e-7)
+    planes2, scales2 = widely_linear.quantize(a, stages=2)
+    np.testing.assert_allclose(widely_linear.dense(planes2, scales2, m), a, rtol=1e-6, atol=1e-7)
 
 
 def test_more_stages_reduce_the_error():
     a = RNG.standard_normal((64, 96)).astype(np.float32)
     errs = []
     for s in (1, 2, 3):
-        p, sc = ternary.phase_quantize(a, s)
-        errs.append(np.linalg.norm(ternary.widely_linear_dense(p, sc, 48) - a))
+        p, sc = widely_linear.quantize(a, s)
+        errs.append(np.linalg.norm(widely_linear.dense(p, sc, 48) - a))
     assert errs[0] > errs[1] > errs[2]
 
 
@@ -81,44 +81,44 @@ if not UNDER_QEMU:
 @pytest.mark.parametrize("per_row", [False, True])
 def test_widely_linear_matches_dense(isa, n, m, stages, b, per_row):
     a = RNG.standard_normal((2 * n, 2 * m)).astype(np.float32)
-    planes, scales = ternary.phase_quantize(a, stages)
+    planes, scales = widely_linear.quantize(a, stages)
     if per_row:
         scales = (scales[:, :, None] * RNG.uniform(0.5, 1.5, (stages, 4, n))).astype(np.float32)
-    dense = ternary.widely_linear_dense(planes, scales, m).astype(np.float64)
+    dense = widely_linear.dense(planes, scales, m).astype(np.float64)
     x = RNG.standard_normal((b, 2 * m)).astype(np.float32)
     want = x.astype(np.float64) @ dense.T
     mag = term_magnitude(planes, scales, x, m)
-    layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+    layer = widely_linear.prepare(planes, scales, m, isa=isa)
     assert layer.isa == isa and layer.shape == (2 * n, 2 * m)
-    y = ternary.widely_linear(layer, x)
-    y_unfused = ternary.widely_linear(layer, x, fused=False)
+    y = widely_linear.apply(layer, x)
+    y_unfused = widely_linear.apply(layer, x, fused=False)
     assert y.shape == (b, 2 * n)
     assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
     assert np.all(np.abs(y_unfused - want) <= 1e-5 * mag + 1e-30)
-    np.testing.assert_array_equal(ternary.widely_linear(planes, x[0], scales, isa=isa), y[0])
+    np.testing.assert_array_equal(widely_linear.apply(planes, x[0], scales, isa=isa), y[0])
     for t in (2, 3):
-        np.testing.assert_array_equal(ternary.widely_linear(layer, x, threads=t), y)
+        np.testing.assert_array_equal(widely_linear.apply(layer, x, threads=t), y)
 
 
 def test_single_stage_planes_without_stage_axis():
     a = RNG.standard_normal((6, 10)).astype(np.float32)
-    planes, scales = ternary.phase_quantize(a, 1)
+    planes, scales = widely_linear.quantize(a, 1)
     x = RNG.standard_normal(10).astype(np.float32)
-    np.testing.assert_array_equal(ternary.widely_linear(planes[0], x, scales[0]),
-                                  ternary.widely_linear(planes, x, scales))
+    np.testing.assert_array_equal(widely_linear.apply(planes[0], x, scales[0]),
+                                  widely_linear.apply(planes, x, scales))
 
 
 def test_widely_linear_bad_input():
     a = RNG.standard_normal((4, 6)).astype(np.float32)
-    planes, scales = ternary.phase_quantize(a, 2)
+    planes, scales = widely_linear.quantize(a, 2)
     with pytest.raises(ValueError, match="a: expected a \\(2n, 2m\\)"):
-        ternary.phase_quantize(np.ones((3, 4), np.float32))
+        widely_linear.quantize(np.ones((3, 4), np.float32))
     with pytest.raises(ValueError, match="stages"):
-        ternary.phase_quantize(a, 0)
+        widely_linear.quantize(a, 0)
     with pytest.raises(ValueError, match="scales"):
-        ternary.widely_linear(planes, np.ones(6, np.float32), scales[:1])
+        widely_linear.apply(planes, np.ones(6, np.float32), scales[:1])
     with pytest.raises(ValueError, match="x"):
-        ternary.widely_linear(ternary.prepare_widely_linear(planes, scales, 3), np.ones(8, np.float32))
+        widely_linear.apply(widely_linear.prepare(planes, scales, 3), np.ones(8, np.float32))
 
 
 # --- serialised prepared layers (to_bytes / from_buffer) ------------------------------------
@@ -128,17 +128,17 @@ def test_prepared_layer_round_trip_is_a_view_with_identical_results(isa):
     import pickle
     rng = np.random.default_rng(11)
     for n, m in [(1, 1), (20, 33), (130, 300)]:
-        planes, scales = ternary.phase_quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
-        layer = ternary.prepare_widely_linear(planes, scales, m, isa=isa)
+        planes, scales = widely_linear.quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
+        layer = widely_linear.prepare(planes, scales, m, isa=isa)
         buf = ternary.to_bytes(layer)
         assert buf.dtype == np.uint8 and buf.ctypes.data % 64 == 0
         v = ternary.from_buffer(buf, verify=True)
         assert v.is_view and v.isa == layer.isa and v.shape == layer.shape and v.stages == layer.stages
         for batch in (1, 3):
             x = rng.standard_normal((batch, 2 * m)).astype(np.float32)
-            want = ternary.widely_linear(layer, x)
-            np.testing.assert_array_equal(ternary.widely_linear(v, x), want)
-            np.testing.assert_array_equal(ternary.widely_linear(pickle.loads(pickle.dumps(layer)), x), want)
+            want = widely_linear.apply(layer, x)
+            np.testing.assert_array_equal(widely_linear.apply(v, x), want)
+            np.testing.assert_array_equal(widely_linear.apply(pickle.loads(pickle.dumps(layer)), x), want)
 
 
 def test_prepared_layer_of_another_variant():
@@ -146,17 +146,17 @@ def test_prepared_layer_of_another_variant():
     for a variant other than the one asked for cannot be unpacked: ValueError naming buffer."""
     rng = np.random.default_rng(12)
     n, m = 24, 40
-    planes, scales = ternary.phase_quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
+    planes, scales = widely_linear.quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
     x = rng.standard_normal((2, 2 * m)).astype(np.float32)
     names = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
-    ref = ternary.to_bytes(ternary.prepare_widely_linear(planes, scales, m, isa="reference"))
+    ref = ternary.to_bytes(widely_linear.prepare(planes, scales, m, isa="reference"))
     for dst in names:
         v = ternary.from_buffer(ref, isa=dst)
-        direct = ternary.prepare_widely_linear(planes, scales, m, isa=dst)
+        direct = widely_linear.prepare(planes, scales, m, isa=dst)
         assert v.isa == dst
-        np.testing.assert_array_equal(ternary.widely_linear(v, x), ternary.widely_linear(direct, x))
+        np.testing.assert_array_equal(widely_linear.apply(v, x), widely_linear.apply(direct, x))
     for src in names:
-        layer = ternary.prepare_widely_linear(planes, scales, m, isa=src)
+        layer = widely_linear.prepare(planes, scales, m, isa=src)
         buf = ternary.to_bytes(layer)
         for dst in names:
             if dst == src:
@@ -167,16 +167,16 @@ def test_prepared_layer_of_another_variant():
                 assert str(e).startswith("buffer: ") and "cannot be unpacked" in str(e)
                 assert src != "reference"  # the public layout always can
             else:
-                np.testing.assert_array_equal(ternary.widely_linear(v, x),
-                                              ternary.widely_linear(ternary.prepare_widely_linear(
+                np.testing.assert_array_equal(widely_linear.apply(v, x),
+                                              widely_linear.apply(widely_linear.prepare(
                                                   planes, scales, m, isa=dst), x))
 
 
 def test_prepared_layer_fuzz_raises_or_returns():
     rng = np.random.default_rng(13)
-    planes, scales = ternary.phase_quantize(rng.standard_normal((2 * 70, 2 * 100)).astype(np.float32))
+    planes, scales = widely_linear.quantize(rng.standard_normal((2 * 70, 2 * 100)).astype(np.float32))
     for isa in [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]:
-        clean = ternary.to_bytes(ternary.prepare_widely_linear(planes, scales, 100, isa=isa))
+        clean = ternary.to_bytes(widely_linear.prepare(planes, scales, 100, isa=isa))
         outcomes = set()
         for trial in range(60):
             b = ternary.aligned_empty(clean.size)
@@ -193,9 +193,18 @@ def test_prepared_layer_fuzz_raises_or_returns():
                     continue
                 for batch in (1, 4):
                     x = rng.standard_normal((batch, v.shape[1])).astype(np.float32)
-                    ternary.widely_linear(v, x)
-                    ternary.widely_linear(v, x, fused=False)
+                    widely_linear.apply(v, x)
+                    widely_linear.apply(v, x, fused=False)
                 outcomes.add("ran")
             except ValueError:
                 outcomes.add("raised")
         assert outcomes == {"ran", "raised"}, outcomes
+
+
+def test_ternary_keeps_the_former_names_as_aliases():
+    # cpukern.ternary's widely-linear names stay for one release, as the same functions.
+    assert ternary.phase_quantize is widely_linear.quantize
+    assert ternary.widely_linear_dense is widely_linear.dense
+    assert ternary.prepare_widely_linear is widely_linear.prepare
+    assert ternary.widely_linear is widely_linear.apply
+    assert ternary.WidelyLinearWeights is widely_linear.WidelyLinearWeights

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fails unless the ISA table of kernels/common/isa.h (feature sets) and of
 toolchains/defs.bzl (compile flags) have the same keys (defs.bzl's test-only simde_avx512
-aside), and every cpukern_cc_library(isa=...) in kernels/ names a key of the table.
+aside), and every cpukern_cc_library(isa=...) and every key of a ukernel_op(ukernels={...})
+in kernels/ names a key of the table.
 
 Usage: check_isa_table.py ISA_H DEFS_BZL BUILD...
 """
@@ -21,7 +22,12 @@ def main():
         bad.append(f"isa.h only: {sorted(cxx - bzl)}; defs.bzl only: {sorted(bzl - cxx)}")
     used = set()
     for b in builds:
-        for isa in re.findall(r'isa = "(\w+)"', open(b).read()):
+        text = open(b).read()
+        isas = re.findall(r'isa = "(\w+)"', text)
+        per_isa = re.search(r"^( *)ukernels = \{\n(.*?)^\1\},?$", text, re.M | re.S)
+        if per_isa:
+            isas += re.findall(r'^' + per_isa.group(1) + r'    "(\w+)":', per_isa.group(2), re.M)
+        for isa in isas:
             used.add(isa)
             if isa not in bzl | {"simde_avx512"}:
                 bad.append(f"{b}: isa = \"{isa}\" is not in the ISA table")

@@ -5,13 +5,15 @@
 #include <cstring>
 
 #include "kernels/common/ternary_codes.h"
+#include "kernels/common/ternary_lookup.h"
 
 namespace cpukern::ternary::layouts {
 
-// lut3r8: 8-row tiles; per block of 30 columns 16 uint32 (8 add lanes, then 8 subtract
-// lanes); bit c of a lane = column c of the block (group c/3, bit c%3 of its pattern).
-inline constexpr int64_t kLut3r8Rows = 8;
-inline constexpr int64_t kLut3r8Cols = 30;
+// lut3r8 (kernels/common/ternary_lookup.h kLut3r8): 8-row tiles; per block of 30 columns 16
+// uint32 (8 add lanes, then 8 subtract lanes); bit c of a lane = column c of the block
+// (group c/3, bit c%3 of its pattern).
+inline constexpr int64_t kLut3r8Rows = ternary_lookup::kLut3r8.R;
+inline constexpr int64_t kLut3r8Cols = ternary_lookup::kLut3r8.cols();
 inline constexpr int64_t lut3r8_blocks(int64_t k) { return (k + kLut3r8Cols - 1) / kLut3r8Cols; }
 
 // lut27r16: 16-row tiles; per block of 18 columns 16 uint32 lanes of six 5-bit codes

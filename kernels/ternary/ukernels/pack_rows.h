@@ -59,15 +59,20 @@ inline void or_bits_at(void* s, int64_t bit, uint64_t v) {
   std::memcpy(p, &t, 8);
 }
 
-// Spreads the 16 low bits of v to the even bits of a word (the inverse of
-// ternary_codes::compress_even_bits).
-inline constexpr uint32_t spread_to_even_bits(uint32_t v) {
-  v &= 0xFFFFu;
-  v = (v | (v << 8)) & 0x00FF00FFu;
-  v = (v | (v << 4)) & 0x0F0F0F0Fu;
-  v = (v | (v << 2)) & 0x33333333u;
-  v = (v | (v << 1)) & 0x55555555u;
-  return v;
+// Tiles of R rows with n lanes per row, lane e of row r at
+// out[(r / R) * n * R + e * R + r % R]: row(r, lanes) writes the lanes of each row r < m; the
+// rows after m up to the tile boundary get `pad` in every lane.
+template <class T, class Row>
+void tile_rows(int64_t m, int64_t n, int64_t R, T* out, T pad, Row row) {
+  const int64_t rows = (m + R - 1) / R * R;
+  for (int64_t r = 0; r < rows; ++r) {
+    T* lanes = out + (r / R) * n * R + r % R;
+    if (r < m) {
+      row(r, lanes);
+    } else {
+      for (int64_t e = 0; e < n; ++e) lanes[e * R] = pad;
+    }
+  }
 }
 
 }  // namespace cpukern::ternary::pack_rows

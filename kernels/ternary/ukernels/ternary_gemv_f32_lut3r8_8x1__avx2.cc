@@ -53,18 +53,9 @@ void ternary_gemv_f32_lut3r8_8x1__avx2_xprep(const float* x, const F32Geometry* 
     _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a, b), c));
   }
   for (; g < ngroups; ++g, j += 3, t += 8) {
-    const float x0 = j < k ? x[j] : 0.0f;
-    const float x1 = j + 1 < k ? x[j + 1] : 0.0f;
-    const float x2 = j + 2 < k ? x[j + 2] : 0.0f;
-    const float x01 = x0 + x1;
-    t[0] = 0.0f;
-    t[1] = x0;
-    t[2] = x1;
-    t[3] = x01;
-    t[4] = x2;
-    t[5] = x0 + x2;
-    t[6] = x1 + x2;
-    t[7] = x01 + x2;
+    const float cols[3] = {j < k ? x[j] : 0.0f, j + 1 < k ? x[j + 1] : 0.0f,
+                           j + 2 < k ? x[j + 2] : 0.0f};
+    ternary_lookup::subset_sums(cols, 3, t);
   }
 }
 

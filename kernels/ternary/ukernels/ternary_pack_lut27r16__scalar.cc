@@ -41,23 +41,18 @@ inline constexpr Tables kTables{};
 
 void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   const int64_t words = words_for(k), nblk = layouts::lut27r16_blocks(k);
-  uint32_t* out = static_cast<uint32_t*>(dst);
   pack_rows::RowBuffer row(words * 4);
-  const int64_t rows = (m + kR - 1) / kR * kR;
-  for (int64_t r = 0; r < rows; ++r) {
-    uint32_t* lanes = out + (r / kR) * nblk * kR + r % kR;
-    if (r >= m) {  // padding rows: zero weights
-      for (int64_t b = 0; b < nblk; ++b) lanes[b * kR] = kTables.zero_lane;
-      continue;
-    }
-    const uint8_t* s = row.load(packed + r * words);
-    for (int64_t b = 0; b < nblk; ++b) {
-      const uint64_t f = pack_rows::bits_at(s, b * 2 * kCols);
-      lanes[b * kR] = uint32_t(kTables.to_codes[f & 4095]) |
-                      uint32_t(kTables.to_codes[(f >> 12) & 4095]) << 10 |
-                      uint32_t(kTables.to_codes[(f >> 24) & 4095]) << 20;
-    }
-  }
+  // Padding rows: zero weights.
+  pack_rows::tile_rows<uint32_t>(
+      m, nblk, kR, static_cast<uint32_t*>(dst), kTables.zero_lane, [&](int64_t r, uint32_t* lanes) {
+        const uint8_t* s = row.load(packed + r * words);
+        for (int64_t b = 0; b < nblk; ++b) {
+          const uint64_t f = pack_rows::bits_at(s, b * 2 * kCols);
+          lanes[b * kR] = uint32_t(kTables.to_codes[f & 4095]) |
+                          uint32_t(kTables.to_codes[(f >> 12) & 4095]) << 10 |
+                          uint32_t(kTables.to_codes[(f >> 24) & 4095]) << 20;
+        }
+      });
 }
 
 // The lanes' 36-bit fields are appended to a bit accumulator in a register; every 16 bits

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/ternary/ukernels/layouts.h"
+#include "kernels/ternary/ukernels/pack_rows.h"
 #include "kernels/ternary/ukernels/ukernels.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "public words are read as bytes");
@@ -31,17 +32,12 @@ inline constexpr Tables kTables{};
 
 void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   const int64_t words = words_for(k), groups = layouts::lut4r16_groups(k);
-  uint8_t* out = static_cast<uint8_t*>(dst);
-  const int64_t rows = (m + kR - 1) / kR * kR;
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* lanes = out + (r / kR) * groups * kR + r % kR;
-    if (r >= m) {  // padding rows
-      for (int64_t g = 0; g < groups; ++g) lanes[g * kR] = 0;
-      continue;
-    }
-    const uint8_t* s = reinterpret_cast<const uint8_t*>(packed + r * words);
-    for (int64_t g = 0; g < groups; ++g) lanes[g * kR] = kTables.to_layout[s[g]];
-  }
+  pack_rows::tile_rows<uint8_t>(m, groups, kR, static_cast<uint8_t*>(dst), 0,
+                                [&](int64_t r, uint8_t* lanes) {
+                                  const uint8_t* s = reinterpret_cast<const uint8_t*>(packed + r * words);
+                                  for (int64_t g = 0; g < groups; ++g)
+                                    lanes[g * kR] = kTables.to_layout[s[g]];
+                                });
 }
 
 void unpack(const void* src, int64_t m, int64_t k, uint32_t* packed) {

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
+#include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/ukernels/signed_impl.h"
 
 namespace cpukern::widely_linear {
@@ -14,7 +15,8 @@ namespace {
 struct G3R8Avx2 {
   using vec = __m256;
   using ivec = __m256i;
-  static constexpr int kR = 8, kG = 3, kK = 5, kNegShift = 15, kE = 8, kAccRegs = 8;
+  static constexpr int kR = lookup::kG3R8.R, kG = lookup::kG3R8.G, kK = lookup::kG3R8.K;
+  static constexpr int kNegShift = lookup::kG3R8.neg_shift, kE = 1 << kG, kAccRegs = 8;
   static CPUKERN_WL_INLINE vec zero() { return _mm256_setzero_ps(); }
   static CPUKERN_WL_INLINE ivec load(const ivec* p) { return _mm256_load_si256(p); }
   template <int n>

@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/widely_linear/ukernels/avx512.h"
 #include "kernels/widely_linear/ukernels/lookup_impl.h"
+#include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/ukernels/signed_impl.h"
 
 namespace cpukern::widely_linear {
@@ -13,7 +14,8 @@ namespace {
 struct G4R16Avx512 {
   using vec = __m512;
   using ivec = __m512i;
-  static constexpr int kR = 16, kG = 4, kK = 4, kNegShift = 16, kE = 16, kAccRegs = 16;
+  static constexpr int kR = lookup::kG4R16.R, kG = lookup::kG4R16.G, kK = lookup::kG4R16.K;
+  static constexpr int kNegShift = lookup::kG4R16.neg_shift, kE = 1 << kG, kAccRegs = 16;
   static CPUKERN_WL_INLINE vec zero() { return _mm512_setzero_ps(); }
   static CPUKERN_WL_INLINE ivec load(const ivec* p) { return _mm512_load_si512(p); }
   template <int n>

@@ -49,23 +49,16 @@ int64_t table_floats(const Geometry& q, const Dims& d) {
 void build_table(const Geometry& q, const Acts& x, const Dims& d, float* table) {
   const int64_t groups = q.chunks(d) * q.K;
   const int E = 1 << q.G;
-  for (int64_t g = 0; g < groups; ++g)
+  for (int64_t g = 0; g < groups; ++g) {
+    float* T = table + g * 3 * E;  // T_re, T_im, T_nim
     for (int t = 0; t < 2; ++t) {
       const float* src = x.src[t == 0 ? kXr : kXi];
-      float* T = table + (g * 3 + t) * E;
-      for (int e = 0; e < E; ++e) {
-        float sum = 0.0f;
-        bool any = false;
-        for (int b = 0; b < q.G; ++b) {
-          if (!((e >> b) & 1)) continue;
-          const float v = q.G * g + b < d.m ? src[q.G * g + b] : 0.0f;
-          sum = any ? sum + v : v;
-          any = true;
-        }
-        T[e] = sum;
-        if (t == 1) table[(g * 3 + 2) * E + e] = -sum;
-      }
+      float cols[4];  // G <= 4
+      for (int b = 0; b < q.G; ++b) cols[b] = q.G * g + b < d.m ? src[q.G * g + b] : 0.0f;
+      ternary_lookup::subset_sums(cols, q.G, T + t * E);
     }
+    for (int e = 0; e < E; ++e) T[2 * E + e] = -T[E + e];
+  }
 }
 
 // [group][entry][16]: x_re of batch rows 0..3, x_im 0..3, x_re 0..3, -x_im 0..3 (copies of

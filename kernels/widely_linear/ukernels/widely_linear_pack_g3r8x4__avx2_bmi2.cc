@@ -2,23 +2,13 @@
 // "+1" / "-1" masks with two pext instead of the portable unshuffle; the bytes are
 // identical to widely_linear_pack_g3r8x4__scalar's (tested). prepare() picks it for the
 // avx2 row where the CPU has isa::avx2_bmi2.
-#include <immintrin.h>
-
 #include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/ukernels/ukernels.h"
 
 namespace cpukern::widely_linear {
-namespace {
-
-struct SplitPext {
-  static uint32_t pos(uint32_t w) { return _pext_u32(w, 0xAAAAAAAAu); }
-  static uint32_t neg(uint32_t w) { return _pext_u32(w, 0x55555555u); }
-};
-
-}  // namespace
 
 void widely_linear_pack_g3r8x4__avx2_bmi2(const uint32_t* planes, const Dims& d, void* out) {
-  lookup::pack_lanes<SplitPext>(lookup::kG3R8, planes, d, out);
+  lookup::pack_lanes<ternary_lookup::SplitPext>(lookup::kG3R8, planes, d, out);
 }
 
 }  // namespace cpukern::widely_linear

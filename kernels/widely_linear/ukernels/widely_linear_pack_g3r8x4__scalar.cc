@@ -5,7 +5,7 @@
 namespace cpukern::widely_linear {
 
 void widely_linear_pack_g3r8x4__scalar(const uint32_t* planes, const Dims& d, void* out) {
-  lookup::pack_lanes<lookup::SplitPortable>(lookup::kG3R8, planes, d, out);
+  lookup::pack_lanes<ternary_lookup::SplitPortable>(lookup::kG3R8, planes, d, out);
 }
 
 }  // namespace cpukern::widely_linear

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
@@ -148,6 +149,71 @@ void check_moved_sections(const AlignedBuffer& clean, Import import, const std::
       }
   }
   EXPECT_GT(moved, 0) << what;
+}
+
+// Fuzz trial `trial` of a serialised buffer: a copy of `clean` whose payload bytes are all
+// fill(trial) for the first `fills` trials, else with 1 to 4 random bit flips, in the header
+// (odd trials) or anywhere (even ones).
+template <class Fill, class Rng>
+AlignedBuffer fuzzed_copy(const AlignedBuffer& clean, int trial, int fills, Fill fill, Rng& rng) {
+  const uint64_t n = clean.size(), head = sizeof(Header);
+  AlignedBuffer b{static_cast<size_t>(n)};
+  std::memcpy(b.data(), clean.data(), size_t(n));
+  auto* p = b.data<unsigned char>();
+  if (trial < fills) {
+    std::memset(p + head, fill(trial), size_t(n - head));
+  } else {
+    for (int f = 0, flips = 1 + int(rng() % 4); f < flips; ++f)
+      p[trial % 2 ? rng() % head : rng() % n] ^= uint8_t(1u << (rng() % 8));
+  }
+  return b;
+}
+
+// check_header_flips (bits 0 and 7 of every header byte; under verify each flip is refused)
+// and check_moved_sections, for an op whose import_raw(bytes, size, verify) returns its
+// prepared weights and run(weights) a comparable result of running them (`expected`: the
+// clean weights' result).
+template <class Result, class Run, class ImportRaw>
+void check_tampering(const AlignedBuffer& clean, int ndims, const Result& expected, Run run,
+                     ImportRaw import_raw, const std::string& what) {
+  const auto counts = check_header_flips(
+      clean, ndims, expected, {0, 7},
+      [&](const unsigned char* p, int64_t n, bool verify) { return run(*import_raw(p, n, verify)); },
+      what);
+  EXPECT_EQ(counts.first.refused, int(sizeof(Header)) * 2) << what;
+  check_moved_sections(clean, import_raw, what);
+}
+
+// The rows a serialize test imports with: the registry's rows this CPU runs, then the SIMDe
+// rows (any host).
+template <class Registry, class Row>
+std::vector<const Row*> runnable_rows(const Registry& registry, const std::vector<Row>& simde) {
+  std::vector<const Row*> rows;
+  for (const Row& v : registry.variants())
+    if (v.supported()) rows.push_back(&v);
+  for (const Row& v : simde) rows.push_back(&v);
+  return rows;
+}
+
+// Outcomes of fuzz(): both must occur in a meaningful fuzz.
+struct FuzzCounts {
+  int threw = 0, ran = 0;
+};
+
+// `trials` fuzzed copies of `clean` (fuzzed_copy), each given to use(buffer, trial), which
+// imports and runs it: it returns (counted as ran) or throws InvalidArgument (threw).
+template <class Fill, class Rng, class Use>
+void fuzz(const AlignedBuffer& clean, int trials, int fills, Fill fill, Rng& rng,
+          FuzzCounts& counts, Use use) {
+  for (int trial = 0; trial < trials; ++trial) {
+    AlignedBuffer b = fuzzed_copy(clean, trial, fills, fill, rng);
+    try {
+      use(b, trial);
+      ++counts.ran;
+    } catch (const InvalidArgument&) {
+      ++counts.threw;
+    }
+  }
 }
 
 }  // namespace cpukern::blob::testing

@@ -65,10 +65,7 @@ const std::vector<Case> kCases = {{0, 5, 0},   {3, 0, 0},    {1, 1, 0},   {17, 3
 // Every variant this CPU runs and every SIMDe row: export, import (a view), identical results.
 TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
   std::mt19937 rng(1);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
   for (const Variant* v : rows)
     for (const Case& c : kCases) {
       SCOPED_TRACE(std::string(v->name) + " m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) +
@@ -191,10 +188,7 @@ TEST(TernarySerialize, HeaderErrorsNameTheArgument) {
 // moved by 64 bytes, checksum re-stamped: refused with or without verify.
 TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
   std::mt19937 rng(6);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
   for (const Variant* v : rows)
     for (const Case& c : {Case{20, 70, 0}, Case{18, 96, 32}}) {
       const std::string what = std::string(v->name) + " g=" + std::to_string(c.g);
@@ -223,12 +217,7 @@ TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
         if (!verify) o.isa = v->name;
         return from_buffer(p, n, nullptr, o);
       };
-      const auto counts = blob::testing::check_header_flips(
-          clean, 4, run_both(*w), {0, 7},
-          [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
-          what);
-      EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
-      blob::testing::check_moved_sections(clean, import_raw, what);
+      blob::testing::check_tampering(clean, 4, run_both(*w), run_both, import_raw, what);
     }
 }
 
@@ -237,59 +226,40 @@ TEST(TernarySerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
 // Memory safety itself is what the ASan leg checks.
 TEST(TernarySerialize, FuzzedBuffersThrowOrComputeInBounds) {
   std::mt19937 rng(5);
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
-  int threw = 0, ran = 0;
+  const auto rows = blob::testing::runnable_rows(registry(), simde_variants());
+  blob::testing::FuzzCounts counts;
   for (const Variant* v : rows)
     for (const Case& c : {Case{33, 77, 0}, Case{20, 300, 32}}) {
       const auto words = random_words(c.m, c.k, rng);
       const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
       auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
       const AlignedBuffer clean = to_buffer(*w, true);
-      const int64_t n = int64_t(clean.size());
-      for (int trial = 0; trial < 160; ++trial) {
-        AlignedBuffer b{static_cast<size_t>(n)};
-        std::memcpy(b.data(), clean.data(), size_t(n));
-        auto* p = b.data<unsigned char>();
-        if (trial < 16) {
-          std::memset(p + 448, trial * 17, size_t(n - 448));  // every payload byte one value
-        } else {
-          const int flips = 1 + int(rng() % 4);
-          for (int f = 0; f < flips; ++f) {
-            const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(n));
-            p[at] ^= uint8_t(1u << (rng() % 8));
-          }
-        }
+      const auto fill = [](int t) { return t * 17; };  // every payload byte one value
+      blob::testing::fuzz(clean, 160, 16, fill, rng, counts, [&](const AlignedBuffer& b, int trial) {
         ImportOptions o;
         o.isa = v->name;
         o.extra_rows = &simde_variants();
         try {
           auto got = import(b, o);
           if (got->k > 100000 || got->m > 100000) {  // a valid header of an empty matrix
-            ASSERT_EQ(got->m * got->k, 0);  // (0 x huge K or huge M x 0)
-            ++ran;
-            continue;
+            ASSERT_EQ(got->m * got->k, 0);           // (0 x huge K or huge M x 0)
+            return;
           }
           const auto x = random_floats(4 * got->k, rng);
           std::vector<float> y(size_t(4 * got->m) + 1);
           gemv(*got, x.data(), 4, nullptr, 0, Act::kF32, 1, y.data());
           gemv(*got, x.data(), 1, nullptr, 0, Act::kF32, 2, y.data());
           gemv(*got, x.data(), 4, nullptr, 0, Act::kInt8, 1, y.data());
-          ++ran;
-        } catch (const InvalidArgument&) {
-          ++threw;
         } catch (const std::bad_alloc&) {  // a header must not size an unbounded allocation
           blob::Header h;
-          std::memcpy(&h, p, sizeof h);
+          std::memcpy(&h, b.data(), sizeof h);
           ADD_FAILURE() << "bad_alloc from dims " << h.dims[0] << ", " << h.dims[1] << ", "
                         << h.dims[2] << ", " << h.dims[3] << " (trial " << trial << ")";
         }
-      }
+      });
     }
-  EXPECT_GT(threw, 0);
-  EXPECT_GT(ran, 0);
+  EXPECT_GT(counts.threw, 0);
+  EXPECT_GT(counts.ran, 0);
 }
 
 }  // namespace

@@ -56,12 +56,14 @@ std::vector<uint32_t> pack_weights(const std::vector<int8_t>& w, int64_t m, int6
 }
 
 struct Ref {
-  std::vector<double> y, abs_sum;  // s * sum w x, |s| * sum |w x|
-  std::vector<double> nnz_amax;    // |s| * nnz(row) * max|x_b|
+  std::vector<double> y, abs_sum;  // sum s w x, sum |s w x|
+  std::vector<double> nnz_amax;    // sum |s w| * max|x_b|
 };
 
+// The float64 model with a scale per (row, column): scale(r, j).
+template <class Scale>
 Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vector<float>& x,
-              int64_t batch, const std::vector<float>& s) {
+              int64_t batch, Scale scale) {
   Ref ref;
   ref.y.resize(size_t(batch * m));
   ref.abs_sum.resize(size_t(batch * m));
@@ -72,18 +74,25 @@ Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vec
     for (int64_t r = 0; r < m; ++r) {
       double acc = 0, abs = 0, nnz = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const double t = double(w[size_t(r * k + j)]) * double(x[size_t(b * k + j)]);
+        const double sc = scale(r, j);
+        const double t = double(w[size_t(r * k + j)]) * double(x[size_t(b * k + j)]) * sc;
         acc += t;
         abs += std::fabs(t);
-        nnz += w[size_t(r * k + j)] != 0;
+        nnz += std::fabs(w[size_t(r * k + j)] * sc);
       }
-      const double sr = s.empty() ? 1.0 : double(s[size_t(r)]);
-      ref.y[size_t(b * m + r)] = sr * acc;
-      ref.abs_sum[size_t(b * m + r)] = std::fabs(sr) * abs;
-      ref.nnz_amax[size_t(b * m + r)] = std::fabs(sr) * nnz * amax;
+      ref.y[size_t(b * m + r)] = acc;
+      ref.abs_sum[size_t(b * m + r)] = abs;
+      ref.nnz_amax[size_t(b * m + r)] = nnz * amax;
     }
   }
   return ref;
+}
+
+// Per-row scales s (len m), or none (s empty).
+Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vector<float>& x,
+              int64_t batch, const std::vector<float>& s) {
+  return reference(w, m, k, x, batch,
+                   [&](int64_t r, int64_t) { return s.empty() ? 1.0 : double(s[size_t(r)]); });
 }
 
 class VariantTest : public ::testing::TestWithParam<std::string> {
@@ -387,21 +396,10 @@ TEST_P(VariantTest, HugeActivationsGiveFiniteResults) {
       std::vector<float> xs(x);
       for (auto& v : xs) v = std::ldexp(v, -40);
       // the float64 model with the effective per-(row, column) scale
-      std::vector<double> want(size_t(batch * m)), mag(size_t(batch * m)), nnz(size_t(batch * m));
-      for (int64_t b = 0; b < batch; ++b) {
-        double amax = 0;
-        for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(double(x[size_t(b * k + j)])));
-        for (int64_t r = 0; r < m; ++r) {
-          double acc = 0, abs = 0, cnt = 0;
-          for (int64_t j = 0; j < k; ++j) {
-            const double sc = s[size_t(g ? r * groups + j / g : r)];
-            const double t = double(w[size_t(r * k + j)]) * x[size_t(b * k + j)] * sc;
-            acc += t, abs += std::fabs(t), cnt += std::fabs(w[size_t(r * k + j)] * sc);
-          }
-          want[size_t(b * m + r)] = acc, mag[size_t(b * m + r)] = abs;
-          nnz[size_t(b * m + r)] = cnt * amax;
-        }
-      }
+      const Ref ref = reference(w, m, k, x, batch, [&](int64_t r, int64_t j) {
+        return double(s[size_t(g ? r * groups + j / g : r)]);
+      });
+      const std::vector<double>&want = ref.y, &mag = ref.abs_sum, &nnz = ref.nnz_amax;
       std::vector<float> y(size_t(batch * m)), ys(y.size()), yq(y.size()), yr(y.size());
       for (int threads : {1, 3}) {
         gemv(*pw, x.data(), batch, nullptr, 0, Act::kF32, threads, y.data());

@@ -76,11 +76,7 @@ std::vector<float> random_x(int64_t n, std::mt19937& rng) {
 }
 
 std::vector<const Variant*> runnable_rows() {
-  std::vector<const Variant*> rows;
-  for (const Variant& v : registry().variants())
-    if (v.supported()) rows.push_back(&v);
-  for (const Variant& v : simde_variants()) rows.push_back(&v);
-  return rows;
+  return blob::testing::runnable_rows(registry(), simde_variants());
 }
 
 TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
@@ -161,54 +157,31 @@ TEST(WidelyLinearSerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
     auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
       return import(p, n, verify, verify ? "" : v->name, true, &simde_variants());
     };
-    const auto counts = blob::testing::check_header_flips(
-        clean, 3, run_both(*l), {0, 7},
-        [&](const unsigned char* p, int64_t n, bool verify) { return run_both(*import_raw(p, n, verify)); },
-        what);
-    EXPECT_EQ(counts.first.refused, 448 * 2) << what;  // under verify, every flip
-    blob::testing::check_moved_sections(clean, import_raw, what);
+    blob::testing::check_tampering(clean, 3, run_both(*l), run_both, import_raw, what);
   }
 }
 
 TEST(WidelyLinearSerialize, FuzzedBuffersThrowOrComputeInBounds) {
   std::mt19937 rng(3);
-  int threw = 0, ran = 0;
+  blob::testing::FuzzCounts counts;
   for (const Variant* v : runnable_rows()) {
     const Layer L = random_layer(2, 70, 100, rng);
     auto l = prep(*v, L);
     const AlignedBuffer clean = to_buffer(*l);
-    const int64_t size = int64_t(clean.size());
-    for (int trial = 0; trial < 120; ++trial) {
-      AlignedBuffer b{static_cast<size_t>(size)};
-      std::memcpy(b.data(), clean.data(), size_t(size));
-      auto* p = b.data<unsigned char>();
-      if (trial < 8) {
-        std::memset(p + 448, trial == 0 ? 0xFF : int(rng() % 256), size_t(size - 448));
-      } else {
-        for (int f = 0, flips = 1 + int(rng() % 4); f < flips; ++f) {
-          const int64_t at = trial % 2 ? int64_t(rng() % 448) : int64_t(rng() % uint64_t(size));
-          p[at] ^= uint8_t(1u << (rng() % 8));
-        }
+    const auto fill = [&](int t) { return t == 0 ? 0xFF : int(rng() % 256); };
+    blob::testing::fuzz(clean, 120, 8, fill, rng, counts, [&](const AlignedBuffer& b, int) {
+      auto got = import(b.data<unsigned char>(), int64_t(b.size()), false, v->name, true,
+                        &simde_variants());
+      if (got->n * got->m > (int64_t(1) << 20)) return;  // a valid header, too large to run here
+      for (int64_t batch : {1, 4}) {
+        const auto x = random_x(batch * 2 * got->m, rng);
+        run_layer(*got, x, batch, true);
+        run_layer(*got, x, batch, false);
       }
-      try {
-        auto got = import(p, size, false, v->name, true, &simde_variants());
-        if (got->n * got->m > (int64_t(1) << 20)) {  // a valid header, too large to run here
-          ++ran;
-          continue;
-        }
-        for (int64_t batch : {1, 4}) {
-          const auto x = random_x(batch * 2 * got->m, rng);
-          run_layer(*got, x, batch, true);
-          run_layer(*got, x, batch, false);
-        }
-        ++ran;
-      } catch (const InvalidArgument&) {
-        ++threw;
-      }
-    }
+    });
   }
-  EXPECT_GT(threw, 0);
-  EXPECT_GT(ran, 0);
+  EXPECT_GT(counts.threw, 0);
+  EXPECT_GT(counts.ran, 0);
 }
 
 }  // namespace
