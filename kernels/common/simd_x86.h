@@ -25,11 +25,15 @@ static inline uint32_t cpukern_pext_u32(uint32_t src, uint32_t mask) {
 // (__Y = __Y); inlined deep into a kernel, each use then warns -W(maybe-)uninitialized at that
 // line of the intrinsic header (megabytes for the MXFP4 kernel). Only warnings located in the
 // intrinsic headers are silenced: the kernels' own code still warns.
+#if defined(__clang__)  // clang knows no -Wmaybe-uninitialized and has no such warnings here
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 #if defined(__AVX512F__) || defined(CPUKERN_SIMDE)

@@ -37,6 +37,7 @@ isa_flags() {
     avx512_bmi2) echo "-mavx512f -mavx512bw -mavx512vl -mbmi2 -mfma" ;;
     avx512_vnni) echo "-mavx512f -mavx512bw -mavx512vl -mfma -mavx512vnni" ;;
     avx512_bf16) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mavx512vnni -mfma" ;;
+    amx_bf16 | amx_int8) echo "-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mavx512vnni -mfma -mamx-tile -mamx-bf16 -mamx-int8" ;;
     neon | neon_fma | neon_generic) echo "" ;;
     neon_dotprod) echo "-march=armv8.2-a+dotprod" ;;
     neon_bf16 | neon_bfmmla) echo "-march=armv8.2-a+bf16+i8mm" ;;
@@ -47,7 +48,7 @@ isa_flags() {
 
 arch_isas() {  # the ukernel suffixes this machine compiles
   case "$(uname -m)" in
-    x86_64) echo "scalar avx2 avx2_fma avx2_bmi2 avx_vnni avx512 avx512_bmi2 avx512_vnni avx512_bf16" ;;
+    x86_64) echo "scalar avx2 avx2_fma avx2_bmi2 avx_vnni avx512 avx512_bmi2 avx512_vnni avx512_bf16 amx_bf16 amx_int8" ;;
     aarch64) echo "scalar neon neon_fma neon_generic neon_dotprod neon_bf16 neon_bfmmla neon_i8mm" ;;
   esac
 }
