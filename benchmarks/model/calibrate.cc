@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(m));
   std::vector<float> scale(static_cast<size_t>(m), 0.5f);
   for (auto& e : x) e = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-  for (const Variant& v : registry().variants()) {
+  for (const Variant& v : registry().all_rows()) {
     if (!v.supported() || std::string(v.name) == "reference") continue;
     const auto w = prepare(packed.data(), m, words_for(k), k, scale.data(), v.name);
     w->i8_data();

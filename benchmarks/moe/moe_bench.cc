@@ -177,7 +177,7 @@ int register_all() {
   bench::add_machine_context();
   const int all = std::max(1, cpu_info().num_cores);
   for (const Layer& l : kLayers)
-    for (const Variant& v : registry().variants()) {
+    for (const Variant& v : registry().all_rows()) {
       if (!v.supported()) continue;
       for (std::string format : {"bf16", "mxfp4", "int8", "mxfp4_a8"})
       for (int64_t t : {1, 16, 64, 256}) {
@@ -247,7 +247,7 @@ void run_ukernel(benchmark::State& state, std::string isa, std::string format, i
 }
 
 int register_ukernels() {
-  for (const Variant& v : registry().variants()) {
+  for (const Variant& v : registry().all_rows()) {
     if (!v.supported() || v.name == std::string("reference")) continue;
     for (const char* f : {"bf16", "mxfp4", "int8", "mxfp4_a8"}) {
       const std::string pre = "ukernel/" + std::string(v.name) + "/" + f;

@@ -19,6 +19,7 @@
 #include "kernels/common/thread_pool.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
+#include "tests/cc/ternary/list_rows.h"
 
 namespace cpukern::ternary {
 namespace {
@@ -136,7 +137,7 @@ void run_alloc(benchmark::State& state, int64_t bytes) {
 
 const bool registered = [] {
   std::vector<const Variant*> rows;
-  for (const Variant& row : registry().variants())
+  for (const Variant& row : registry().all_rows())
     if (row.supported()) {
       register_row(&row, false);
       rows.push_back(&row);

@@ -136,7 +136,7 @@ const bool registered = [] {
     b->UseRealTime()->Unit(benchmark::kMicrosecond);
     if (v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar")) b->MinTime(0.05);
   };
-  for (const Variant& row : registry().variants()) {
+  for (const Variant& row : registry().all_rows()) {
     if (!row.supported()) continue;
     const Variant* v = &row;
     // Registered shape-major within a variant, so that consecutive benchmarks share one

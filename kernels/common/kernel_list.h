@@ -1,20 +1,23 @@
 // Helpers for the per-op kernel lists (kernels/<op>/ukernels/ukernels.inc).
 //
-// A kernel list is an X-macro file: one line per registry row, the op's micro-kernel
-// catalogue.
-//   CPUKERN_VARIANT(arch, name, isa, priority, ...)         a shipped variant: listed by
-//       cpukern.kernels(), chosen by default when it has the highest priority this CPU runs;
+// A kernel list is an X-macro file: one line per row, the op's micro-kernel catalogue.
+//   CPUKERN_VARIANT(arch, name, isa, priority, ...)         a shipped variant: a registry row,
+//       listed by cpukern.kernels(), chosen by default when it has the highest priority this
+//       CPU runs;
 //   CPUKERN_CATALOGUE_ONLY(arch, name, isa, priority, ...)  the same columns, for a row that
-//       wins on no CPU we know of: tested and benchmarked like the others, forced by name,
+//       wins on no CPU we know of: a row of the registry's catalogue, forced by name only,
 //       never listed or chosen by default (priority unused).
-// A consumer that treats both alike defines CPUKERN_CATALOGUE_ONLY as CPUKERN_VARIANT.
+// Each consumer expands it its own way: declarations (ukernels.h), the registry and its
+// catalogue (op_registry.inc and list_rows.inc over the op's kernel_rows.h), the tests' rows
+// (tests/cc/common/list_rows.inc: every line, apart from the registry). A consumer that treats
+// both kinds alike defines CPUKERN_CATALOGUE_ONLY as CPUKERN_VARIANT.
 // The first argument says where the row exists:
 //   any    every build (portable code)
 //   x86    x86-64 builds        arm   AArch64 builds
-//   simde  the SIMDe test build of AVX-512 sources (any host; never in the registry)
+//   simde  the SIMDe test build of AVX-512 sources (any host; tests only, never the registry)
 // CPUKERN_ON(arch, ...) keeps `...` where that arch applies to the current file, so one list
-// expands into declarations, registry rows and SIMDe rows without #if around each line.
-// Files compiled for the SIMDe library (-DCPUKERN_SIMDE=1) see only the simde rows.
+// expands into declarations, registry rows and test rows without #if around each line.
+// Files compiled for SIMDe (-DCPUKERN_SIMDE=1) see only the simde rows.
 #pragma once
 
 #define CPUKERN_ON(arch, ...) CPUKERN_ON_##arch(__VA_ARGS__)

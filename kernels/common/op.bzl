@@ -11,8 +11,8 @@ def ukernel_op(name, ukernels, simde, srcs, hdrs = []):
     compiles it with that ISA's flags, and it is empty on the other architecture).
     <name>: the op (driver, registry, ...: `srcs`) over every ukernels_<isa>.
     ukernels_simde_avx512: the AVX-512 sources `simde` against SIMDe (symbols
-    ..._simde_avx512), and simde: their rows (registry.cc compiled again: simde_variants()),
-    for tests on any host; not linked into <name>.
+    ..._simde_avx512), for tests on any host (their rows: the kernel list's simde lines,
+    tests/cc/<name>:list_rows); not linked into <name>.
     fp32_ukernel_libs / native_ukernel_libs: the object archives for
     tests/static/check_no_multiply.py, with and without the SIMDe build (on AArch64 SIMDe's
     emulation of AVX-512 permutes multiplies; it is test-only code that no row runs).
@@ -22,6 +22,7 @@ def ukernel_op(name, ukernels, simde, srcs, hdrs = []):
         name = "ukernel_hdrs",
         hdrs = [
             name + ".h",
+            "kernel_rows.h",
             "ukernel.h",
             "ukernels/ukernels.h",
             "ukernels/ukernels.inc",
@@ -43,12 +44,6 @@ def ukernel_op(name, ukernels, simde, srcs, hdrs = []):
         srcs = {f: None for f in simde}.keys(),  # without repeats (shared headers)
         isa = "simde_avx512",
         deps = [":ukernel_hdrs"],
-    )
-    cpukern_cc_library(
-        name = "simde",
-        srcs = ["registry.cc"],
-        isa = "simde_avx512",
-        deps = [":ukernel_hdrs", ":ukernels_simde_avx512", ":" + name],
     )
     native.filegroup(name = "fp32_ukernel_libs", srcs = libs + [":ukernels_simde_avx512"])
     native.filegroup(name = "native_ukernel_libs", srcs = libs)

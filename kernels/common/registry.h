@@ -1,15 +1,17 @@
-// One registry per op: its rows come from the op's kernel list
-// (kernels/<op>/ukernels/ukernels.inc), selection from detected CPU features, and override
-// by name (isa= argument or the CPUKERN_ISA environment variable).
+// One registry per op, generated from the op's kernel list (kernels/<op>/ukernels/ukernels.inc):
+// selection from detected CPU features, and override by name (isa= argument or the
+// CPUKERN_ISA environment variable).
 //
-// The rows are the op's micro-kernel catalogue. Shipped rows (CPUKERN_VARIANT lines) are the
-// variants: listed by cpukern.kernels() and chosen by default. Catalogue-only rows
-// (CPUKERN_CATALOGUE_ONLY lines: kernels that win on no CPU we know of, kept for a paper's
-// comparison, a memory/speed trade or an unmeasured core) are tested and benchmarked like
-// the others and can be forced by name, but are never listed or chosen by default.
+// The registry's rows are the shipped variants (CPUKERN_VARIANT lines): what dispatch picks
+// from and what cpukern.kernels() lists. The catalogue-only rows (CPUKERN_CATALOGUE_ONLY lines:
+// kernels that win on no CPU we know of, kept for a paper's comparison, a memory/speed trade
+// or an unmeasured core) are a separate table generated from the same list: forcing by name
+// resolves through it, nothing else does. The tests run every line of the list (shipped,
+// catalogue-only and SIMDe) from their own expansion of it (tests/cc/<op>/).
 #pragma once
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -30,7 +32,6 @@ struct Variant {
   uint64_t required;  // Feature bits the CPU must have (an isa:: set)
   int priority;       // the highest-priority supported variant is the default
   Ukernel ukernel;
-  bool shipped = true;  // false: catalogue only (forced by name; never listed or default)
 
   bool supported() const { return cpu_has(required); }
 };
@@ -89,28 +90,49 @@ class Registry {
  public:
   using Row = Variant<Ukernel>;
 
-  Registry(std::string op, std::vector<Row> variants, std::vector<VariantAlias> aliases = {})
-      : op_(std::move(op)), variants_(std::move(variants)), aliases_(std::move(aliases)) {}
+  // variants: the shipped rows; catalogue: the catalogue-only rows (forced by name only).
+  Registry(std::string op, std::vector<Row> variants, std::vector<Row> catalogue = {},
+           std::vector<VariantAlias> aliases = {})
+      : op_(std::move(op)),
+        variants_(std::move(variants)),
+        catalogue_(std::move(catalogue)),
+        aliases_(std::move(aliases)) {}
 
   const std::string& op() const { return op_; }
-  // Every row of the catalogue, shipped or not: what tests and benchmarks iterate.
+  // The shipped variants: what dispatch picks from and list_variants() reports.
   const std::vector<Row>& variants() const { return variants_; }
+  // The catalogue-only rows: reached by name (find, named), never by default.
+  const std::vector<Row>& catalogue() const { return catalogue_; }
+
+  // The shipped rows, then the catalogue's: every row a name can force (benchmarks' tables).
+  std::vector<std::reference_wrapper<const Row>> all_rows() const {
+    std::vector<std::reference_wrapper<const Row>> rows(variants_.begin(), variants_.end());
+    rows.insert(rows.end(), catalogue_.begin(), catalogue_.end());
+    return rows;
+  }
+
+  // The row called `name` (or an alias of it), shipped or catalogue-only, whether or not this
+  // CPU runs it; null if none is (an import looks the maker of a buffer up with this).
+  const Row* named(const std::string& name) const {
+    std::string n = name;
+    for (const auto& a : aliases_)
+      if (n == a.alias) n = a.name;
+    for (const auto* rows : {&variants_, &catalogue_})
+      for (const auto& v : *rows)
+        if (n == v.name) return &v;
+    return nullptr;
+  }
 
   // Looks a variant up by name (or alias); throws ValueError-mapped errors naming `isa` if
   // it is unknown or this CPU cannot run it. Never returns a variant that would SIGILL.
   const Row& find(const std::string& isa) const {
-    std::string name = isa;
-    for (const auto& a : aliases_)
-      if (name == a.alias) name = a.name;
-    for (const auto& v : variants_) {
-      if (name != v.name) continue;
-      if (!v.supported())
-        throw_arg("isa", "variant '" + isa + "' of " + op_ +
-                             " needs CPU features this CPU lacks (" + joined(missing_features(v)) +
-                             ")");
-      return v;
-    }
-    throw_arg("isa", "unknown variant '" + isa + "' for " + op_ + "; known: " + joined(names()));
+    const Row* v = named(isa);
+    if (!v)
+      throw_arg("isa", "unknown variant '" + isa + "' for " + op_ + "; known: " + joined(names()));
+    if (!v->supported())
+      throw_arg("isa", "variant '" + isa + "' of " + op_ + " needs CPU features this CPU lacks (" +
+                           joined(missing_features(*v)) + ")");
+    return *v;
   }
 
   // `isa` empty or null: the default (CPUKERN_ISA if it names a variant of this op, else
@@ -140,7 +162,6 @@ class Registry {
     } catch (const InvalidArgument&) {
     }
     for (const auto& v : variants_) {
-      if (!v.shipped) continue;
       out.push_back({v.name, v.ukernel.name, feature_names(v.required), missing_features(v),
                      why_missing(v.required & ~cpu_info().features), v.priority, v.supported(),
                      &v == def});
@@ -148,10 +169,11 @@ class Registry {
     return out;
   }
 
-  // Every name find() accepts: the rows', then the aliases.
+  // Every name find() accepts: the shipped rows', the catalogue's, then the aliases.
   std::vector<std::string> names() const {
     std::vector<std::string> n;
     for (const auto& v : variants_) n.push_back(v.name);
+    for (const auto& v : catalogue_) n.push_back(v.name);
     for (const auto& a : aliases_) n.push_back(a.alias);
     return n;
   }
@@ -162,13 +184,14 @@ class Registry {
     if (!forced.empty()) return find(forced);
     const Row* best = nullptr;
     for (const auto& v : variants_)
-      if (v.shipped && v.supported() && (!best || v.priority > best->priority)) best = &v;
+      if (v.supported() && (!best || v.priority > best->priority)) best = &v;
     if (!best) throw_arg("isa", "no variant of " + op_ + " runs on this CPU");
     return *best;
   }
 
   std::string op_;
   std::vector<Row> variants_;
+  std::vector<Row> catalogue_;
   std::vector<VariantAlias> aliases_;
   mutable std::once_flag chosen_once_;
   mutable const Row* chosen_ = nullptr;

@@ -52,23 +52,20 @@ WeightFormat parse_format(const std::string& name) {
   throw_arg("format", "expected one of bf16, mxfp4, int8, mxfp4_a8, got '" + name + "'");
 }
 
-// The SIMDe rows (simde_variants(), defined in //kernels/moe:simde) are selectable by name
-// only in binaries that link that library (tests): the reference is weak, null elsewhere.
-const std::vector<Variant>& simde_variants() __attribute__((weak));
-
-static const Variant& select_variant(const std::string& isa) {
-  if (&simde_variants != nullptr)
-    for (const Variant& v : simde_variants())
-      if (isa == v.name) return v;
-  return registry().select(isa);
-}
+// The row a prepack call packs for: an explicit one, or the one `isa` names (resolved only
+// after the call's other arguments are checked, so that their errors come first).
+struct RowChoice {
+  const Variant* row;
+  const std::string& isa;
+  const Variant& get() const { return row ? *row : registry().select(isa); }
+};
 
 // An empty PackedExperts of `format` for the variant `isa` names, its data sized for e
 // experts of (o, i) (the overflow check names `arg`); the caller packs into it.
-static std::shared_ptr<PackedExperts> new_packed(const std::string& isa, WeightFormat format,
+static std::shared_ptr<PackedExperts> new_packed(const RowChoice& choice, WeightFormat format,
                                                  int64_t e, int64_t o, int64_t i,
                                                  const char* arg) {
-  const Variant& v = select_variant(isa);
+  const Variant& v = choice.get();
   const Ukernel& uk = ukernel_for(v, format);
   auto p = std::make_shared<PackedExperts>();
   p->variant = &v;
@@ -82,9 +79,11 @@ static std::shared_ptr<PackedExperts> new_packed(const std::string& isa, WeightF
   return p;
 }
 
-std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
-                                                   int64_t e, int64_t o, int64_t i,
-                                                   const std::string& isa, WeightFormat format) {
+static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blocks,
+                                                              const uint8_t* scales, int64_t e,
+                                                              int64_t o, int64_t i,
+                                                              const RowChoice& isa,
+                                                              WeightFormat format) {
   check_arg(format == WeightFormat::kMxfp4 || format == WeightFormat::kMxfp4A8, "format",
             std::string("expected mxfp4 or mxfp4_a8 for MXFP4 blocks, got ") + format_name(format));
   check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
@@ -112,8 +111,9 @@ std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const 
   return p;
 }
 
-std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
-                                                  int64_t o, int64_t i, const std::string& isa) {
+static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, const float* scales,
+                                                             int64_t e, int64_t o, int64_t i,
+                                                             const RowChoice& isa) {
   check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
   check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
   check_arg(i >= 1 && i <= int8::kMaxK, "i",
@@ -143,8 +143,8 @@ std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* 
   return p;
 }
 
-std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
-                                             const std::string& isa) {
+static std::shared_ptr<const PackedExperts> prepack_for(const bf16_t* w, int64_t e, int64_t o,
+                                                        int64_t i, const RowChoice& isa) {
   check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
   check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
   check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
@@ -156,6 +156,33 @@ std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t
   char* dst = p->data.data<char>();
   parallel_for(e, 0, [&](int64_t x) { uk.pack(w + x * o * i, o, i, dst + x * per); });
   return p;
+}
+
+std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+                                             const std::string& isa) {
+  return prepack_for(w, e, o, i, {nullptr, isa});
+}
+std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+                                             const Variant& v) {
+  return prepack_for(w, e, o, i, {&v, v.name});
+}
+std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+                                                   int64_t e, int64_t o, int64_t i,
+                                                   const std::string& isa, WeightFormat format) {
+  return prepack_mxfp4_for(blocks, scales, e, o, i, {nullptr, isa}, format);
+}
+std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+                                                   int64_t e, int64_t o, int64_t i,
+                                                   const Variant& v, WeightFormat format) {
+  return prepack_mxfp4_for(blocks, scales, e, o, i, {&v, v.name}, format);
+}
+std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+                                                  int64_t o, int64_t i, const std::string& isa) {
+  return prepack_int8_for(q, scales, e, o, i, {nullptr, isa});
+}
+std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+                                                  int64_t o, int64_t i, const Variant& v) {
+  return prepack_int8_for(q, scales, e, o, i, {&v, v.name});
 }
 
 namespace {

@@ -104,11 +104,20 @@ inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
   return u ? *u : v.ukernel;
 }
 
-// The op's registry, built from the kernel list (ukernels/ukernels.inc), and the rows of
-// micro-kernels built only for tests against SIMDe (the avx512_bf16 row's sources; defined in
-// //kernels/moe:simde, linked into tests only).
+// The op's registry (the shipped rows and the catalogue), from the kernel list
+// (ukernels/ukernels.inc).
 const Registry<Ukernel>& registry();
-const std::vector<Variant>& simde_variants();
+
+// prepack, prepack_mxfp4 and prepack_int8 (moe.h) for an explicit row (the tests' rows of the
+// kernel list); `v` must outlive the packed experts.
+std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+                                             const Variant& v);
+std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+                                                   int64_t e, int64_t o, int64_t i,
+                                                   const Variant& v,
+                                                   WeightFormat format = WeightFormat::kMxfp4);
+std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+                                                  int64_t o, int64_t i, const Variant& v);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

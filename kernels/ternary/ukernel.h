@@ -144,18 +144,17 @@ struct TernaryGemvUkernel {
   I8Ukernel i8;
 };
 
-// A registry row (registry.cc, from ukernels/ukernels.inc).
+// A row of the kernel list (kernel_rows.h); registry(): the shipped rows and the catalogue
+// (registry.cc).
 using Variant = cpukern::Variant<TernaryGemvUkernel>;
 const Registry<TernaryGemvUkernel>& registry();
-// The SIMDe build of the AVX-512 micro-kernels as rows (only in the :simde library; tests).
-const std::vector<Variant>& simde_variants();
 
 // Weights of row v for (m, k, group_size), layout and scales not yet set (driver.cc).
 std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_t k,
                                              int64_t group_size);
 
-// Internal entry point: prepare for an explicit row (prepare() and tests of rows outside
-// the registry, e.g. simde_variants()). Validates the codes (0b11, past k) but not the
+// Internal entry point: prepare for an explicit row (prepare(), from_buffer, and the tests'
+// rows of the kernel list). Validates the codes (0b11, past k) but not the
 // shapes (prepare checks those).
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
                                                        int64_t m, int64_t k, const float* scale,

@@ -135,15 +135,14 @@ struct Packer {
 void scale_epilogue(const float* dots, const float* scales, int64_t n, int64_t r0, int64_t r1,
                     bool first, float* y_re, float* y_im, double up = 1.0);
 
-// The registry rows (ukernels.inc), the SIMDe rows (tests only; defined in :simde) and the
-// packers, all from the kernel list.
+// The registry (the shipped rows and the catalogue) and the packers, from the kernel list.
 const Registry<Ukernel>& registry();
-const std::vector<Variant>& simde_variants();
 const std::vector<Packer>& packers();
 // The packer prepare() uses for `layout` on this CPU.
 const Packer& packer_for(const Layout& layout);
 
-// prepare() with an explicit variant (tests use this for the SIMDe rows). `v` must outlive
+// prepare() with an explicit row (prepare(), from_buffer, and the tests' rows of the kernel
+// list). `v` must outlive
 // the layer.
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
                                                   const float* scales, bool scales_per_row,

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -325,11 +326,36 @@ TEST(TernaryCodes, MasksMatchTheFormatBitByBit) {
   EXPECT_EQ(past_mask(3), ~0x3Fu);
 }
 
+// Catalogue rows are forced by name (an alias too, CPUKERN_ISA too) and nothing else: never
+// the default, however high their priority, and never listed.
+TEST(Registry, CatalogueRowsAreForcedByNameOnly) {
+  Registry<FakeUkernel> reg("fake_op", {{"reference", 0, 0, {"fake__scalar"}}},
+                            {{"paper", 0, 100, {"fake__paper"}},
+                             {"paper_impossible", ~0ull, 100, {"fake__never"}}},
+                            {{"old_paper", "paper"}});
+  EXPECT_STREQ(reg.default_variant().name, "reference");
+  EXPECT_STREQ(reg.select("paper").name, "paper");
+  EXPECT_EQ(&reg.select("old_paper"), &reg.catalogue()[0]);
+  EXPECT_EQ(reg.named("paper_impossible"), &reg.catalogue()[1]);
+  EXPECT_EQ(reg.named("nope"), nullptr);
+  EXPECT_THROW(reg.select("paper_impossible"), InvalidArgument);
+  ASSERT_EQ(reg.info().size(), 1u);
+  EXPECT_EQ(reg.info()[0].name, "reference");
+  EXPECT_EQ(reg.all_rows().size(), 3u);
+  const auto names = reg.names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "paper"), names.end());
+  setenv("CPUKERN_ISA", "paper", 1);
+  Registry<FakeUkernel> forced("fake_op", {{"reference", 0, 0, {"fake__scalar"}}},
+                               {{"paper", 0, -1, {"fake__paper"}}});
+  EXPECT_STREQ(forced.default_variant().name, "paper");
+  unsetenv("CPUKERN_ISA");
+}
+
 TEST(Registry, AliasesAndMissingFeatures) {
   Registry<FakeUkernel> reg("fake_op",
                             {{"reference", 0, 0, {"fake__scalar"}},
                              {"impossible", ~0ull, 100, {"fake__never"}}},
-                            {{"old_name", "reference"}});
+                            {}, {{"old_name", "reference"}});
   EXPECT_STREQ(reg.select("old_name").name, "reference");
   EXPECT_STREQ(reg.select(std::string("reference")).name, "reference");
   EXPECT_THROW(reg.select(std::string("reference\0junk", 14)), InvalidArgument);

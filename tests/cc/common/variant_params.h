@@ -1,10 +1,11 @@
-// Shared by every op's table-driven test: the variants under test come from the op's kernel
-// list (its registry rows, plus the SIMDe rows in the SIMDe build of the test), and a variant
-// this CPU cannot run is skipped with the features it lacks.
+// Shared by every op's table-driven test: the rows under test are the op's kernel list's lines,
+// generated from the list apart from the registry (tests/cc/<op>/list_rows.h): every shipped
+// and catalogue-only line, or the simde lines in the SIMDe build of the test. A row this CPU
+// cannot run is skipped with the features it lacks.
 //
 //   INSTANTIATE_TEST_SUITE_P(All, MyTest, ::testing::ValuesIn(test_variant_names(
-//                                registry(), simde_variants())));
-//   const Variant* v = find_test_variant(registry(), simde_variants(), GetParam());
+//                                list_rows(), simde_variants())));
+//   const Variant* v = find_test_variant(list_rows(), simde_variants(), GetParam());
 //   CPUKERN_SKIP_IF_UNSUPPORTED(*v);
 #pragma once
 #include <gtest/gtest.h>
@@ -16,27 +17,26 @@
 
 namespace cpukern::testing {
 
-// CPUKERN_TEST_SIMDE (the SIMDe build of a test): the SIMDe rows; else the registry's rows.
+// CPUKERN_TEST_SIMDE (the SIMDe build of a test): the simde lines; else the list's others.
 template <class Ukernel>
-std::vector<std::string> test_variant_names(const Registry<Ukernel>& registry,
+std::vector<std::string> test_variant_names(const std::vector<Variant<Ukernel>>& list,
                                             const std::vector<Variant<Ukernel>>& simde) {
   std::vector<std::string> names;
 #if defined(CPUKERN_TEST_SIMDE)
   for (const auto& v : simde) names.push_back(v.name);
 #else
-  for (const auto& v : registry.variants()) names.push_back(v.name);
+  for (const auto& v : list) names.push_back(v.name);
 #endif
   return names;
 }
 
 template <class Ukernel>
-const Variant<Ukernel>* find_test_variant(const Registry<Ukernel>& registry,
+const Variant<Ukernel>* find_test_variant(const std::vector<Variant<Ukernel>>& list,
                                           const std::vector<Variant<Ukernel>>& simde,
                                           const std::string& name) {
-  for (const auto& v : simde)
-    if (name == v.name) return &v;
-  for (const auto& v : registry.variants())
-    if (name == v.name) return &v;
+  for (const auto* rows : {&simde, &list})
+    for (const auto& v : *rows)
+      if (name == v.name) return &v;
   return nullptr;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/amx_emulation.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
@@ -221,7 +222,7 @@ TEST(AmxNative, TilesEqualTheEmulationBitwise) {
   if (!cpu_has(isa::amx))
     GTEST_SKIP() << "no native AMX here (" << why_missing(isa::amx & ~cpu_info().features)
                  << "): the native tiles are checked against the emulation on AMX hosts only";
-  const Variant* native = row(registry().variants(), "amx");
+  const Variant* native = row(list_rows(), "amx");
   const Variant* emulated = row(simde_variants(), "simde_amx");
   ASSERT_TRUE(native && emulated);
   std::mt19937 rng(5);

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/int8.h"
@@ -26,6 +27,11 @@
 
 namespace cpukern::moe {
 namespace {
+
+// The kernel list's row `name` (list_rows.h; the simde lines too).
+const Variant& test_row(const std::string& name) {
+  return *cpukern::testing::find_test_variant(list_rows(), simde_variants(), name);
+}
 
 std::vector<bf16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> d(-scale, scale);
@@ -66,18 +72,18 @@ Packed pack(const std::string& isa, const std::string& format, const std::vector
   Packed p;
   p.wf.resize(size_t(o * k));
   if (format == "bf16") {
-    p.w = prepack(w.data(), 1, o, k, isa);
+    p.w = prepack(w.data(), 1, o, k, test_row(isa));
     for (size_t j = 0; j < w.size(); ++j) p.wf[j] = bf16_to_f32(w[j]);
   } else if (format == "int8") {
     std::vector<int8_t> q(static_cast<size_t>(o * k));
     std::vector<float> s(static_cast<size_t>(o));
     int8::quantize_weights(w.data(), o, k, q.data(), s.data());
-    p.w = prepack_int8(q.data(), s.data(), 1, o, k, isa);
+    p.w = prepack_int8(q.data(), s.data(), 1, o, k, test_row(isa));
     int8::dequantize(q.data(), s.data(), o, k, p.wf.data());
   } else {
     std::vector<uint8_t> blocks(size_t(o * k / 2)), scales(size_t(o * k / 32));
     mxfp4::quantize(w.data(), o, k, blocks.data(), scales.data());
-    p.w = prepack_mxfp4(blocks.data(), scales.data(), 1, o, k, isa, parse_format(format));
+    p.w = prepack_mxfp4(blocks.data(), scales.data(), 1, o, k, test_row(isa), parse_format(format));
     std::vector<bf16_t> d(size_t(o * k));
     mxfp4::dequantize(blocks.data(), scales.data(), o, k, d.data());
     for (size_t j = 0; j < d.size(); ++j) p.wf[j] = bf16_to_f32(d[j]);
@@ -94,7 +100,7 @@ std::vector<bf16_t> run(const std::vector<bf16_t>& x, const Shape& s, const Pack
 
 TEST_P(LinearTest, MatchesModelAndIsThreadAndBatchInvariant) {
   const auto& [name, format] = GetParam();
-  const Variant* v = cpukern::testing::find_test_variant(registry(), simde_variants(), name);
+  const Variant* v = cpukern::testing::find_test_variant(list_rows(), simde_variants(), name);
   ASSERT_NE(v, nullptr);
   CPUKERN_SKIP_IF_UNSUPPORTED(*v);
   const bool mx = format == "mxfp4" || format == "mxfp4_a8";
@@ -139,7 +145,7 @@ TEST_P(LinearTest, MatchesModelAndIsThreadAndBatchInvariant) {
     } else if (format == "mxfp4") {  // exactly the bf16 kernel on the dequantized weights
       std::vector<bf16_t> wd(p.wf.size());
       for (size_t j = 0; j < wd.size(); ++j) wd[j] = f32_to_bf16(p.wf[j]);
-      EXPECT_TRUE(same_bits(y, run(x, s, *prepack(wd.data(), 1, s.o, s.k, name), bias, 1)));
+      EXPECT_TRUE(same_bits(y, run(x, s, *prepack(wd.data(), 1, s.o, s.k, *v), bias, 1)));
     } else {  // int8 / mxfp4_a8: every variant gives the reference's bits
       const Packed ref = pack("reference", format, w, s.o, s.k);
       EXPECT_TRUE(same_bits(y, run(x, s, *ref.w, bias, 1)));
@@ -151,7 +157,7 @@ TEST_P(LinearTest, MatchesModelAndIsThreadAndBatchInvariant) {
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  for (const auto& n : cpukern::testing::test_variant_names(registry(), simde_variants()))
+  for (const auto& n : cpukern::testing::test_variant_names(list_rows(), simde_variants()))
     for (const char* f : {"bf16", "mxfp4", "mxfp4_a8", "int8"}) out.emplace_back(n, f);
   return out;
 }
@@ -205,7 +211,7 @@ class LinearUnderflowTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
   const Variant* v =
-      cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+      cpukern::testing::find_test_variant(list_rows(), simde_variants(), GetParam());
   ASSERT_NE(v, nullptr);
   CPUKERN_SKIP_IF_UNSUPPORTED(*v);
   constexpr int64_t t = 4, o = 3, k = 40;
@@ -222,7 +228,7 @@ TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
   std::vector<bf16_t> x(xf.size()), w(wf.size()), y(t * o);
   for (size_t j = 0; j < xf.size(); ++j) x[j] = f32_to_bf16(xf[j]);
   for (size_t j = 0; j < wf.size(); ++j) w[j] = f32_to_bf16(wf[j]);
-  const auto p = prepack(w.data(), 1, o, k, GetParam());
+  const auto p = prepack(w.data(), 1, o, k, test_row(GetParam()));
   linear(x.data(), t, k, *p, nullptr, 1, y.data());
   for (int64_t r = 0; r < t; ++r)
     for (int64_t c = 0; c < o; ++c) {
@@ -242,7 +248,7 @@ TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, LinearUnderflowTest,
-    ::testing::ValuesIn(cpukern::testing::test_variant_names(registry(), simde_variants())));
+    ::testing::ValuesIn(cpukern::testing::test_variant_names(list_rows(), simde_variants())));
 
 }  // namespace
 }  // namespace cpukern::moe

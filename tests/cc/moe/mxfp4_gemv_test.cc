@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
@@ -22,7 +23,7 @@ namespace cpukern::moe {
 namespace {
 
 std::vector<std::string> variant_names() {
-  return cpukern::testing::test_variant_names(registry(), simde_variants());
+  return cpukern::testing::test_variant_names(list_rows(), simde_variants());
 }
 
 // Activation rows of a kind: 0 normal, 1 values at the fast paths' bounds (2**-64, 2**-40,
@@ -60,7 +61,7 @@ std::vector<bf16_t> rows_of(int kind, int64_t m, int64_t k, std::mt19937& rng) {
 class Mxfp4GemvEdges : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
-  const Variant& v = *cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+  const Variant& v = *cpukern::testing::find_test_variant(list_rows(), simde_variants(), GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
   const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
   const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/moe.h"
@@ -25,11 +26,11 @@ namespace cpukern::moe {
 namespace {
 
 std::vector<std::string> variant_names() {
-  return cpukern::testing::test_variant_names(registry(), simde_variants());
+  return cpukern::testing::test_variant_names(list_rows(), simde_variants());
 }
 
 const Variant& test_variant(const std::string& name) {
-  const Variant* v = cpukern::testing::find_test_variant(registry(), simde_variants(), name);
+  const Variant* v = cpukern::testing::find_test_variant(list_rows(), simde_variants(), name);
   if (!v) throw std::runtime_error("no variant " + name);
   return *v;
 }
@@ -196,7 +197,7 @@ TEST_P(MoeW4a8Test, FusedMoeEqualsReferenceRow) {
   make_weights(E * H, I, 1, rng, b2, s2);
   auto pk = [&](const std::string& isa, const std::vector<uint8_t>& b, const std::vector<uint8_t>& s,
                 int64_t o, int64_t i) {
-    return prepack_mxfp4(b.data(), s.data(), E, o, i, isa, WeightFormat::kMxfp4A8);
+    return prepack_mxfp4(b.data(), s.data(), E, o, i, test_variant(isa), WeightFormat::kMxfp4A8);
   };
   auto w13 = pk(v.name, b13, s13, 2 * I, H), w2 = pk(v.name, b2, s2, H, I);
   auto r13 = pk("reference", b13, s13, 2 * I, H), r2 = pk("reference", b2, s2, H, I);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cc/ternary/list_rows.h"
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/prepared_blob.h"

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/cc/ternary/list_rows.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/isa.h"
@@ -98,7 +99,7 @@ Ref reference(const std::vector<int8_t>& w, int64_t m, int64_t k, const std::vec
 class VariantTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    variant_ = cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+    variant_ = cpukern::testing::find_test_variant(list_rows(), simde_variants(), GetParam());
     ASSERT_NE(variant_, nullptr);
     CPUKERN_SKIP_IF_UNSUPPORTED(*variant_);
   }
@@ -504,7 +505,7 @@ TEST_P(VariantTest, PreparedBytesIndependentOfThreads) {
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, VariantTest,
-    ::testing::ValuesIn(cpukern::testing::test_variant_names(registry(), simde_variants())),
+    ::testing::ValuesIn(cpukern::testing::test_variant_names(list_rows(), simde_variants())),
     [](const auto& info) { return info.param; });
 
 // The reference of every layout: layouts.h restated weight by weight from the int8 weights
@@ -604,7 +605,7 @@ TEST(B3p5Layout, DecodeOfEveryCode) {
 int64_t (*layout_size(const char* layout))(int64_t, int64_t) {
   std::vector<const Variant*> rows;
   for (const auto& v : simde_variants()) rows.push_back(&v);
-  for (const auto& v : registry().variants())
+  for (const auto& v : list_rows())
     if (v.supported()) rows.push_back(&v);
   for (const Variant* v : rows) {
     if (std::string(v->ukernel.f32.layout) == layout) return v->ukernel.f32.packed_size;
@@ -782,25 +783,29 @@ TEST(TernaryApi, ListVariants) {
   EXPECT_TRUE(has_ref);
 }
 
-// list_variants() (cpukern.kernels()) lists the shipped rows only; catalogue-only rows are
-// still registry rows (tests and benchmarks run them) and are forced by name, never chosen.
+// list_variants() (cpukern.kernels()) lists the registry's rows, the shipped lines only; the
+// catalogue-only lines are not registry rows: forced by name through its catalogue, never
+// chosen. The tests run them from list_rows() (the kernel list, apart from the registry).
 TEST(TernaryApi, CatalogueOnlyRowsAreUnlistedButForcible) {
-  std::vector<std::string> listed, catalogue_only;
+  std::vector<std::string> listed;
   for (const auto& v : list_variants()) listed.push_back(v.name);
-  for (const Variant& v : registry().variants())
-    (v.shipped ? listed : catalogue_only).push_back(v.name);
-  EXPECT_EQ(listed.size(), 2 * list_variants().size());  // every shipped row listed once
-  for (const auto& name : catalogue_only) {
-    EXPECT_EQ(std::count(listed.begin(), listed.end(), name), 0) << name;
-    const Variant& v = *std::find_if(registry().variants().begin(), registry().variants().end(),
-                                     [&](const Variant& r) { return name == r.name; });
+  EXPECT_EQ(listed.size(), registry().variants().size());
+  for (const Variant& v : registry().catalogue()) {
+    EXPECT_EQ(std::count(listed.begin(), listed.end(), v.name), 0) << v.name;
+    EXPECT_EQ(std::count_if(list_rows().begin(), list_rows().end(),
+                            [&](const Variant& r) { return std::string(r.name) == v.name; }),
+              1)
+        << v.name;
     if (v.supported()) {
-      EXPECT_EQ(&registry().select(name), &v) << name;
-      EXPECT_NE(&registry().default_variant(), &v) << name;
+      EXPECT_EQ(&registry().select(v.name), &v) << v.name;
+      EXPECT_NE(&registry().default_variant(), &v) << v.name;
+    } else {
+      expect_arg_error([&] { registry().select(v.name); }, "isa");
     }
   }
+  EXPECT_EQ(registry().variants().size() + registry().catalogue().size(), list_rows().size());
 #if defined(__x86_64__)
-  EXPECT_EQ(catalogue_only.size(), 6u);  // avx512_bmi2, avx512_vnni_q2b, the four *_b3p5
+  EXPECT_EQ(registry().catalogue().size(), 6u);  // avx512_bmi2, avx512_vnni_q2b, the four *_b3p5
 #endif
 }
 

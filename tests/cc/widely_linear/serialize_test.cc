@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cc/widely_linear/list_rows.h"
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/prepared_blob.h"

@@ -1,0 +1,30 @@
+// A row line of the fused-MoE kernel list (ukernels/ukernels.inc) as a Variant: what the
+// registry, its catalogue and the tests' tables expand the list with (CPUKERN_LIST_ROW).
+#pragma once
+#include "kernels/common/isa.h"
+#include "kernels/common/kernel_list.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/ukernel.h"
+#include "kernels/moe/ukernels/ukernels.h"
+
+namespace cpukern::moe {
+
+// The row's ukernel: the bf16 one, with its ukernel per format (the kernel list's columns).
+inline Ukernel list_row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8,
+                        const Ukernel& w4a8) {
+  Ukernel u = bf16;
+  u.formats[int(WeightFormat::kBf16)] = &bf16;
+  u.formats[int(WeightFormat::kMxfp4)] = &mxfp4;
+  u.formats[int(WeightFormat::kInt8)] = &int8;
+  u.formats[int(WeightFormat::kMxfp4A8)] = &w4a8;
+  return u;
+}
+
+}  // namespace cpukern::moe
+
+#define CPUKERN_MOE_ROW(arch, name, isa_key, priority, ukernel, mxfp4_ukernel, int8_ukernel, \
+                        w4a8_ukernel)                                                        \
+  CPUKERN_ON(arch,                                                                            \
+             ::cpukern::moe::Variant{#name, ::cpukern::isa::isa_key, priority,                \
+                                     ::cpukern::moe::list_row(ukernel, mxfp4_ukernel,         \
+                                                              int8_ukernel, w4a8_ukernel)}, )
