@@ -358,12 +358,15 @@ INSTANTIATE_TEST_SUITE_P(All, VariantTest,
                          [](const auto& info) { return info.param; });
 
 #if !defined(CPUKERN_TEST_SIMDE)
-// Through the public prepare(): the layer records the registry row and its packer.
+// Through the public prepare(): the layer records the registry's row of that name (a shipped
+// row or one of its catalogue), the list line's kernels, and its packer.
 TEST_P(VariantTest, PrepareByName) {
   std::mt19937 rng(3);
   const Layer L = random_layer(rng, 1, 5, 40, false, true);
   auto layer = prepare(L.planes.data(), L.scales.data(), false, 1, L.n, L.words, L.m, GetParam());
-  EXPECT_EQ(layer->variant, &variant());
+  EXPECT_EQ(layer->variant, registry().named(GetParam()));
+  EXPECT_EQ(layer->variant->ukernel.fused, variant().ukernel.fused);
+  EXPECT_EQ(layer->variant->ukernel.fused_batch, variant().ukernel.fused_batch);
   EXPECT_EQ(layer->isa, GetParam());
   EXPECT_EQ(layer->packer, packer_for(*variant().ukernel.layout).name);
 }
