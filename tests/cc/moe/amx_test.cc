@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/amx_emulation.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/isa.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
+#include "tests/cc/moe/list_rows.h"
 
 namespace cpukern::moe {
 namespace {

@@ -16,7 +16,6 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/int8.h"
@@ -24,6 +23,7 @@
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/moe/list_rows.h"
 
 namespace cpukern::moe {
 namespace {

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
@@ -26,6 +25,7 @@
 #include "kernels/moe/ukernel.h"
 #include "kernels/moe/ukernels/ukernels.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/moe/list_rows.h"
 
 namespace cpukern::moe {
 namespace {
@@ -607,7 +607,8 @@ TEST_P(MoeMxfp4Test, EqualsBf16OfDequantizedBitwise) {
   const std::string& isa = prm.variant;
   auto b13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
   auto b2 = prepack(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
-  auto q13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, test_variant(isa));
+  auto q13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
+                           test_variant(isa));
   auto q2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, test_variant(isa));
   EXPECT_EQ(q13->format, WeightFormat::kMxfp4);
   EXPECT_EQ(q13->nbytes() * 32, c.e * round_up(2 * c.i, q13->ukernel->nr) * c.h * 17)
@@ -1108,10 +1109,10 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
     if (prm.format == WeightFormat::kMxfp4 || prm.format == WeightFormat::kMxfp4A8) {
       const Mx m13 = make_mx(p.w13, c.e * 2 * c.i, c.h, false, rng);
       const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
-      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant),
-                          prm.format);
-      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, test_variant(prm.variant),
-                         prm.format);
+      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
+                          test_variant(prm.variant), prm.format);
+      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i,
+                         test_variant(prm.variant), prm.format);
     } else if (prm.format == WeightFormat::kInt8) {
       const Q8 q13 = make_q8(p.w13, c.e * 2 * c.i, c.h), q2 = make_q8(p.w2, c.e * c.h, c.i);
       w13 = prepack_int8(q13.q.data(), q13.s.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant));

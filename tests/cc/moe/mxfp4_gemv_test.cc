@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/moe/list_rows.h"
 
 namespace cpukern::moe {
 namespace {
@@ -61,7 +61,8 @@ std::vector<bf16_t> rows_of(int kind, int64_t m, int64_t k, std::mt19937& rng) {
 class Mxfp4GemvEdges : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
-  const Variant& v = *cpukern::testing::find_test_variant(list_rows(), simde_variants(), GetParam());
+  const Variant& v =
+      *cpukern::testing::find_test_variant(list_rows(), simde_variants(), GetParam());
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
   const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
   const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);

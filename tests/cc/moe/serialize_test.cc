@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
+#include "tests/cc/moe/list_rows.h"
 #include "tests/cc/prepared/tamper.h"
 
 namespace cpukern::moe {

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/moe/list_rows.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/errors.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/ukernel.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/moe/list_rows.h"
 
 namespace cpukern::moe {
 namespace {

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/ternary/list_rows.h"
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/prepared_blob.h"
@@ -19,6 +18,7 @@
 #include "kernels/ternary/ukernel.h"
 #include "kernels/ternary/ukernels/layouts.h"
 #include "tests/cc/prepared/tamper.h"
+#include "tests/cc/ternary/list_rows.h"
 
 namespace cpukern::ternary {
 namespace {

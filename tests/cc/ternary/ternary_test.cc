@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "tests/cc/ternary/list_rows.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/isa.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/ternary/ukernel.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/ternary/list_rows.h"
 
 namespace cpukern::ternary {
 namespace {

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/widely_linear/list_rows.h"
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/ternary_codes.h"
 #include "kernels/widely_linear/ukernel.h"
 #include "tests/cc/prepared/tamper.h"
+#include "tests/cc/widely_linear/list_rows.h"
 
 namespace cpukern::widely_linear {
 namespace {

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "tests/cc/widely_linear/list_rows.h"
 #include "kernels/common/cpu_features.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/isa.h"
@@ -26,6 +25,7 @@
 #include "kernels/widely_linear/ukernels/lookup_layout.h"
 #include "kernels/widely_linear/widely_linear.h"
 #include "tests/cc/common/variant_params.h"
+#include "tests/cc/widely_linear/list_rows.h"
 
 namespace cpukern::widely_linear {
 namespace {
