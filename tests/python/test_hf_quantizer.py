@@ -26,7 +26,7 @@ import cpukern.torch as ct  # noqa: E402
 from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_hf_models import (BOUND, _common, check_against_stock, decode,  # noqa: E402
+from test_hf_models import (BOUND, PROMPT, _common, check_against_stock, decode,  # noqa: E402
                              gpt_oss_checkpoint, stock)
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
