@@ -236,17 +236,22 @@ def test_lossy_options_warn(checkpoints):
 
 # --- the stored lm_head --------------------------------------------------------------------
 
-def test_stored_lm_head_is_used(checkpoints, tmp_path):
-    """config.json says tie_word_embeddings, the checkpoint stores its own, different
-    lm_head: stock transformers keeps the stored head, and so does cpukern."""
-    path = str(tmp_path / "untied")
-    shutil.copytree(checkpoints["qwen3_moe"], path)
+def _tied_copy(src, path):
+    """A copy of checkpoint src in path whose config.json says tie_word_embeddings; returns
+    its tensors (to change and save back)."""
+    shutil.copytree(src, path)
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     cfg["tie_word_embeddings"] = True
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f)
-    sd = load_file(os.path.join(path, "model.safetensors"))
+    return load_file(os.path.join(path, "model.safetensors"))
+
+def test_stored_lm_head_is_used(checkpoints, tmp_path):
+    """config.json says tie_word_embeddings, the checkpoint stores its own, different
+    lm_head: stock transformers keeps the stored head, and so does cpukern."""
+    path = str(tmp_path / "untied")
+    sd = _tied_copy(checkpoints["qwen3_moe"], path)
     sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"].float()).to(torch.bfloat16) * 0.3
     save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     ref = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
@@ -605,13 +610,7 @@ def test_int8_lm_head_tied_keeps_bf16_embedding(checkpoints, tmp_path):
     stored bf16 tensor, bit for bit, and the logits stay within the bound; patch() takes the
     same keyword."""
     path = str(tmp_path / "tied")
-    shutil.copytree(checkpoints["qwen3_moe"], path)
-    with open(os.path.join(path, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["tie_word_embeddings"] = True
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    sd = load_file(os.path.join(path, "model.safetensors"))
+    sd = _tied_copy(checkpoints["qwen3_moe"], path)
     del sd["lm_head.weight"]
     save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     emb = sd["model.embed_tokens.weight"]
