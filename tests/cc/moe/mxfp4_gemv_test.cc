@@ -108,9 +108,9 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
     }
   }
 }
-// Every code under every scale byte 0..254 (255, NaN, is refused at packing): each of 255
-// (column, block) pairs of a layer holds one scale and its 32 codes cover all 16 twice, so the
-// values span the subnormal results (s = 0, 1: 2**-128 ..), the normal range and the +-inf
+// Every code under every scale byte 0..254 (255, NaN, is refused at packing): the 280
+// (column, block) pairs of the layer hold the scales 0..254 (each at least once), and each
+// block's 32 codes hold all 16 twice (once at an even k, once at an odd k), so the values span the subnormal results (s = 0, 1: 2**-128 ..), the normal range and the +-inf
 // of 6 * 2**127 (s = 254, codes 7 and 15). Each row count from the decode GEMV (1..8) to
 // prefill (9, 16) equals the bf16 kernel on the dequantized weights bit for bit.
 TEST_P(Mxfp4GemvEdges, EveryCodeEveryScaleEqualsBf16Bitwise) {
@@ -126,7 +126,7 @@ TEST_P(Mxfp4GemvEdges, EveryCodeEveryScaleEqualsBf16Bitwise) {
       const int64_t n = r * nb + b;
       scales[size_t(n)] = uint8_t(n % 255);
       for (int j = 0; j < 16; ++j) {  // codes (j + n) % 16 (even k) and that + 8 (odd k)
-        const int c = int((2 * j + n) % 16);
+        const int c = int((j + n) % 16);
         blocks[size_t(n * 16 + j)] = uint8_t(c | ((c + 8) % 16) << 4);
       }
     }
