@@ -185,6 +185,8 @@ def worker(cfg: dict) -> dict[str, Any]:
         kw["isa"] = cfg["isa"]
     if cfg.get("format"):
         kw["format"] = cfg["format"]
+    if cfg.get("lm_head"):
+        kw["lm_head"] = cfg["lm_head"]
     mxfp4 = json.load(open(os.path.join(cfg["hf_dir"], "config.json"))).get(
         "quantization_config", {}).get("quant_method") == "mxfp4"
     if cfg["engine"].startswith("cpukern"):
@@ -311,7 +313,7 @@ def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[
            fmt: str = "", compiled: bool = False, decode: int = 0) -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
            "profile": args.profile_steps, "compile": compiled,
-           "experts": list(spec.experts), "isa": args.isa,
+           "experts": list(spec.experts), "isa": args.isa, "lm_head": args.lm_head,
            "lengths": (PREFILL, PROMPT, decode or DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
@@ -383,6 +385,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median)")
     ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench -r")
     ap.add_argument("--isa", default="", help="cpukern variant to force (default: automatic)")
+    ap.add_argument("--lm-head", dest="lm_head", default="", choices=("", "bf16", "int8"),
+                    help="cpukern's LM head format (default: bf16)")
     ap.add_argument("--probe", help="benchmarks/bandwidth binary")
     ap.add_argument("--bitnet-layers", type=int, default=30)
     ap.add_argument("--qwen3-moe-layers", dest="qwen3_moe_layers", type=int, default=8,

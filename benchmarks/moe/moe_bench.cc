@@ -1,5 +1,6 @@
 // Fused MoE layers of real models, every registry row (kernel list line) this CPU runs, every
-// weight format (bf16, mxfp4, int8, mxfp4_a8 = W4A8), T in {1, 16, 64, 256},
+// weight format (bf16, mxfp4, int8, mxfp4_a8 = W4A8), T in {1, 16, 64, 256} (and 2, 4, 8
+// for gpt-oss-20b's MXFP4 decode),
 // threads 1 and all. Counters: ms per call, TFLOP/s, GB/s of expert weights touched (each
 // distinct routed expert's w13 + w2 read once), of_probe = that GB/s over the all-core
 // streaming-read probe (benchmarks/bandwidth). The reference variant (scalar) runs T=1 only.
@@ -180,8 +181,11 @@ int register_all() {
     for (const Variant& v : registry().all_rows()) {
       if (!v.supported()) continue;
       for (std::string format : {"bf16", "mxfp4", "int8", "mxfp4_a8"})
-      for (int64_t t : {1, 16, 64, 256}) {
+      for (int64_t t : {1, 2, 4, 8, 16, 64, 256}) {
         if (v.name == std::string("reference") && t > 1) continue;
+        // T = 2..8: the exact MXFP4 decode of gpt-oss-20b (1-2 token rows per expert).
+        if (t > 1 && t < 16 && (format != "mxfp4" || l.name != std::string("gpt-oss-20b")))
+          continue;
         if (format.rfind("mxfp4", 0) == 0 && (l.h % 32 || l.i % 32)) continue;
         for (int th : all == 1 ? std::vector<int>{1} : std::vector<int>{1, all})
           for (bool cold : {false, true}) {

@@ -26,7 +26,7 @@ import cpukern.torch as ct  # noqa: E402
 from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from test_hf_models import (BOUND, _common, check_against_stock, decode,  # noqa: E402
+from test_hf_models import (BOUND, PROMPT, _common, check_against_stock, decode,  # noqa: E402
                              gpt_oss_checkpoint, stock)
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
@@ -236,17 +236,22 @@ def test_lossy_options_warn(checkpoints):
 
 # --- the stored lm_head --------------------------------------------------------------------
 
-def test_stored_lm_head_is_used(checkpoints, tmp_path):
-    """config.json says tie_word_embeddings, the checkpoint stores its own, different
-    lm_head: stock transformers keeps the stored head, and so does cpukern."""
-    path = str(tmp_path / "untied")
-    shutil.copytree(checkpoints["qwen3_moe"], path)
+def _tied_copy(src, path):
+    """A copy of checkpoint src in path whose config.json says tie_word_embeddings; returns
+    its tensors (to change and save back)."""
+    shutil.copytree(src, path)
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     cfg["tie_word_embeddings"] = True
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f)
-    sd = load_file(os.path.join(path, "model.safetensors"))
+    return load_file(os.path.join(path, "model.safetensors"))
+
+def test_stored_lm_head_is_used(checkpoints, tmp_path):
+    """config.json says tie_word_embeddings, the checkpoint stores its own, different
+    lm_head: stock transformers keeps the stored head, and so does cpukern."""
+    path = str(tmp_path / "untied")
+    sd = _tied_copy(checkpoints["qwen3_moe"], path)
     sd["lm_head.weight"] = torch.randn_like(sd["lm_head.weight"].float()).to(torch.bfloat16) * 0.3
     save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     ref = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
@@ -541,3 +546,82 @@ def test_dropping_mapped_pages_loses_nothing(tmp_path):
     assert torch.equal(ta, a) and torch.equal(tb, b) and torch.equal(tc, c + 1)
     assert torch.equal(anon, a)
     assert drop_mapped_pages([anon], keep=[]) == 0  # not file-mapped: nothing to drop
+
+
+# --- the int8 LM head ------------------------------------------------------------------------
+
+def _head_inputs_outputs(model):
+    """The LM head's inputs (bf16, (T, K)) and outputs (float64, (T, V)) for PROMPT."""
+    seen = {}
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda mod, args, out: seen.update(x=args[0].detach(), y=out.detach()))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([PROMPT]))
+    hook.remove()
+    x, y = seen["x"], seen["y"]
+    return (x.reshape(-1, x.shape[-1]).to(torch.bfloat16),
+            y.reshape(-1, y.shape[-1]).to(torch.float64))
+
+
+def _check_int8_head_bound(model, w):
+    """The int8 LM head within docs/guarantees.md's bound of the exact product of its bf16
+    inputs and the bf16 head weights w (V, K), per logit; and further from it than bf16 would
+    be somewhere (the test can tell the two apart)."""
+    head = model.get_output_embeddings()
+    assert isinstance(head, ct.Linear) and head.format == "int8"
+    x, y = _head_inputs_outputs(model)
+    xd, wd = x.to(torch.float64), w.to(torch.float64)
+    k = xd.shape[1]
+    ref = xd @ wd.T
+    sa = xd.abs().amax(dim=1, keepdim=True) / 127  # (T, 1)
+    sw = wd.abs().amax(dim=1) / 127  # (V,)
+    x1 = xd.abs().sum(dim=1, keepdim=True)
+    bound = (2.0**-8 * ref.abs() + 0.52 * (sw * x1 + sa * wd.abs().sum(dim=1)) + 0.3 * k * sa * sw
+             + 2.0**-22 * (xd.abs() @ wd.abs().T) + 2.0**-126 * (k + x1))
+    err = (y - ref).abs()
+    assert bool((err <= bound).all()), float((err / bound).max())
+    assert float((err - 2.0**-8 * ref.abs()).max()) > 0  # not the bf16 head's result
+
+
+def test_int8_lm_head_within_its_bound(checkpoints):
+    """lm_head="int8": the LM head alone becomes W8A8 (the other dense layers stay bf16),
+    warns as a lossy choice, and its logits stay within the documented bound."""
+    path = checkpoints["qwen3_moe"]
+    w = load_file(os.path.join(path, "model.safetensors"))["lm_head.weight"]
+    with pytest.warns(UserWarning, match="W8A8 LM head"):
+        model = load(path, lm_head="int8")
+    assert model.model.layers[0].self_attn.q_proj.format == "bf16"
+    _check_int8_head_bound(model, w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load(path).lm_head.format == "bf16"  # the default: bf16, no warning
+    assert ct.from_pretrained(path, lm_head="int8").lm_head.format == "int8"
+    both = load(path, dense="int8", lm_head="bf16")  # lm_head overrides dense for the head
+    assert both.lm_head.format == "bf16"
+    assert both.model.layers[0].self_attn.q_proj.format == "int8"
+    with pytest.raises(ValueError, match="^lm_head"):
+        load(path, lm_head="int4")
+    with pytest.raises(TypeError, match="^lm_head"):
+        CpukernConfig(lm_head=8)
+
+
+def test_int8_lm_head_tied_keeps_bf16_embedding(checkpoints, tmp_path):
+    """A tied LM head in int8 packs its own copy: the embedding the lookups read stays the
+    stored bf16 tensor, bit for bit, and the logits stay within the bound; patch() takes the
+    same keyword."""
+    path = str(tmp_path / "tied")
+    sd = _tied_copy(checkpoints["qwen3_moe"], path)
+    del sd["lm_head.weight"]
+    save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    emb = sd["model.embed_tokens.weight"]
+    with pytest.warns(UserWarning, match="W8A8 LM head"):
+        model = load(path, lm_head="int8")
+    got = model.get_input_embeddings().weight
+    assert got.dtype == torch.bfloat16 and torch.equal(got, emb)
+    _check_int8_head_bound(model, emb)
+    plain = transformers.AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, dtype=torch.bfloat16).eval()
+    with pytest.warns(UserWarning, match="W8A8 LM head"):
+        ct.patch(plain, lm_head="int8")
+    assert torch.equal(plain.get_input_embeddings().weight, emb)
+    _check_int8_head_bound(plain, emb)

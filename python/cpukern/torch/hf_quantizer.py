@@ -51,7 +51,8 @@ class CpukernConfig(QuantizationConfigMixin):
     """The options of cpukern's quantizer, as ``cpukern.torch.patch`` takes them: isa (a forced
     variant), act (ternary activations: "int8_bitnet", "int8", "fp32"), format (experts:
     gpt-oss "mxfp4", "mxfp4_a8", "bf16"; Qwen3-MoE "bf16", "int8"; None: the checkpoint's own),
-    dense ("bf16", "int8", None: left in torch), threads, keep_plain_weights.
+    dense ("bf16", "int8", None: left in torch), lm_head (the LM head: "bf16", "int8" = W8A8,
+    None: as dense), threads, keep_plain_weights.
     checkpoint_quantization: the quantization config the checkpoint was stored with (BitNet's
     or MXFP4's, as a dict), None for float checkpoints. Checked against the model's family when
     it loads. prepared_modules: written by save_pretrained (the modules whose prepared
@@ -61,15 +62,18 @@ class CpukernConfig(QuantizationConfigMixin):
                  dense: Optional[str] = "bf16", isa: Optional[str] = None,
                  threads: Optional[int] = None, keep_plain_weights: bool = False,
                  checkpoint_quantization: Optional[dict] = None,
-                 prepared_modules: Optional[dict] = None, **kwargs: Any) -> None:
+                 prepared_modules: Optional[dict] = None, lm_head: Optional[str] = None,
+                 **kwargs: Any) -> None:
         self.quant_method = "cpukern"
-        for name, v in (("format", format), ("act", act), ("dense", dense), ("isa", isa)):
+        for name, v in (("format", format), ("act", act), ("dense", dense), ("isa", isa),
+                        ("lm_head", lm_head)):
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"{name}: expected None or a str, got {type(v).__name__} {v!r}")
         if checkpoint_quantization is not None and not isinstance(checkpoint_quantization, dict):
             raise TypeError(f"checkpoint_quantization: expected None or a dict, got "
                             f"{type(checkpoint_quantization).__name__}")
         self.format, self.act, self.dense, self.isa, self.threads = format, act, dense, isa, threads
+        self.lm_head = lm_head
         self.keep_plain_weights = bool_arg(keep_plain_weights, "keep_plain_weights")
         self.checkpoint_quantization = checkpoint_quantization
         if prepared_modules is not None and not isinstance(prepared_modules, dict):
@@ -162,7 +166,8 @@ class CpukernHfQuantizer(HfQuantizer):
                                              **kwargs: Any) -> None:
         qc = self.quantization_config
         self._family = family = family_for(model.config, "model")
-        self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads)
+        self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads,
+                                getattr(qc, "lm_head", None))
         family.before_loading(model, qc.checkpoint_quantization)
         self._load_ops, self.serialized_names = family.load_operations(qc.checkpoint_quantization)
         if qc.prepared_modules:  # saved by save_pretrained: the modules, as they were saved

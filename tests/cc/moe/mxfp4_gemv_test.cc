@@ -110,6 +110,64 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
     }
   }
 }
+// Every code under every scale byte 0..254 (255, NaN, is refused at packing): the 280
+// (column, block) pairs of the layer hold the scales 0..254 (each at least once), and each
+// block's 32 codes hold all 16 twice (once at an even k, once at an odd k), so the values span
+// the subnormal results (s = 0, 1: 2**-128 ..), the normal range and the +-inf of 6 * 2**127
+// (s = 254, codes 7 and 15). Each row count from the decode GEMV (1..8) to
+// prefill (9, 16) equals the bf16 kernel on the dequantized weights bit for bit.
+TEST_P(Mxfp4GemvEdges, EveryCodeEveryScaleEqualsBf16Bitwise) {
+  const Variant& v = *cpukern::testing::find_test_variant(registry(), simde_variants(), GetParam());
+  CPUKERN_SKIP_IF_UNSUPPORTED(v);
+  const Ukernel& bk = ukernel_for(v, WeightFormat::kBf16);
+  const Ukernel& mk = ukernel_for(v, WeightFormat::kMxfp4);
+  std::mt19937 rng(9);
+  // All scales, then only the fast window's [95, 159] (each block on the fast path where the
+  // activations are inside its window too: kinds 0 and 7).
+  for (bool window : {false, true}) {
+    const int64_t o = 40, k = 7 * 32, nb = k / 32;  // 280 (column, block) pairs
+    std::vector<uint8_t> blocks(size_t(o * nb * 16)), scales(size_t(o * nb));
+    for (int64_t r = 0; r < o; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t n = r * nb + b;
+        const int64_t in_window = mxfp4::kFastScaleMin + n % (mxfp4::kFastScaleSpan + 1);
+        scales[size_t(n)] = uint8_t(window ? in_window : n % 255);
+        for (int j = 0; j < 16; ++j) {  // codes (j + n) % 16 (even k) and that + 8 (odd k)
+          const int c = int((j + n) % 16);
+          blocks[size_t(n * 16 + j)] = uint8_t(c | ((c + 8) % 16) << 4);
+        }
+      }
+    ASSERT_EQ(-1, mxfp4::first_nan_scale(scales.data(), int64_t(scales.size())));
+    std::vector<bf16_t> deq(size_t(o * k));
+    mxfp4::dequantize(blocks.data(), scales.data(), o, k, deq.data());
+    for (int64_t q = 0; q < int64_t(deq.size()); ++q) {  // dequantize = value, bit for bit
+      const float x = mxfp4::value(mxfp4::code_at(blocks.data() + (q / 32) * 16, int(q % 32)),
+                                   scales[size_t(q / 32)]);
+      ASSERT_EQ(f32_to_bf16(x), deq[size_t(q)]) << q;
+    }
+    std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
+    bk.pack(deq.data(), o, k, wb.data());
+    mk.pack_mxfp4(blocks.data(), scales.data(), o, k, wm.data());
+    for (int kind : {0, 5, 6, 7})
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) {
+      auto a = rows_of(kind, m, k, rng);
+      std::vector<char> ap(size_t(bk.packed_a_size(m, k)) + 64);
+      bk.pack_a(a.data(), k, nullptr, m, k, ap.data());
+      const int64_t p1 = (o + bk.nr - 1) / bk.nr, ldc = p1 * bk.nr;
+      for (bool acc : {false, true}) {
+        std::vector<float> c1(size_t(m * ldc), -0.5f), c2 = c1;
+        bk.gemm(ap.data(), m, k, wb.data(), 0, p1, c1.data(), ldc, acc);
+        mk.gemm(ap.data(), m, k, wm.data(), 0, p1, c2.data(), ldc, acc);
+        for (size_t q = 0; q < c1.size(); ++q)  // a NaN's sign is unspecified (as above)
+          if (std::isnan(c1[q]) && std::isnan(c2[q])) c2[q] = c1[q];
+        ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4))
+            << "m=" << m << " rows kind " << kind << " accumulate=" << acc
+            << " window=" << window;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Mxfp4GemvEdges, ::testing::ValuesIn(variant_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -78,6 +78,7 @@ class Options:
     format: Optional[str] = None
     dense: Optional[str] = "bf16"
     threads: Optional[int] = None  # set (process-wide) once every module is checked
+    lm_head: Optional[str] = None  # the LM head's format; None: dense's
 
 
 def _variant_names(op: str) -> list:
@@ -85,7 +86,7 @@ def _variant_names(op: str) -> list:
 
 
 def options(family: "Family", isa: Any = None, act: Any = None, format: Any = None,
-            dense: Any = "bf16", threads: Any = None) -> Options:
+            dense: Any = "bf16", threads: Any = None, lm_head: Any = None) -> Options:
     """Every option checked against the family before anything is changed: TypeError /
     ValueError naming the option. isa must name a variant of one of the ops the family's
     modules run (dense layers run fused_moe's)."""
@@ -98,6 +99,8 @@ def options(family: "Family", isa: Any = None, act: Any = None, format: Any = No
                              f"runs; expected None or one of {known}")
     if dense is not None:
         str_arg(dense, "dense", DENSE)
+    if lm_head is not None:
+        str_arg(lm_head, "lm_head", DENSE)
     if act is not None:
         str_arg(act, "act", _ternary.ACTS)
     if format is not None and format not in family.formats:
@@ -106,7 +109,7 @@ def options(family: "Family", isa: Any = None, act: Any = None, format: Any = No
     if threads is not None:
         int_arg(threads, "threads", 0, MAX_THREADS)
     return Options("" if isa in (None, "auto") else isa, act or "int8_bitnet", format, dense,
-                   threads)
+                   threads, lm_head)
 
 
 # --- building cpukern modules ------------------------------------------------------------
@@ -234,27 +237,38 @@ class Family:
             except TypeError as e:
                 raise ValueError(str(e)) from None
 
-    def plan_dense(self, name: str, mod: nn.Module, model: nn.Module, opts: Options) -> Any:
-        if opts.dense is None:
+    def plan_dense(self, name: str, mod: nn.Module, model: nn.Module, opts: Options,
+                   head: bool = False) -> Any:
+        """A bf16 nn.Linear in the format dense= asks for; the LM head (head) in lm_head's
+        where that is given."""
+        fmt, option = opts.dense, "dense"
+        if head and opts.lm_head is not None:
+            fmt, option = opts.lm_head, "lm_head"
+        if fmt is None:
             return "dense=None: dense layers stay in torch"
         if mod.weight.dtype != torch.bfloat16:
             return self.float_linear_reason(model) or (
                 f"{mod.weight.dtype} weights: cpukern's dense kernels compute in bf16, this layer "
                 f"in {mod.weight.dtype}")
-        return Step(name, "Linear", f"Linear {opts.dense}", lambda: Linear.from_linear(
-            mod, format=opts.dense, isa=_dense_isa(opts.isa)).prepare(),
-            lossy="dense='int8' (W8A8 dense layers)" if opts.dense == "int8" else None)
+        lossy = None
+        if fmt == "int8":
+            lossy = ("lm_head='int8' (W8A8 LM head)" if option == "lm_head"
+                     else "dense='int8' (W8A8 dense layers)")
+        return Step(name, "Linear", f"Linear {fmt}", lambda: Linear.from_linear(
+            mod, format=fmt, isa=_dense_isa(opts.isa)).prepare(), lossy=lossy)
 
     def plan(self, model: nn.Module, opts: Options) -> tuple[list, list]:
         """(steps, left): every module checked before any is replaced."""
         steps, left, taken = [], [], []
+        get_head = getattr(model, "get_output_embeddings", None)
+        head = get_head() if callable(get_head) else None
         with torch.no_grad():
             for name, mod in model.named_modules():
                 if any(name.startswith(t + ".") for t in taken):
                     continue  # inside a module that is replaced
                 got = self.plan_module(name, mod, model, opts)
                 if got is None and type(mod) is nn.Linear:
-                    got = self.plan_dense(name, mod, model, opts)
+                    got = self.plan_dense(name, mod, model, opts, head=mod is head)
                 if isinstance(got, Step):
                     steps.append(got)
                     taken.append(name)
