@@ -136,8 +136,14 @@ def _wrap_plain_blobs(module: "_PreparedBuffer", state_dict: dict, prefix: str, 
         v = state_dict.get(key)
         if isinstance(v, Tensor) and not isinstance(v, PackedWeightsTensor):
             shape = module._packed_shape(name)
-            state_dict[key] = (PackedWeightsTensor.empty(shape) if v.numel() == 0 else
-                               PackedWeightsTensor(v, name=key, _shape=shape))
+            if v.numel() == 0:
+                state_dict[key] = PackedWeightsTensor.empty(shape)
+                continue
+            t = PackedWeightsTensor(v, name=key, _shape=shape)
+            if t.runs_here and tuple(t.weights.shape) != shape:
+                raise ValueError(f"{key}: prepared weights of shape {tuple(t.weights.shape)} do "
+                                 f"not fit this layer {shape}")
+            state_dict[key] = t
 
 
 def _prepared_keys_optional(module: "_PreparedBuffer", incompatible: Any) -> None:
@@ -147,6 +153,7 @@ def _prepared_keys_optional(module: "_PreparedBuffer", incompatible: Any) -> Non
     for name in module._PREPARED:
         for key in [k for k in incompatible.missing_keys if k.rpartition(".")[2] == name]:
             incompatible.missing_keys.remove(key)
+    module._note_ready()
 
 
 class _PreparedBuffer(nn.Module):
@@ -178,6 +185,7 @@ class _PreparedBuffer(nn.Module):
         for name in self._PREPARED:
             self.register_buffer(name, PackedWeightsTensor.empty(self._packed_shape(name)))
         self._prepared_from = {}
+        self._ready = False
         self._register_prepared_hooks()
 
     def _register_prepared_hooks(self) -> None:
@@ -215,6 +223,13 @@ class _PreparedBuffer(nn.Module):
             self._parameters[name] = nn.Parameter(t, requires_grad=False)
         else:
             self._buffers[name] = t
+        self._note_ready()
+
+    def _note_ready(self) -> None:
+        """``_ready``: whether every prepared buffer holds weights (a plain attribute, which
+        torch.compile reads as a constant and guards on)."""
+        self._ready = all(isinstance(getattr(self, n, None), PackedWeightsTensor)
+                          and not getattr(self, n).is_empty for n in self._PREPARED)
 
     def _set_prepared(self, name: str, t: PackedWeightsTensor) -> None:
         """Puts `t` in place as prepared buffer `name`, current with the plain weights now."""
@@ -251,11 +266,16 @@ class _PreparedBuffer(nn.Module):
                     self._set_prepared(name, self._prepare_one(name))
         return current
 
-    def _use_prepared(self) -> None:
-        """Before a forward: the prepared buffers brought up to date (not while torch.compile
-        traces: the compiled graph reads the buffers as they are, so prepare() first)."""
-        if not torch.compiler.is_compiling():
-            self._refresh(prepare=True)
+    def _use_prepared(self) -> bool:
+        """Whether forward runs from the prepared buffers, brought up to date first. While
+        torch.compile or torch.export traces, the graph reads the buffers as they are when
+        they hold weights, and otherwise runs the raw-weight op (which prepares and caches at
+        run time: cpukern.torch._weight_cache); prepare() before compiling to trace the
+        prepared form."""
+        if torch.compiler.is_compiling():
+            return bool(getattr(self, "_ready", False))
+        self._refresh(prepare=True)
+        return True
 
     def _adopt(self, name: str, t: PackedWeightsTensor) -> bool:
         """A blob new to this module, checked to fit it (ValueError naming `name`) and made
@@ -410,9 +430,11 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        self._use_prepared()
-        return torch.ops.cpukern.ternary_gemv_prepared(self.prepared, x2, self.out_features,
-                                                       self.act)
+        if self._use_prepared():
+            return torch.ops.cpukern.ternary_gemv_prepared(self.prepared, x2, self.out_features,
+                                                           self.act)
+        return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
+                                              self.group_size)
 
     def _packed_shape(self, name: str) -> tuple:
         return (self.out_features, self.in_features)
@@ -496,8 +518,9 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        self._use_prepared()
-        return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
+        if self._use_prepared():
+            return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
+        return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
     def _packed_shape(self, name: str) -> tuple:
         return (self.out_features, self.in_features)
@@ -707,12 +730,18 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def experts(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
         _check_float(x, "x")
         x2, lead = _flatten(x, self.hidden, "x")
-        self._use_prepared()
-        y = torch.ops.cpukern.fused_moe_prepared(
-            x2.to(torch.bfloat16).contiguous(), self.w13_prepared, self.w2_prepared,
-            topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
-            topk_ids.reshape(-1, self.topk).contiguous(), self.activation, self.w13_bias,
-            self.w2_bias, False)
+        xb = x2.to(torch.bfloat16).contiguous()
+        tw = topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous()
+        ids = topk_ids.reshape(-1, self.topk).contiguous()
+        if self._use_prepared():
+            y = torch.ops.cpukern.fused_moe_prepared(xb, self.w13_prepared, self.w2_prepared, tw,
+                                                     ids, self.activation, self.w13_bias,
+                                                     self.w2_bias, False)
+        else:
+            y = torch.ops.cpukern.fused_moe(xb, self.w13, self.w2, tw, ids, self.activation,
+                                            self.w13_bias, self.w2_bias, False, self.isa,
+                                            getattr(self, "w13_scales", None),
+                                            getattr(self, "w2_scales", None), self._act())
         return y.reshape(lead + (self.hidden,)).to(x.dtype)
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
@@ -813,8 +842,10 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         _check_float(x, "x")
         x2, lead = _flatten(x, self.in_features, "x")
         xb = x2.to(torch.bfloat16).contiguous()
-        self._use_prepared()
-        y = torch.ops.cpukern.linear_prepared(xb, self.prepared, self.out_features, self.bias)
+        if self._use_prepared():
+            y = torch.ops.cpukern.linear_prepared(xb, self.prepared, self.out_features, self.bias)
+        else:
+            y = torch.ops.cpukern.linear(xb, self.weight, self.bias, self.isa, self.weight_scales)
         return y.reshape(lead + (self.out_features,)).to(x.dtype)
 
     def extra_repr(self) -> str:
