@@ -96,13 +96,14 @@ the packing).
 from __future__ import annotations
 
 from cpukern.torch._weight_cache import cache_info, clear_cache
+from cpukern.torch.packed import PackedWeightsTensor
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
 from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "clear_cache", "cache_info", "patch",
-           "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "PackedWeightsTensor",
+           "clear_cache", "cache_info", "patch", "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
 
 
 def __getattr__(name: str):
