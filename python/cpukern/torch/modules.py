@@ -34,7 +34,7 @@ argument."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +44,7 @@ from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
 from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
-from cpukern.torch.packed import PackedWeightsTensor
+from cpukern.torch.packed import EAGER, PackedWeightsTensor
 from cpukern.torch.packed import warn_untracked as _warn_untracked
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"]
@@ -266,16 +266,17 @@ class _PreparedBuffer(nn.Module):
                     self._set_prepared(name, self._prepare_one(name))
         return current
 
-    def _use_prepared(self) -> bool:
-        """Whether forward runs from the prepared buffers, brought up to date first. While
-        torch.compile or torch.export traces, the graph reads the buffers as they are when
-        they hold weights, and otherwise runs the raw-weight op (which prepares and caches at
-        run time: cpukern.torch._weight_cache); prepare() before compiling to trace the
-        prepared form."""
+    def _prepared_op(self, op: Any) -> Optional[Callable]:
+        """What forward runs on the prepared buffers: in eager mode the op's implementation
+        for PackedWeightsTensor (no dispatcher round trip), after bringing the buffers up to
+        date; while torch.compile or torch.export trace, the op itself when the buffers hold
+        weights (the graph reads them as they are), else None: the raw-weight op, which
+        prepares and caches at run time (cpukern.torch._weight_cache). prepare() before
+        compiling traces the prepared form."""
         if torch.compiler.is_compiling():
-            return bool(getattr(self, "_ready", False))
+            return op if getattr(self, "_ready", False) else None
         self._refresh(prepare=True)
-        return True
+        return EAGER[op.default]
 
     def _adopt(self, name: str, t: PackedWeightsTensor) -> bool:
         """A blob new to this module, checked to fit it (ValueError naming `name`) and made
@@ -430,9 +431,9 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        if self._use_prepared():
-            return torch.ops.cpukern.ternary_gemv_prepared(self.prepared, x2, self.out_features,
-                                                           self.act)
+        run = self._prepared_op(torch.ops.cpukern.ternary_gemv_prepared)
+        if run is not None:
+            return run(self.prepared, x2, self.out_features, self.act)
         return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
                                               self.group_size)
 
@@ -518,8 +519,9 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        if self._use_prepared():
-            return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
+        run = self._prepared_op(torch.ops.cpukern.widely_linear_prepared)
+        if run is not None:
+            return run(self.prepared, x2, self.out_features)
         return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
     def _packed_shape(self, name: str) -> tuple:
@@ -733,10 +735,10 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         xb = x2.to(torch.bfloat16).contiguous()
         tw = topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous()
         ids = topk_ids.reshape(-1, self.topk).contiguous()
-        if self._use_prepared():
-            y = torch.ops.cpukern.fused_moe_prepared(xb, self.w13_prepared, self.w2_prepared, tw,
-                                                     ids, self.activation, self.w13_bias,
-                                                     self.w2_bias, False)
+        run = self._prepared_op(torch.ops.cpukern.fused_moe_prepared)
+        if run is not None:
+            y = run(xb, self.w13_prepared, self.w2_prepared, tw, ids, self.activation,
+                    self.w13_bias, self.w2_bias, False)
         else:
             y = torch.ops.cpukern.fused_moe(xb, self.w13, self.w2, tw, ids, self.activation,
                                             self.w13_bias, self.w2_bias, False, self.isa,
@@ -842,8 +844,9 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         _check_float(x, "x")
         x2, lead = _flatten(x, self.in_features, "x")
         xb = x2.to(torch.bfloat16).contiguous()
-        if self._use_prepared():
-            y = torch.ops.cpukern.linear_prepared(xb, self.prepared, self.out_features, self.bias)
+        run = self._prepared_op(torch.ops.cpukern.linear_prepared)
+        if run is not None:
+            y = run(xb, self.prepared, self.out_features, self.bias)
         else:
             y = torch.ops.cpukern.linear(xb, self.weight, self.bias, self.isa, self.weight_scales)
         return y.reshape(lead + (self.out_features,)).to(x.dtype)
