@@ -161,14 +161,17 @@ def test_corrupted_prepared_in_a_state_dict_names_the_key():
     sd["prepared"] = small.prepared.blob
     with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
         TernaryLinear(70, 40).load_state_dict(sd)
-    sd["prepared"] = small.prepared  # a PackedWeightsTensor: torch's own shape check
-    with pytest.raises(RuntimeError, match=r"size mismatch for prepared"):
+    sd["prepared"] = small.prepared  # a PackedWeightsTensor: checked the same way
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
         TernaryLinear(70, 40).load_state_dict(sd)
     grouped = TernaryLinear(70, 40, group_size=32)
     grouped.prepare()
     sd["prepared"] = grouped.prepared  # the same shape, but not this layer's scales
-    target = TernaryLinear(70, 40)
-    target.load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
+                                         r"\(group_size 32\) do not fit"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+    target = TernaryLinear(70, 40)  # set by hand: checked at the next forward
+    target.prepared = grouped.prepared
     with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
                                          r"\(group_size 32\) do not fit"):
         target(torch.randn(70))
@@ -197,9 +200,9 @@ def test_widely_linear_layout_that_cannot_be_unpacked_is_prepared_from_planes(sr
         b = WidelyLinear.from_linear(lin, isa=dst)
         x = torch.randn(2, 64)
         want = b(x)
-        b.load_state_dict(a.state_dict())
-        assert torch.equal(b(x), want)  # unpacked, or prepared again from the planes
+        b.load_state_dict(a.state_dict())  # unpacked, or prepared again from the planes
         assert b.is_prepared and b.prepared.weights.isa == dst
+        assert torch.equal(b(x), want)
 
 
 def test_vllm_flow_first_forward_after_replace_parameter_prepares_nothing(monkeypatch):
@@ -343,9 +346,7 @@ def test_fused_moe_prepared_for_another_variant_is_packed_again_from_the_experts
             b = dict(_moe_modules())["bf16"]
             b.isa = dst
             b.load_state_dict(a.state_dict())
-            assert b.is_prepared == (src == dst)  # MoE packings cannot be unpacked
-            b(*_moe_inputs(b))  # packed again from the experts
-            assert b.is_prepared and b.w13_prepared.weights.isa == dst
+            assert b.is_prepared and b.w13_prepared.weights.isa == dst  # packed again
 
 
 def test_fused_moe_vllm_flow_and_compile(monkeypatch):
@@ -381,8 +382,8 @@ def test_fused_moe_corrupted_prepared_names_the_key():
     sd["w2_prepared"] = bad
     with pytest.raises(ValueError, match=r"^w2_prepared: checksum mismatch"):
         dict(_moe_modules())["bf16"].load_state_dict(sd)
-    sd["w2_prepared"] = mod.w13_prepared.blob
-    with pytest.raises(ValueError, match=r"^w2_prepared: prepared weights of shape \(4, 64, 64\)"):
+    sd["w2_prepared"] = mod.w13_prepared
+    with pytest.raises(ValueError, match=r"^w2_prepared: packed experts of shape \(4, 64, 64\)"):
         dict(_moe_modules())["bf16"].load_state_dict(sd)
 
 

@@ -85,9 +85,9 @@ def test_in_place_weight_updates_are_always_seen(kind, mode):
 
 
 def test_untracked_weights_warn_once():
-    import cpukern.torch.packed as packed
+    import cpukern.torch._weight_cache as wc
 
-    packed._WARNED_UNTRACKED = False
+    wc._WARNED = False
     with torch.inference_mode():
         mod = _make("ternary", 0)
         x = torch.randn(2, 64)

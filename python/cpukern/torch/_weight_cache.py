@@ -18,12 +18,11 @@ outside inference_mode (torch.no_grad is fine) to keep the cache."""
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, Optional
 
 from torch import Tensor
-
-from cpukern.torch.packed import warn_untracked
 
 __all__ = ["clear_cache", "cache_info"]
 
@@ -84,6 +83,20 @@ def _view(t: Tensor) -> tuple:
     return (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
+_WARNED = False
+
+
+def _warn_untracked() -> None:
+    global _WARNED
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn("cpukern.torch: weights made under torch.inference_mode() have no version "
+                      "counter, so in-place changes to them cannot be seen; their prepared form "
+                      "is not cached and is rebuilt on every call (slow). Create or load the "
+                      "module outside inference_mode (torch.no_grad() is fine).",
+                      RuntimeWarning, stacklevel=4)
+
+
 class _Cache:
     """Prepared forms on the storages of their weight tensors (see the module docstring)."""
 
@@ -110,7 +123,7 @@ class _Cache:
     def get(self, anchor: Tensor, key: tuple, build: Callable[[], Any]) -> Any:
         fp = (_fingerprint(anchor),) + key
         if _untracked(fp):  # never served from (or kept in) the cache
-            warn_untracked()
+            _warn_untracked()
             value = build()
             with self._lock:
                 self.misses += 1

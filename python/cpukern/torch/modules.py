@@ -44,8 +44,8 @@ from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
 from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
+from cpukern.torch._weight_cache import _warn_untracked
 from cpukern.torch.packed import EAGER, PackedWeightsTensor
-from cpukern.torch.packed import warn_untracked as _warn_untracked
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"]
 
@@ -130,30 +130,35 @@ _UNTRACKED = "untracked"  # _prepared_from: made from weights without a version 
 def _wrap_plain_blobs(module: "_PreparedBuffer", state_dict: dict, prefix: str, *args) -> None:
     """load_state_dict pre-hook: prepared weights stored as plain 1-D uint8 blobs (state
     dicts saved before PackedWeightsTensor, safetensors files) are wrapped, their header and
-    checksum checked (ValueError naming the key); an empty blob stands for "not prepared"."""
+    checksum checked; an empty blob stands for "not prepared". Prepared weights that do not
+    fit the layer raise ValueError naming the key (before torch's own size check)."""
     for name in module._PREPARED:
         key = prefix + name
         v = state_dict.get(key)
-        if isinstance(v, Tensor) and not isinstance(v, PackedWeightsTensor):
-            shape = module._packed_shape(name)
+        if not isinstance(v, Tensor):
+            continue
+        shape = module._packed_shape(name)
+        if not isinstance(v, PackedWeightsTensor):
             if v.numel() == 0:
                 state_dict[key] = PackedWeightsTensor.empty(shape)
                 continue
-            t = PackedWeightsTensor(v, name=key, _shape=shape)
-            if t.runs_here and tuple(t.weights.shape) != shape:
-                raise ValueError(f"{key}: prepared weights of shape {tuple(t.weights.shape)} do "
-                                 f"not fit this layer {shape}")
-            state_dict[key] = t
+            v = state_dict[key] = PackedWeightsTensor(v, name=key, _shape=shape)
+        if v.runs_here:
+            module._check_fits(key, v.weights)
+        elif tuple(v.shape) != shape:
+            raise ValueError(f"{key}: prepared weights of shape {tuple(v.shape)} do not fit this "
+                             f"layer {shape}")
 
 
 def _prepared_keys_optional(module: "_PreparedBuffer", incompatible: Any) -> None:
     """load_state_dict post-hook: a state_dict without the prepared weights loads (strict
     too): the plain weights it loads make the prepared ones stale, prepared again at the next
-    forward."""
+    forward. Loaded prepared weights are checked now: kept, prepared again for this CPU from
+    their own layout, or from the plain weights (RuntimeError if those were dropped)."""
     for name in module._PREPARED:
         for key in [k for k in incompatible.missing_keys if k.rpartition(".")[2] == name]:
             incompatible.missing_keys.remove(key)
-    module._note_ready()
+    module._refresh(prepare=True, new_only=True)  # loaded blobs adopted, or prepared again now
 
 
 class _PreparedBuffer(nn.Module):
@@ -239,18 +244,21 @@ class _PreparedBuffer(nn.Module):
             _warn_untracked()
         self._prepared_from[name] = (self._packed(name)._token, versions)
 
-    def _refresh(self, prepare: bool) -> bool:
+    def _refresh(self, prepare: bool, new_only: bool = False) -> bool:
         """Checks every prepared buffer against its record: a new blob is adopted (checked, or
         prepared again for this CPU), a stale or empty one prepared again from the plain
-        weights when `prepare`. Returns whether all are current now."""
+        weights when `prepare` (new_only: only where a new blob cannot be adopted). Returns
+        whether all are current now."""
         current = True
         for name in self._PREPARED:
             t = self._packed(name)
             seen = self._prepared_from.get(name)
             if t.is_empty:
-                fresh = False
+                fresh = new_only
             elif seen is None or seen[0] is not t._token:
                 fresh = self._adopt(name, t)
+            elif new_only:
+                continue
             elif self.plain_weights_dropped:
                 fresh = True  # nothing they could be stale against
             elif seen[1] is _UNTRACKED:
@@ -292,6 +300,10 @@ class _PreparedBuffer(nn.Module):
 
     def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
         """`t` (or one prepared again from it) when it fits this layer and runs here."""
+        raise NotImplementedError
+
+    def _check_fits(self, name: str, w: Any) -> None:
+        """ValueError naming `name` unless prepared object `w` fits this layer."""
         raise NotImplementedError
 
     def _prepare_one(self, name: str) -> PackedWeightsTensor:
@@ -446,12 +458,16 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
             self.packed, self.in_features, self.scale, self.isa, self.group_size,
             int8=self.act != "fp32"), name=name, verify=False)
 
-    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
-        w = t.weights
-        if tuple(w.shape) != (self.out_features, self.in_features) or w.group_size != self.group_size:
+    def _check_fits(self, name: str, w: Any) -> None:
+        if (not isinstance(w, _ternary.TernaryWeights) or tuple(w.shape) != (self.out_features, self.in_features)
+                or w.group_size != self.group_size):
             raise ValueError(f"{name}: prepared weights of shape {tuple(w.shape)} (group_size "
-                             f"{w.group_size}) do not fit this layer ({self.out_features}, "
-                             f"{self.in_features}) (group_size {self.group_size})")
+                             f"{getattr(w, 'group_size', None)}) do not fit this layer "
+                             f"({self.out_features}, {self.in_features}) (group_size "
+                             f"{self.group_size})")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        self._check_fits(name, t.weights)
         return _ternary_layout_for(t, self.isa, "ternary_gemv", int8=self.act != "fp32")
 
     def extra_repr(self) -> str:
@@ -531,12 +547,15 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         return PackedWeightsTensor(_ops.prepare_widely_linear_tensor(
             self.planes, self.scales, self.in_features // 2, self.isa), name=name, verify=False)
 
-    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
-        layer = t.weights
-        if tuple(layer.shape) != (self.out_features, self.in_features) or layer.stages != self.stages:
+    def _check_fits(self, name: str, layer: Any) -> None:
+        if (not isinstance(layer, _ternary.WidelyLinearWeights)
+                or tuple(layer.shape) != (self.out_features, self.in_features) or layer.stages != self.stages):
             raise ValueError(f"{name}: a prepared layer of shape {tuple(layer.shape)} with "
-                             f"{layer.stages} stages does not fit this layer ({self.out_features}, "
-                             f"{self.in_features}) with {self.stages} stages")
+                             f"{getattr(layer, 'stages', None)} stages does not fit this layer "
+                             f"({self.out_features}, {self.in_features}) with {self.stages} stages")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        self._check_fits(name, t.weights)
         return _ternary_layout_for(t, self.isa, "widely_linear")
 
     def extra_repr(self) -> str:
@@ -713,13 +732,16 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def _act(self) -> str:
         return getattr(self, "act", "float")  # (modules pickled before W4A8 have none)
 
+    def _check_fits(self, name: str, p: Any) -> None:
+        want = self._packed_shape(name.rpartition(".")[2])
+        if not isinstance(p, PackedExperts) or tuple(p.shape) != want:
+            raise ValueError(f"{name}: packed experts of shape {tuple(p.shape)} do not fit this "
+                             f"layer {want}")
+
     def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
         """MoE packings cannot be unpacked: one made for another CPU (or another forced isa,
         or the other act) is packed again from the plain experts (None)."""
-        want = self._packed_shape(name)
-        if tuple(t.weights.shape) != want:
-            raise ValueError(f"{name}: packed experts of shape {tuple(t.weights.shape)} do not "
-                             f"fit this layer {want}")
+        self._check_fits(name, t.weights)
         p = _moe_layout_for(t, self.isa)
         if p is None or (p.format == "mxfp4_a8") != (self._act() == "int8"):
             return None
@@ -825,15 +847,17 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
             self.weight.unsqueeze(0), "weight", self.isa, None if sc is None else sc.unsqueeze(0)),
             name=name, verify=False)
 
-    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
-        """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
-        packed again from the plain weight (None)."""
-        p = t.weights
-        if tuple(p.shape) != (1, self.out_features, self.in_features):
+    def _check_fits(self, name: str, p: Any) -> None:
+        if not isinstance(p, PackedExperts) or tuple(p.shape) != (1, self.out_features, self.in_features):
             raise ValueError(f"{name}: packed weight of shape {tuple(p.shape)} does not fit this "
                              f"layer (1, {self.out_features}, {self.in_features})")
         if p.format != self.format:
             raise ValueError(f"{name}: packed as {p.format}, this layer is {self.format}")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
+        packed again from the plain weight (None)."""
+        self._check_fits(name, t.weights)
         return t if _moe_layout_for(t, self.isa) is not None else None
 
     def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "Linear":

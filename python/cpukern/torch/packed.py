@@ -28,7 +28,6 @@ Semantics:
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -180,6 +179,11 @@ class PackedWeightsTensor(Tensor):
                                    "run; prepare the weights again here")
         return w
 
+    def numpy(self, *, force: bool = False) -> Any:
+        """The blob as a numpy array (what cpukern.ternary.from_buffer / moe.from_buffer
+        read), as ``prepared.numpy()`` gave when prepared weights were plain uint8 tensors."""
+        return self._blob.numpy(force=force)
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         if self.is_empty:
             return f"PackedWeightsTensor(shape={tuple(self.shape)}, empty)"
@@ -312,18 +316,3 @@ def weights_of(t: Tensor, name: str, from_buffer: Optional[Callable] = None) -> 
         raise TypeError(f"{name}: expected a PackedWeightsTensor or a 1-D uint8 tensor of prepared "
                         f"weights, got {t.dtype if isinstance(t, Tensor) else type(t).__name__}")
     return from_buffer(t, name=name) if from_buffer else _load(t, False, name)
-
-
-_WARNED_UNTRACKED = False
-
-
-def warn_untracked() -> None:
-    """Once per process: weights without a version counter are prepared again per call."""
-    global _WARNED_UNTRACKED
-    if not _WARNED_UNTRACKED:
-        _WARNED_UNTRACKED = True
-        warnings.warn("cpukern.torch: weights made under torch.inference_mode() have no version "
-                      "counter, so in-place changes to them cannot be seen; their prepared form "
-                      "is not cached and is rebuilt on every call (slow). Create or load the "
-                      "module outside inference_mode (torch.no_grad() is fine).",
-                      RuntimeWarning, stacklevel=4)
