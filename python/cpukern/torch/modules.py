@@ -8,25 +8,27 @@ and float64 activations and returns the input's dtype (bf16 in, bf16 out); the k
 in their own precision (fp32 for the ternary layers, bf16 in/out with fp32 accumulation for
 FusedMoE).
 
-Prepared weights: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name)
-stores the kernel layout in the persistent uint8 buffer ``prepared`` (FusedMoE: ``w13_prepared``
-and ``w2_prepared``; cpukern.ternary.to_bytes's / cpukern.moe.to_bytes's format: header +
-payload), and forward runs the ``*_prepared`` op on that tensor: no cache,
-nothing prepared at the first forward, nothing lost when vLLM's ``replace_parameter`` swaps
-tensor objects. ``prepared`` is an ordinary buffer: it goes into ``state_dict``, ``torch.save``
-and pickles, and comes back without preparing again (the header is checked on load, and the
-payload checksum; a buffer made for another CPU is prepared again for this one, from its own
-layout where that can be unpacked, else from the plain weights). The plain weights
-(``packed``/``scale``, ``planes``/``scales``) stay too: they are the portable form. Until
-``prepare()`` runs (or after loading a state_dict without ``prepared``, which empties it), the
-module runs the raw-weight ops (their prepared-weight cache, cpukern.torch._weight_cache).
-In-place edits of the plain weights through torch after ``prepare()`` (seen by their version
-counters) make the next forward prepare the affected buffer again; edits that bypass the
-version counter need ``prepare()`` again. Weights made under ``torch.inference_mode`` have no
-version counter: a module whose plain weights are such tensors prepares its buffers again at
-every forward (with a RuntimeWarning once, as the raw-weight ops do), so an in-place change is
-never missed; create or load modules outside inference_mode (torch.no_grad() is fine) to avoid
-that.
+Prepared weights: each module holds them as cpukern.torch.PackedWeightsTensor buffers
+(``prepared``; FusedMoE: ``w13_prepared`` and ``w2_prepared``), a tensor subclass over the
+serialised blob (cpukern.ternary.to_bytes's / cpukern.moe.to_bytes's format) that keeps the
+prepared object it views, so a forward rebuilds nothing. ``prepare()`` (alias
+``process_weights_after_loading()``, vLLM's name) builds them at load time; a forward builds
+whatever is missing. They are ordinary buffers: state_dict, load_state_dict, torch.save,
+pickle, copy.deepcopy and ``.to()`` go through the tensor subclass, and vLLM's
+``replace_parameter`` (a new Parameter over the same blob) loses nothing. Loaded prepared
+weights are checked (header, checksum, that they fit the layer: ValueError naming the key)
+and prepared again for this CPU where they were made for another (from their own layout where
+that can be unpacked, else from the plain weights). A state_dict may leave them out (older
+state_dicts held them as plain uint8 blobs: wrapped on load, checked the same way). The plain
+weights (``packed``/``scale``, ``planes``/``scales``, ``w13``/``w2``, ``weight``) stay too:
+they are the portable form. In-place edits of the plain weights through torch (seen by their
+version counters) make the next forward prepare the affected buffer again; edits that bypass
+the version counter need ``prepare()`` again. Weights made under ``torch.inference_mode``
+have no version counter: a module whose plain weights are such tensors prepares its buffers
+again at every forward (with a RuntimeWarning once), so an in-place change is never missed;
+create or load modules outside inference_mode (torch.no_grad() is fine) to avoid that. Under
+torch.compile / torch.export the graph runs the ``*_prepared`` op on the blobs when the
+module is prepared, else the raw-weight op.
 
 Constructor arguments are checked when the module is made (sizes >= 1 and integers, topk in
 [1, num_experts], act / activation names, group_size): ValueError or TypeError naming the
