@@ -65,9 +65,11 @@ class PackedWeightsTensor(Tensor):
 
     PackedWeightsTensor(blob, *, name="blob", verify=True): blob a 1-D uint8 CPU tensor
     written by to_bytes (copied once if it is not 64-byte aligned); its header is checked
-    (ValueError naming `name`), and with verify its payload checksum. A layout made for a
-    variant this CPU cannot run is kept (``runs_here`` is False): a module holding it
-    prepares again from its plain weights."""
+    (ValueError naming `name`), and with verify its payload checksum. A ternary layout made
+    for a variant this CPU cannot run is unpacked and prepared again for it (the cached object
+    is then a copy); a MoE packing of such a variant (which cannot be unpacked) is a
+    ValueError, except where a module wraps it with its own logical shape: it is kept
+    (``runs_here`` is False) and the module packs again from its plain weights."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
