@@ -35,7 +35,7 @@ def describe(mod: nn.Module) -> dict:
         raise ValueError(f"cannot describe a {name} for saving")
     return {"class": name,
             "attrs": {k: v for k, v in vars(mod).items()
-                      if isinstance(v, _PLAIN) and k != "_plain_dropped"},
+                      if isinstance(v, _PLAIN) and k not in ("_plain_dropped", "_ready")},
             "params": sorted(mod._parameters),
             "absent": sorted(k for k, v in mod._buffers.items() if v is None),
             "children": {k: describe(c) for k, c in mod._modules.items()}}
