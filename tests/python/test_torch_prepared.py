@@ -73,7 +73,8 @@ def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypa
     ct.clear_cache()
     mod.prepare()
     assert mod.is_prepared and isinstance(mod.prepared, PackedWeightsTensor)
-    assert mod.prepared.dtype == torch.uint8 and mod.prepared.shape[-2:] == (mod.out_features, mod.in_features)
+    assert mod.prepared.dtype == torch.uint8
+    assert mod.prepared.shape[-2:] == (mod.out_features, mod.in_features)
     assert torch.equal(mod(x), want)  # the prepared op computes what the raw-weight op did
     sd = mod.state_dict()
     assert isinstance(sd["prepared"], PackedWeightsTensor)

@@ -461,8 +461,8 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
             int8=self.act != "fp32"), name=name, verify=False)
 
     def _check_fits(self, name: str, w: Any) -> None:
-        if (not isinstance(w, _ternary.TernaryWeights) or tuple(w.shape) != (self.out_features, self.in_features)
-                or w.group_size != self.group_size):
+        if (not isinstance(w, _ternary.TernaryWeights) or w.group_size != self.group_size
+                or tuple(w.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: prepared weights of shape {tuple(w.shape)} (group_size "
                              f"{getattr(w, 'group_size', None)}) do not fit this layer "
                              f"({self.out_features}, {self.in_features}) (group_size "
@@ -550,8 +550,8 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
             self.planes, self.scales, self.in_features // 2, self.isa), name=name, verify=False)
 
     def _check_fits(self, name: str, layer: Any) -> None:
-        if (not isinstance(layer, _ternary.WidelyLinearWeights)
-                or tuple(layer.shape) != (self.out_features, self.in_features) or layer.stages != self.stages):
+        if (not isinstance(layer, _ternary.WidelyLinearWeights) or layer.stages != self.stages
+                or tuple(layer.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: a prepared layer of shape {tuple(layer.shape)} with "
                              f"{getattr(layer, 'stages', None)} stages does not fit this layer "
                              f"({self.out_features}, {self.in_features}) with {self.stages} stages")
