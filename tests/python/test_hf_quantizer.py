@@ -199,7 +199,7 @@ def test_quantizer_needs_its_config_alone(checkpoints):
         load(checkpoints["bitnet"])
     model = ct.from_pretrained(checkpoints["gpt_oss"])
     assert model.config.quantization_config.checkpoint_quantization["quant_method"] == "mxfp4"
-    assert model.model.layers[0].mlp.experts.moe.w13_prepared.numel() > 0
+    assert model.model.layers[0].mlp.experts.moe.w13_prepared.blob.numel() > 0
 
 
 # --- lossy packing only when asked for ----------------------------------------------------

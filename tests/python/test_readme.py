@@ -95,7 +95,7 @@ def test_every_python_block_is_covered():
         ("docs/formats/int8.md", "int8 MoE experts (W8A8)"),
         ("docs/formats/prepared_weights.md", "Prepared weights as bytes (`to_bytes` / `from_buffer`)"),
         ("docs/formats/prepared_weights.md",
-         "PyTorch: the prepared layout is a plain tensor (vLLM's convention)"),
+         "PyTorch: the prepared layout as one tensor (`PackedWeightsTensor`)"),
         ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
         ("docs/pytorch.md", "Hugging Face models (`CpukernConfig`, `patch`)"),
     ])

@@ -1,8 +1,9 @@
-"""Prepared weights as plain uint8 tensors (issue 14): the *_prepared ops (eager, opcheck,
-torch.compile, torch.export), the modules' persistent ``prepared`` buffer through state_dict,
-torch.save / torch.load and pickle (bitwise-equal outputs, nothing prepared again), loading
-plain state_dicts, corrupted buffers, layouts of another variant, and the vLLM flow
-(process_weights_after_loading + replace_parameter: the first forward prepares nothing)."""
+"""Prepared weights in modules and ops: the *_prepared ops (eager on PackedWeightsTensor and
+on plain uint8 blobs, opcheck, torch.compile, torch.export), the modules' ``prepared``
+PackedWeightsTensor buffers through state_dict, torch.save / torch.load and pickle
+(bitwise-equal outputs, nothing prepared again), loading plain state_dicts and plain blobs,
+corrupted blobs, layouts of another variant, and the vLLM flow (process_weights_after_loading
++ replace_parameter: the first forward prepares nothing)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import cpukern.torch as ct  # noqa: E402
 from cpukern import _ext, moe, ternary  # noqa: E402
 from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear  # noqa: E402
 from cpukern.torch import ops as ct_ops  # noqa: E402
+from cpukern.torch.packed import PackedWeightsTensor  # noqa: E402
 
 TERNARY_ISAS = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
 WIDELY_ISAS = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
@@ -67,13 +69,16 @@ def _modules():
 @pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "ternary_grouped", "widely", "dense"])
 def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypatch):
     mod, x = next((m, x) for k, m, x in _modules() if k == kind)
-    want = mod(x)  # the raw-weight op (through its cache)
+    want = _raw(mod, x)  # the raw-weight op (through its cache)
     ct.clear_cache()
     mod.prepare()
-    assert mod.is_prepared and mod.prepared.dtype == torch.uint8 and mod.prepared.dim() == 1
+    assert mod.is_prepared and isinstance(mod.prepared, PackedWeightsTensor)
+    assert mod.prepared.dtype == torch.uint8
+    assert mod.prepared.shape[-2:] == (mod.out_features, mod.in_features)
     assert torch.equal(mod(x), want)  # the prepared op computes what the raw-weight op did
     sd = mod.state_dict()
-    assert "prepared" in sd and sd["prepared"].numel() == mod.prepared.numel()
+    assert isinstance(sd["prepared"], PackedWeightsTensor)
+    assert sd["prepared"].blob.data_ptr() == mod.prepared.blob.data_ptr()  # no copy
     buf = io.BytesIO()
     torch.save(sd, buf)
     counter = PrepareCounter(monkeypatch)
@@ -91,6 +96,17 @@ def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypa
     assert torch.equal(pickle.loads(pickle.dumps(mod))(x), want)
     assert counter.calls == 0, "loading a prepared state prepared again"
     assert ct.cache_info()["misses"] == 0  # and the raw-weight cache was never used
+
+
+def _raw(mod, x):
+    """What the module computes, by its raw-weight op (prepared and cached inside the op)."""
+    if isinstance(mod, Linear):
+        return torch.ops.cpukern.linear(x.to(torch.bfloat16), mod.weight, mod.bias).to(x.dtype)
+    if isinstance(mod, TernaryLinear):
+        y = torch.ops.cpukern.ternary_gemv(mod.packed, x, mod.scale, mod.act, "", mod.group_size)
+    else:
+        y = torch.ops.cpukern.widely_linear(mod.planes, mod.scales, x)
+    return y + mod.bias
 
 
 def _ctor_kwargs(mod):
@@ -133,7 +149,7 @@ def test_corrupted_prepared_in_a_state_dict_names_the_key():
     mod, _ = next((m, x) for k, m, x in _modules() if k == "ternary")
     mod.prepare()
     sd = mod.state_dict()
-    bad = sd["prepared"].clone()
+    bad = sd["prepared"].blob.clone()  # a plain blob, as safetensors and older state_dicts hold
     bad[1000] ^= 4
     sd["prepared"] = bad
     with pytest.raises(ValueError, match=r"^prepared: checksum mismatch"):
@@ -143,9 +159,23 @@ def test_corrupted_prepared_in_a_state_dict_names_the_key():
         TernaryLinear(70, 40).load_state_dict(sd)
     small = TernaryLinear(70, 20)
     small.prepare()
-    sd["prepared"] = small.prepared
+    sd["prepared"] = small.prepared.blob
     with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
         TernaryLinear(70, 40).load_state_dict(sd)
+    sd["prepared"] = small.prepared  # a PackedWeightsTensor: checked the same way
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+    grouped = TernaryLinear(70, 40, group_size=32)
+    grouped.prepare()
+    sd["prepared"] = grouped.prepared  # the same shape, but not this layer's scales
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
+                                         r"\(group_size 32\) do not fit"):
+        TernaryLinear(70, 40).load_state_dict(sd)
+    target = TernaryLinear(70, 40)  # set by hand: checked at the next forward
+    target.prepared = grouped.prepared
+    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
+                                         r"\(group_size 32\) do not fit"):
+        target(torch.randn(70))
 
 
 @pytest.mark.parametrize("src", TERNARY_ISAS)
@@ -159,7 +189,7 @@ def test_prepared_for_another_variant_is_prepared_again_on_load(src):
         want = b(torch.ones(70))
         b.load_state_dict(a.state_dict())
         assert b.is_prepared
-        assert ternary.from_buffer(b.prepared).isa == dst
+        assert b.prepared.weights.isa == dst
         assert torch.equal(b(torch.ones(70)), want)
 
 
@@ -171,8 +201,8 @@ def test_widely_linear_layout_that_cannot_be_unpacked_is_prepared_from_planes(sr
         b = WidelyLinear.from_linear(lin, isa=dst)
         x = torch.randn(2, 64)
         want = b(x)
-        b.load_state_dict(a.state_dict())
-        assert b.is_prepared and ternary.from_buffer(b.prepared).isa == dst
+        b.load_state_dict(a.state_dict())  # unpacked, or prepared again from the planes
+        assert b.is_prepared and b.prepared.weights.isa == dst
         assert torch.equal(b(x), want)
 
 
@@ -200,9 +230,9 @@ def test_ops_opcheck_compile_and_export():
     t = TernaryLinear.from_linear(lin).prepare()
     w = WidelyLinear.from_linear(torch.nn.Linear(64, 40)).prepare()
     torch.library.opcheck(torch.ops.cpukern.ternary_gemv_prepared.default,
-                          (t.prepared, torch.randn(3, 70), 40, "fp32"))
+                          (t.prepared.blob, torch.randn(3, 70), 40, "fp32"))
     torch.library.opcheck(torch.ops.cpukern.widely_linear_prepared.default,
-                          (w.prepared, torch.randn(2, 64), 40))
+                          (w.prepared.blob, torch.randn(2, 64), 40))
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -222,28 +252,34 @@ def test_ops_opcheck_compile_and_export():
     assert torch.equal(ep.module()(x), block(x))
 
 
-def test_prepared_op_bad_input_names_the_argument():
+@pytest.mark.parametrize("form", ["PackedWeightsTensor", "blob"])
+def test_prepared_op_bad_input_names_the_argument(form):
     t = TernaryLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
     x = torch.randn(2, 70)
+    prepared = t.prepared if form == "PackedWeightsTensor" else t.prepared.blob
     with pytest.raises(ValueError, match=r"^prepared: holds 40 output rows, the op was given 41"):
-        torch.ops.cpukern.ternary_gemv_prepared(t.prepared, x, 41)
+        torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 41)
+    with pytest.raises(ValueError, match=r"^x: expected K = 70"):
+        torch.ops.cpukern.ternary_gemv_prepared(prepared, torch.randn(2, 71), 40)
+    if form == "PackedWeightsTensor":
+        assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40),
+                           torch.ops.cpukern.ternary_gemv_prepared(prepared.blob, x, 40))
+        return
     # Where the selected variant's int8 kernel reads the fp32 layout itself (avx512_vnni), the
     # buffer always carries it; otherwise the int8 layout must have been exported.
-    wobj = ternary.from_buffer(t.prepared.numpy())
+    wobj = ternary.from_buffer(prepared.numpy())
     if wobj.int8_ready:
-        y = torch.ops.cpukern.ternary_gemv_prepared(t.prepared, x, 40, "int8")
+        y = torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40, "int8")
         assert np.array_equal(y.numpy(), ternary.gemv(wobj, x.numpy(), act="int8"))
     else:
         with pytest.raises(ValueError, match=r"^prepared: has no int8 layout"):
-            torch.ops.cpukern.ternary_gemv_prepared(t.prepared, x, 40, "int8")
-    with pytest.raises(ValueError, match=r"^x: expected K = 70"):
-        torch.ops.cpukern.ternary_gemv_prepared(t.prepared, torch.randn(2, 71), 40)
+            torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40, "int8")
     with pytest.raises(TypeError, match=r"^prepared: "):
-        torch.ops.cpukern.ternary_gemv_prepared(t.prepared.view(torch.int8), x, 40)
+        torch.ops.cpukern.ternary_gemv_prepared(prepared.view(torch.int8), x, 40)
     with pytest.raises(ValueError, match=r"^prepared: expected prepared weights of ternary"):
         w = WidelyLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
-        torch.ops.cpukern.ternary_gemv_prepared(w.prepared, x, 40)
-    foreign = t.prepared.clone()  # a header naming a variant this build does not run
+        torch.ops.cpukern.ternary_gemv_prepared(w.prepared.blob, x, 40)
+    foreign = prepared.clone()  # a header naming a variant this build does not run
     foreign[32:64] = 0
     foreign[32:39] = torch.tensor(list(b"avx1024"), dtype=torch.uint8)
     with pytest.raises(ValueError, match=r"^prepared: was prepared for variant 'avx1024' .* which "
@@ -311,7 +347,7 @@ def test_fused_moe_prepared_for_another_variant_is_packed_again_from_the_experts
             b = dict(_moe_modules())["bf16"]
             b.isa = dst
             b.load_state_dict(a.state_dict())
-            assert b.is_prepared and moe.from_buffer(b.w13_prepared).isa == dst
+            assert b.is_prepared and b.w13_prepared.weights.isa == dst  # packed again
 
 
 def test_fused_moe_vllm_flow_and_compile(monkeypatch):
@@ -335,14 +371,14 @@ def test_fused_moe_vllm_flow_and_compile(monkeypatch):
     assert torch.equal(ep.module()(*args), want)
     tw, ids = mod.route(args[1])
     torch.library.opcheck(torch.ops.cpukern.fused_moe_prepared.default,
-                          (args[0], mod.w13_prepared, mod.w2_prepared, tw, ids, "swigluoai",
+                          (args[0], mod.w13_prepared.blob, mod.w2_prepared.blob, tw, ids, "swigluoai",
                            mod.w13_bias, mod.w2_bias))
 
 
 def test_fused_moe_corrupted_prepared_names_the_key():
     mod = dict(_moe_modules())["bf16"].prepare()
     sd = mod.state_dict()
-    bad = sd["w2_prepared"].clone()
+    bad = sd["w2_prepared"].blob.clone()
     bad[2000] ^= 1
     sd["w2_prepared"] = bad
     with pytest.raises(ValueError, match=r"^w2_prepared: checksum mismatch"):
@@ -362,7 +398,7 @@ def test_packed_experts_buffer_fuzz_raises_or_returns():
         tw, ids = mod.route(logits)
         outcomes = set()
         for trial in range(40):
-            w13 = mod.w13_prepared.clone()
+            w13 = mod.w13_prepared.blob.clone()
             if trial < 4:
                 w13[448:] = (0xFF, 0x00, 0x7F, 0x88)[trial]
             else:
@@ -372,7 +408,7 @@ def test_packed_experts_buffer_fuzz_raises_or_returns():
                 w13[at] ^= (1 << torch.randint(0, 8, (n,), generator=rng)).to(torch.uint8)
             try:
                 p13 = moe.from_buffer(w13)
-                p2 = moe.from_buffer(mod.w2_prepared)
+                p2 = moe.from_buffer(mod.w2_prepared.blob)
                 if p13.shape[1] != 2 * mod.intermediate or p13.shape[2] != mod.hidden:
                     raise ValueError("shape")
                 moe.fused_moe(x, p13, p2, tw, ids, activation=mod.activation)
@@ -431,8 +467,14 @@ def test_drop_plain_weights_keeps_the_result_and_frees_the_plain_copy(kind, monk
     twin.load_state_dict(mod.state_dict())
     assert torch.equal(twin(*args), want)
     assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
-    # A state_dict without the prepared buffers leaves nothing to run from: an error, not zeros.
+    # A state_dict without the prepared buffers replaces nothing the module runs from.
     empty = {k: v for k, v in mod.state_dict().items() if not k.endswith("prepared")}
     twin.load_state_dict(empty)
+    assert torch.equal(twin(*args), want)
+    # Prepared weights made for another CPU need the plain weights: an error, not zeros.
+    for name in twin._PREPARED:
+        foreign = getattr(twin, name).clone()
+        foreign._runs_here, foreign._weights = False, None
+        getattr(twin, name).copy_(foreign)
     with pytest.raises(RuntimeError, match="drop_plain_weights"):
         twin(*args)

@@ -6,8 +6,8 @@ torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops)
 transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
 quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
 as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
-from_pretrained for Hugging Face transformers models), ``_weight_cache`` (the prepared-weight
-cache below).
+from_pretrained for Hugging Face transformers models), ``packed`` (PackedWeightsTensor, the
+one torch holder of prepared weights), ``_weight_cache`` (the raw-weight ops' cache below).
 
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
 trace them without graph breaks; no autograd: inference only):
@@ -24,18 +24,21 @@ w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
     cpukern.moe.fused_moe over bf16 expert weights w13 (E, 2I, H) and w2 (E, H, I).
 ``torch.ops.cpukern.ternary_gemv_prepared(prepared, x, out_features, act="fp32") -> Tensor``
 ``torch.ops.cpukern.widely_linear_prepared(prepared, x, out_features) -> Tensor``
-    The same layers from PREPARED weights held in a plain 1-D uint8 tensor (the serialised
-    form of cpukern.ternary.to_bytes: a versioned header + the kernel layout and scales; make
-    one with ``ops.prepare_ternary_tensor`` / ``ops.prepare_widely_linear_tensor`` or
-    ``module.prepare()``). out_features is the output size the header must hold (the fake
-    kernels need it). The header is validated on every call (O(1)); nothing is cached and
-    nothing is prepared inside the op (a tensor prepared for a variant this CPU cannot run is
-    an error naming ``prepared``: import it once with cpukern.ternary.from_buffer or load it
-    into a module, which prepares it again).
+    The same layers from PREPARED weights: a PackedWeightsTensor (a module's ``prepared``;
+    its cached prepared object runs, nothing is parsed per call) or its blob, a plain 1-D
+    uint8 tensor (the serialised form of cpukern.ternary.to_bytes: a versioned header + the
+    kernel layout and scales; make one with ``ops.prepare_ternary_tensor`` /
+    ``ops.prepare_widely_linear_tensor``), whose header is validated on every call (O(1)).
+    out_features is the output size the weights must hold (the fake kernels need it).
+    Nothing is prepared inside the op (weights prepared for a variant this CPU cannot run
+    are an error naming ``prepared``: import them once with cpukern.ternary.from_buffer or
+    load them into a module, which prepares them again). While torch.compile traces, the op
+    on a PackedWeightsTensor goes into the graph as the op on its blob.
 ``torch.ops.cpukern.fused_moe_prepared(x, w13_prepared, w2_prepared, topk_weights, topk_ids,
 activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
-    fused_moe over packed experts held in uint8 tensors (``ops.prepare_experts_tensor``,
-    cpukern.moe.to_bytes; any weight format); headers checked per call, nothing packed.
+    fused_moe over packed experts held in PackedWeightsTensor or uint8 blobs
+    (``ops.prepare_experts_tensor``, cpukern.moe.to_bytes; any weight format; blobs' headers
+    checked per call), nothing packed.
 ``torch.ops.cpukern.linear(x, weight, bias=None, isa="", weight_scales=None) -> Tensor``
 ``torch.ops.cpukern.linear_prepared(x, prepared, out_features, bias=None) -> Tensor``
     A dense layer on the fused-MoE micro-kernels (cpukern.moe.linear): x bf16 (T, I), weight
@@ -63,11 +66,12 @@ count (cpukern.num_threads_is_set()); then they use cpukern's.
 Modules (``modules``): weights stay in their own formats under .to(dtype) / .half() /
 .bfloat16() / .float(); any float activation dtype in, the same dtype out. ``prepare()``
 (alias ``process_weights_after_loading()``) builds the kernel layout at load time into the
-module's persistent uint8 buffers ``prepared`` (TernaryLinear, WidelyLinear; FusedMoE:
-``w13_prepared``, ``w2_prepared``), and forward runs
-the ``*_prepared`` op on it: no cache, vLLM's ``replace_parameter`` loses nothing, and
-state_dict / torch.save / pickle carry it (checked on load: header and checksum; a buffer made
-for another CPU is prepared again for this one). See cpukern.torch.modules.
+module's PackedWeightsTensor buffers ``prepared`` (TernaryLinear, WidelyLinear, Linear;
+FusedMoE: ``w13_prepared``, ``w2_prepared``), and forward runs from them: no per-call work,
+vLLM's ``replace_parameter`` loses nothing, and state_dict / torch.save / pickle / deepcopy
+carry them through the tensor subclass (checked on load: header, checksum, fit; weights made
+for another CPU are prepared again for this one). See cpukern.torch.modules and
+cpukern.torch.packed.
 
 The raw-weight ops below prepare the weights themselves: prepared forms (the kernels' own
 layouts: cpukern.ternary.prepare, moe.prepack) are kept out of the op schemas, and each op keeps the prepared form
@@ -79,8 +83,9 @@ nn.Parameter(t)); an in-place change through torch (``copy_``, ``load_state_dict
 version and the next call converts again. The prepared form is freed with the storage. Writes
 that bypass torch's version counter (through a numpy view, ``.data`` tricks, or another
 process) are not seen: call ``clear_cache()``. This cache is not saved: torch.save, pickle
-and state_dict carry the portable weights (and a module's ``prepared`` buffer, which needs no
-cache), and the raw-weight ops convert them again after loading.
+and state_dict carry the portable weights (and a module's PackedWeightsTensor buffers, which
+need no cache), and the raw-weight ops convert them again after loading. The modules use the
+raw-weight ops only while torch.compile / torch.export trace a module not prepared yet.
 
 vLLM's ``prepack_moe_weight(weight, packed_weight, isa)`` fills ``packed_weight`` (same shape
 and dtype as ``weight``, as vLLM allocates it with ``empty_like``) with the weights and packs
@@ -96,13 +101,14 @@ the packing).
 from __future__ import annotations
 
 from cpukern.torch._weight_cache import cache_info, clear_cache
+from cpukern.torch.packed import PackedWeightsTensor
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
 from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "clear_cache", "cache_info", "patch",
-           "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "PackedWeightsTensor",
+           "clear_cache", "cache_info", "patch", "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
 
 
 def __getattr__(name: str):

@@ -40,6 +40,7 @@ from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.families import family_for
 from cpukern.torch.families.common import PatchReport, check_checkpoint, options, safetensors_header
 from cpukern.torch.families.saved import adopt_loaded, build_skeletons, describe
+from cpukern.torch.packed import PackedWeightsTensor
 
 __all__ = ["CpukernConfig", "CpukernHfQuantizer"]
 
@@ -213,6 +214,13 @@ class CpukernHfQuantizer(HfQuantizer):
 
     def is_serializable(self) -> bool:
         return True
+
+    def get_state_dict_and_metadata(self, model: Any) -> tuple:
+        """The state_dict save_pretrained writes: prepared weights as their blobs (safetensors
+        holds plain tensors; loading wraps them again, checked)."""
+        state = {k: v.blob if isinstance(v, PackedWeightsTensor) else v
+                 for k, v in model.state_dict().items()}
+        return state, {}
 
     @property
     def is_trainable(self) -> bool:

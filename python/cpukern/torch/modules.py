@@ -8,25 +8,27 @@ and float64 activations and returns the input's dtype (bf16 in, bf16 out); the k
 in their own precision (fp32 for the ternary layers, bf16 in/out with fp32 accumulation for
 FusedMoE).
 
-Prepared weights: ``prepare()`` (alias ``process_weights_after_loading()``, vLLM's name)
-stores the kernel layout in the persistent uint8 buffer ``prepared`` (FusedMoE: ``w13_prepared``
-and ``w2_prepared``; cpukern.ternary.to_bytes's / cpukern.moe.to_bytes's format: header +
-payload), and forward runs the ``*_prepared`` op on that tensor: no cache,
-nothing prepared at the first forward, nothing lost when vLLM's ``replace_parameter`` swaps
-tensor objects. ``prepared`` is an ordinary buffer: it goes into ``state_dict``, ``torch.save``
-and pickles, and comes back without preparing again (the header is checked on load, and the
-payload checksum; a buffer made for another CPU is prepared again for this one, from its own
-layout where that can be unpacked, else from the plain weights). The plain weights
-(``packed``/``scale``, ``planes``/``scales``) stay too: they are the portable form. Until
-``prepare()`` runs (or after loading a state_dict without ``prepared``, which empties it), the
-module runs the raw-weight ops (their prepared-weight cache, cpukern.torch._weight_cache).
-In-place edits of the plain weights through torch after ``prepare()`` (seen by their version
-counters) make the next forward prepare the affected buffer again; edits that bypass the
-version counter need ``prepare()`` again. Weights made under ``torch.inference_mode`` have no
-version counter: a module whose plain weights are such tensors prepares its buffers again at
-every forward (with a RuntimeWarning once, as the raw-weight ops do), so an in-place change is
-never missed; create or load modules outside inference_mode (torch.no_grad() is fine) to avoid
-that.
+Prepared weights: each module holds them as cpukern.torch.PackedWeightsTensor buffers
+(``prepared``; FusedMoE: ``w13_prepared`` and ``w2_prepared``), a tensor subclass over the
+serialised blob (cpukern.ternary.to_bytes's / cpukern.moe.to_bytes's format) that keeps the
+prepared object it views, so a forward rebuilds nothing. ``prepare()`` (alias
+``process_weights_after_loading()``, vLLM's name) builds them at load time; a forward builds
+whatever is missing. They are ordinary buffers: state_dict, load_state_dict, torch.save,
+pickle, copy.deepcopy and ``.to()`` go through the tensor subclass, and vLLM's
+``replace_parameter`` (a new Parameter over the same blob) loses nothing. Loaded prepared
+weights are checked (header, checksum, that they fit the layer: ValueError naming the key)
+and prepared again for this CPU where they were made for another (from their own layout where
+that can be unpacked, else from the plain weights). A state_dict may leave them out (older
+state_dicts held them as plain uint8 blobs: wrapped on load, checked the same way). The plain
+weights (``packed``/``scale``, ``planes``/``scales``, ``w13``/``w2``, ``weight``) stay too:
+they are the portable form. In-place edits of the plain weights through torch (seen by their
+version counters) make the next forward prepare the affected buffer again; edits that bypass
+the version counter need ``prepare()`` again. Weights made under ``torch.inference_mode``
+have no version counter: a module whose plain weights are such tensors prepares its buffers
+again at every forward (with a RuntimeWarning once), so an in-place change is never missed;
+create or load modules outside inference_mode (torch.no_grad() is fine) to avoid that. Under
+torch.compile / torch.export the graph runs the ``*_prepared`` op on the blobs when the
+module is prepared, else the raw-weight op.
 
 Constructor arguments are checked when the module is made (sizes >= 1 and integers, topk in
 [1, num_experts], act / activation names, group_size): ValueError or TypeError naming the
@@ -34,16 +36,18 @@ argument."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
 
 from cpukern import moe as _moe
+from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
 from cpukern._arrays import bool_arg, int_arg, str_arg
-from cpukern.torch import _weight_cache
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
+from cpukern.torch._weight_cache import _warn_untracked
+from cpukern.torch.packed import EAGER, PackedWeightsTensor
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"]
 
@@ -125,12 +129,52 @@ class _LinearLike(_WeightFormatsKept):
 _UNTRACKED = "untracked"  # _prepared_from: made from weights without a version counter
 
 
+def _wrap_plain_blobs(module: "_PreparedBuffer", state_dict: dict, prefix: str, *args) -> None:
+    """load_state_dict pre-hook: prepared weights stored as plain 1-D uint8 blobs (state
+    dicts saved before PackedWeightsTensor, safetensors files) are wrapped, their header and
+    checksum checked; an empty blob stands for "not prepared". Prepared weights that do not
+    fit the layer raise ValueError naming the key (before torch's own size check)."""
+    for name in module._PREPARED:
+        key = prefix + name
+        v = state_dict.get(key)
+        if not isinstance(v, Tensor):
+            continue
+        shape = module._packed_shape(name)
+        if not isinstance(v, PackedWeightsTensor):
+            if v.numel() == 0:
+                state_dict[key] = PackedWeightsTensor.empty(shape)
+                continue
+            v = state_dict[key] = PackedWeightsTensor(v, name=key, _shape=shape)
+        if v.runs_here:
+            module._check_fits(key, v.weights)
+        elif tuple(v.shape) != shape:
+            raise ValueError(f"{key}: prepared weights of shape {tuple(v.shape)} do not fit this "
+                             f"layer {shape}")
+
+
+def _prepared_keys_optional(module: "_PreparedBuffer", incompatible: Any) -> None:
+    """load_state_dict post-hook: a state_dict without the prepared weights loads (strict
+    too): the plain weights it loads make the prepared ones stale, prepared again at the next
+    forward. Loaded prepared weights are checked now: kept, prepared again for this CPU from
+    their own layout, or from the plain weights (RuntimeError if those were dropped)."""
+    for name in module._PREPARED:
+        for key in [k for k in incompatible.missing_keys if k.rpartition(".")[2] == name]:
+            incompatible.missing_keys.remove(key)
+    module._refresh(prepare=True, new_only=True)  # loaded blobs adopted, or prepared again now
+
+
 class _PreparedBuffer(nn.Module):
-    """The persistent uint8 buffers of prepared weights (``prepared``; FusedMoE:
-    ``w13_prepared``, ``w2_prepared``), empty until prepare(), and how they load: from a
-    state_dict they are taken over (checked: header, checksum) instead of copied into the old
-    shape; a state_dict without them empties them (the plain weights they came from changed);
-    unpickling checks them the same way."""
+    """A module whose prepared weights are PackedWeightsTensor buffers (``prepared``; FusedMoE:
+    ``w13_prepared``, ``w2_prepared``) next to the plain weights they are made from.
+
+    Everything else is ordinary torch: state_dict, load_state_dict (copy_ into the buffer),
+    .to(), deepcopy and pickling go through the tensor subclass. The module only notes, per
+    prepared buffer, which PackedWeightsTensor blob it checked last and the version counters of
+    the plain weights then: a new blob (loaded, copied in, unpickled, set by hand) is checked to
+    fit this layer and this CPU at the next forward (prepared again when it was made for
+    another CPU), and plain weights changed in place since make the next forward prepare
+    again. Weights without a version counter (inference tensors) are prepared again at every
+    forward."""
 
     # prepared buffer -> the plain weights it is made from (absent ones, e.g. scales of bf16
     # experts, are skipped)
@@ -140,14 +184,25 @@ class _PreparedBuffer(nn.Module):
     def _PREPARED(self) -> tuple:
         return tuple(self._SOURCES)
 
+    def _packed_shape(self, name: str) -> tuple:
+        """The logical shape of prepared buffer `name`."""
+        raise NotImplementedError
+
     def _init_prepared(self) -> None:
         for name in self._PREPARED:
-            self.register_buffer(name, torch.empty(0, dtype=torch.uint8))
+            self.register_buffer(name, PackedWeightsTensor.empty(self._packed_shape(name)))
         self._prepared_from = {}
+        self._ready = False
+        self._register_prepared_hooks()
 
-    def _source_versions(self, name: str) -> Optional[tuple]:
-        """(data_ptr, version) of each plain weight of prepared buffer `name`, or None when one
-        has no version counter (an inference tensor: its in-place changes cannot be seen)."""
+    def _register_prepared_hooks(self) -> None:
+        self.register_load_state_dict_pre_hook(_wrap_plain_blobs)
+        self.register_load_state_dict_post_hook(_prepared_keys_optional)
+
+    def _source_versions(self, name: str) -> Any:
+        """(data_ptr, version) of each plain weight of prepared buffer `name`, or _UNTRACKED
+        when one has no version counter (an inference tensor: its in-place changes cannot be
+        seen)."""
         out = []
         for src in self._SOURCES[name]:
             t = getattr(self, src, None)
@@ -156,45 +211,104 @@ class _PreparedBuffer(nn.Module):
             try:
                 out.append((t.data_ptr(), int(t._version)))
             except RuntimeError:
-                return None
+                return _UNTRACKED
         return tuple(out)
 
-    def _set_prepared(self, tensors: Optional[dict] = None) -> None:
-        """Sets prepared buffers (None: empties them all)."""
-        if tensors is None:
-            tensors = {name: torch.empty(0, dtype=torch.uint8) for name in self._PREPARED}
-        for name, t in tensors.items():
-            self._buffers[name] = t
-            if not t.numel():
-                self._prepared_from[name] = None
-            else:
-                v = self._source_versions(name)
-                self._prepared_from[name] = _UNTRACKED if v is None else v
+    def _packed(self, name: str) -> PackedWeightsTensor:
+        """Prepared buffer (or parameter, after vLLM's replace_parameter) `name`, a
+        PackedWeightsTensor (a plain uint8 blob set by hand is wrapped, checked)."""
+        t = getattr(self, name, None)
+        if not isinstance(t, PackedWeightsTensor):
+            shape = self._packed_shape(name)
+            t = (PackedWeightsTensor(t, name=name, _shape=shape) if isinstance(t, Tensor) and t.numel()
+                 else PackedWeightsTensor.empty(shape))
+            self._put(name, t)
+        return t
 
-    def _use_prepared(self) -> bool:
-        """Whether forward runs from the prepared buffers: after prepare() (or loading them).
-        A buffer whose plain weights changed in place since (copy_, mul_, load_state_dict ...
-        bump their version) is prepared again here first, so it is never stale (not checked
-        while torch.compile traces: the compiled graph reads the buffers as they are)."""
+    def _put(self, name: str, t: PackedWeightsTensor) -> None:
+        if name in self._parameters:
+            self._parameters[name] = nn.Parameter(t, requires_grad=False)
+        else:
+            self._buffers[name] = t
+        self._note_ready()
+
+    def _note_ready(self) -> None:
+        """``_ready``: whether every prepared buffer holds weights (a plain attribute, which
+        torch.compile reads as a constant and guards on)."""
+        self._ready = all(isinstance(getattr(self, n, None), PackedWeightsTensor)
+                          and not getattr(self, n).is_empty for n in self._PREPARED)
+
+    def _set_prepared(self, name: str, t: PackedWeightsTensor) -> None:
+        """Puts `t` in place as prepared buffer `name`, current with the plain weights now."""
+        self._put(name, t)
+        versions = self._source_versions(name)
+        if versions is _UNTRACKED:
+            _warn_untracked()
+        self._prepared_from[name] = (self._packed(name)._token, versions)
+
+    def _refresh(self, prepare: bool, new_only: bool = False) -> bool:
+        """Checks every prepared buffer against its record: a new blob is adopted (checked, or
+        prepared again for this CPU), a stale or empty one prepared again from the plain
+        weights when `prepare` (new_only: only where a new blob cannot be adopted). Returns
+        whether all are current now."""
+        current = True
         for name in self._PREPARED:
-            t = getattr(self, name, None)
-            if t is None or t.numel() == 0:
-                self._need_plain("forward")
-                return False
-        if torch.compiler.is_compiling() or self.plain_weights_dropped:
-            return True  # dropped: nothing they could be stale against
-        for name in self._PREPARED:
+            t = self._packed(name)
             seen = self._prepared_from.get(name)
-            if seen is _UNTRACKED:  # inference tensors: a change cannot be seen, so never trusted
-                _weight_cache._warn_untracked()
+            if t.is_empty:
+                fresh = new_only
+            elif seen is None or seen[0] is not t._token:
+                fresh = self._adopt(name, t)
+            elif new_only:
+                continue
+            elif self.plain_weights_dropped:
+                fresh = True  # nothing they could be stale against
+            elif seen[1] is _UNTRACKED:
+                fresh = False
+            else:
+                fresh = self._source_versions(name) == seen[1]
+            if not fresh:
+                if not prepare:
+                    current = False
+                    continue
+                self._need_plain("forward")
                 with torch.no_grad():
-                    self._set_prepared({name: self._prepare_one(name)})
-            elif seen is not None and self._source_versions(name) != seen:
-                with torch.no_grad():
-                    self._set_prepared({name: self._prepare_one(name)})
+                    self._set_prepared(name, self._prepare_one(name))
+        return current
+
+    def _prepared_op(self, op: Any) -> Optional[Callable]:
+        """What forward runs on the prepared buffers: in eager mode the op's implementation
+        for PackedWeightsTensor (no dispatcher round trip), after bringing the buffers up to
+        date; while torch.compile or torch.export trace, the op itself when the buffers hold
+        weights (the graph reads them as they are), else None: the raw-weight op, which
+        prepares and caches at run time (cpukern.torch._weight_cache). prepare() before
+        compiling traces the prepared form."""
+        if torch.compiler.is_compiling():
+            return op if getattr(self, "_ready", False) else None
+        self._refresh(prepare=True)
+        return EAGER[op.default]
+
+    def _adopt(self, name: str, t: PackedWeightsTensor) -> bool:
+        """A blob new to this module, checked to fit it (ValueError naming `name`) and made
+        usable here: kept (True), replaced by one prepared again from its own layout for this
+        CPU or forced isa (True), or left for preparing from the plain weights (False)."""
+        if not t.runs_here:
+            return False
+        usable = self._usable(name, t)
+        if usable is None:
+            return False
+        self._set_prepared(name, usable)
         return True
 
-    def _prepare_one(self, name: str) -> Tensor:
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        """`t` (or one prepared again from it) when it fits this layer and runs here."""
+        raise NotImplementedError
+
+    def _check_fits(self, name: str, w: Any) -> None:
+        """ValueError naming `name` unless prepared object `w` fits this layer."""
+        raise NotImplementedError
+
+    def _prepare_one(self, name: str) -> PackedWeightsTensor:
         """The prepared buffer `name` made now from the plain weights."""
         raise NotImplementedError
 
@@ -216,7 +330,7 @@ class _PreparedBuffer(nn.Module):
         which a module that also dropped its plain weights loads. Forward runs from the
         prepared buffers; what needs the plain weights (prepare(), dequantized(), prepared
         buffers made for another CPU) raises RuntimeError. Returns self."""
-        if not self._use_prepared():
+        if not self._refresh(prepare=False):
             raise RuntimeError(f"{type(self).__name__}.drop_plain_weights: call prepare() first")
         for sources in self._SOURCES.values():
             for src in sources:
@@ -228,64 +342,18 @@ class _PreparedBuffer(nn.Module):
 
     def prepare(self):
         """Builds the kernel layouts now (load time) into the prepared buffers; forward then
-        runs from them. Returns self."""
+        runs from them (a forward prepares what is missing or stale by itself). Returns self."""
         self._need_plain("prepare")
         with torch.no_grad():
-            self._set_prepared({name: self._prepare_one(name) for name in self._PREPARED})
+            for name in self._PREPARED:
+                self._set_prepared(name, self._prepare_one(name))
         return self
 
     @property
     def is_prepared(self) -> bool:
-        """Whether forward runs from the prepared tensors."""
-        return self._use_prepared()
-
-    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
-        """`t` checked (header, checksum, shape) and usable here: itself, a tensor prepared again
-        for this CPU, or None when it must be prepared from the plain weights."""
-        adopted = _ops.adopt_prepared(t, key, self.isa, verify=True,
-                                      int8=getattr(self, "act", "fp32") != "fp32")
-        if adopted is not None:
-            self._check_prepared_shape(adopted, key)
-        return adopted
-
-    def _adopt(self, tensors: dict, keys: dict) -> None:
-        adopted = {}
-        for name in self._PREPARED:
-            a = self._import_prepared(tensors[name], keys[name])
-            if a is None:  # made for another CPU and not unpackable: from the plain weights
-                self.prepare()
-                return
-            adopted[name] = a
-        self._set_prepared(adopted)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
-        own = {name: self._buffers.get(name) for name in self._PREPARED}
-        for name in self._PREPARED:
-            self._buffers[name] = None  # loaded below, whatever their sizes
-        try:
-            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                          unexpected_keys, error_msgs)
-        finally:
-            self._buffers.update(own)
-        keys = {name: prefix + name for name in self._PREPARED}
-        for key in keys.values():
-            if key in unexpected_keys:
-                unexpected_keys.remove(key)
-        got = {name: state_dict.get(key) for name, key in keys.items()}
-        if any(v is None or v.numel() == 0 for v in got.values()):
-            self._set_prepared(None)
-            return
-        with torch.no_grad():
-            self._adopt({n: torch.empty(v.numel(), dtype=torch.uint8).copy_(v) for n, v in got.items()},
-                        keys)
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self._prepared_from = {}
-        got = {name: self._buffers.get(name) for name in self._PREPARED}
-        if all(v is not None and v.numel() for v in got.values()):
-            self._adopt(got, {name: name for name in self._PREPARED})
+        """Whether the prepared buffers hold weights current with the plain weights (a new
+        blob is checked here, as at a forward)."""
+        return self._refresh(prepare=False)
 
 
 class TernaryLinear(_PreparedBuffer, _LinearLike):
@@ -377,23 +445,32 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        if self._use_prepared():
-            return torch.ops.cpukern.ternary_gemv_prepared(self.prepared, x2, self.out_features,
-                                                           self.act)
+        run = self._prepared_op(torch.ops.cpukern.ternary_gemv_prepared)
+        if run is not None:
+            return run(self.prepared, x2, self.out_features, self.act)
         return torch.ops.cpukern.ternary_gemv(self.packed, x2, self.scale, self.act, self.isa,
                                               self.group_size)
 
-    def _prepare_one(self, name: str) -> Tensor:
-        """The ``prepared`` buffer (with act="int8" the int8 layout too)."""
-        return _ops.prepare_ternary_tensor(self.packed, self.in_features, self.scale, self.isa,
-                                           self.group_size, int8=self.act != "fp32")
+    def _packed_shape(self, name: str) -> tuple:
+        return (self.out_features, self.in_features)
 
-    def _check_prepared_shape(self, t: Tensor, name: str) -> None:
-        w = _ternary.from_buffer(t, name=name)
-        if tuple(w.shape) != (self.out_features, self.in_features) or w.group_size != self.group_size:
+    def _prepare_one(self, name: str) -> PackedWeightsTensor:
+        """The ``prepared`` buffer (with act="int8" the int8 layout too)."""
+        return PackedWeightsTensor(_ops.prepare_ternary_tensor(
+            self.packed, self.in_features, self.scale, self.isa, self.group_size,
+            int8=self.act != "fp32"), name=name, verify=False)
+
+    def _check_fits(self, name: str, w: Any) -> None:
+        if (not isinstance(w, _ternary.TernaryWeights) or w.group_size != self.group_size
+                or tuple(w.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: prepared weights of shape {tuple(w.shape)} (group_size "
-                             f"{w.group_size}) do not fit this layer ({self.out_features}, "
-                             f"{self.in_features}) (group_size {self.group_size})")
+                             f"{getattr(w, 'group_size', None)}) do not fit this layer "
+                             f"({self.out_features}, {self.in_features}) (group_size "
+                             f"{self.group_size})")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        self._check_fits(name, t.weights)
+        return _ternary_layout_for(t, self.isa, "ternary_gemv", int8=self.act != "fp32")
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -460,39 +537,56 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         return lin
 
     def _kernel(self, x2: Tensor) -> Tensor:
-        if self._use_prepared():
-            return torch.ops.cpukern.widely_linear_prepared(self.prepared, x2, self.out_features)
+        run = self._prepared_op(torch.ops.cpukern.widely_linear_prepared)
+        if run is not None:
+            return run(self.prepared, x2, self.out_features)
         return torch.ops.cpukern.widely_linear(self.planes, self.scales, x2, self.isa)
 
-    def _prepare_one(self, name: str) -> Tensor:
-        return _ops.prepare_widely_linear_tensor(self.planes, self.scales, self.in_features // 2,
-                                                 self.isa)
+    def _packed_shape(self, name: str) -> tuple:
+        return (self.out_features, self.in_features)
 
-    def _check_prepared_shape(self, t: Tensor, name: str) -> None:
-        layer = _ternary.from_buffer(t, name=name)
-        if tuple(layer.shape) != (self.out_features, self.in_features) or layer.stages != self.stages:
+    def _prepare_one(self, name: str) -> PackedWeightsTensor:
+        return PackedWeightsTensor(_ops.prepare_widely_linear_tensor(
+            self.planes, self.scales, self.in_features // 2, self.isa), name=name, verify=False)
+
+    def _check_fits(self, name: str, layer: Any) -> None:
+        if (not isinstance(layer, _ternary.WidelyLinearWeights) or layer.stages != self.stages
+                or tuple(layer.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: a prepared layer of shape {tuple(layer.shape)} with "
-                             f"{layer.stages} stages does not fit this layer ({self.out_features}, "
-                             f"{self.in_features}) with {self.stages} stages")
+                             f"{getattr(layer, 'stages', None)} stages does not fit this layer "
+                             f"({self.out_features}, {self.in_features}) with {self.stages} stages")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        self._check_fits(name, t.weights)
+        return _ternary_layout_for(t, self.isa, "widely_linear")
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"stages={self.stages}, bias={self.bias is not None}")
 
 
-def _moe_packing(t: Tensor, key: str, isa: str) -> tuple:
-    """(t 64-byte aligned, its PackedExperts) checked (header, checksum), or (t, None) when it
-    was packed for another CPU or forced isa: MoE packings cannot be unpacked, so the caller
-    packs again from its plain weights."""
-    t = t.detach()
-    if t.data_ptr() % 64:
-        t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)
+def _ternary_layout_for(t: PackedWeightsTensor, isa: str, op: str,
+                        int8: bool = False) -> Optional[PackedWeightsTensor]:
+    """`t` when its variant is the forced `isa` (or any, when none is forced), else the layout
+    unpacked and prepared again for `isa` (None where it cannot be unpacked: widely-linear
+    layouts other than the public one)."""
+    forced = _ops._isa(isa, op)
+    if forced is None or t.weights.isa == forced:
+        return t
     try:
-        return t, _moe.from_buffer(t, verify=True, isa=_ops._isa(isa, "fused_moe"), name=key)
+        return PackedWeightsTensor.from_weights(_ternary.from_buffer(t.blob, isa=forced), int8=int8)
     except ValueError as e:
-        if "cannot be unpacked" in str(e):
-            return t, None
+        if "cannot be unpacked" in str(e) or "cannot unpack" in str(e):
+            return None
         raise
+
+
+def _moe_layout_for(t: PackedWeightsTensor, isa: str) -> Optional[PackedExperts]:
+    """The PackedExperts of `t`, or None when it was packed for another forced isa: MoE
+    packings cannot be unpacked, so the caller packs again from its plain weights."""
+    forced = _ops._isa(isa, "fused_moe")
+    p = t.weights
+    return p if forced is None or p.isa == forced else None
 
 
 class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
@@ -626,28 +720,33 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
 
     _SOURCES = {"w13_prepared": ("w13", "w13_scales"), "w2_prepared": ("w2", "w2_scales")}
 
-    def _prepare_one(self, name: str) -> Tensor:
+    def _packed_shape(self, name: str) -> tuple:
+        e, h, i = self.num_experts, self.hidden, self.intermediate
+        return (e, 2 * i, h) if name.startswith("w13") else (e, h, i)
+
+    def _prepare_one(self, name: str) -> PackedWeightsTensor:
         """``w13_prepared`` / ``w2_prepared``: the experts packed for this CPU."""
         w = name[:-len("_prepared")]
-        return _ops.prepare_experts_tensor(getattr(self, w), w, self.isa,
-                                           getattr(self, w + "_scales", None), self._act())
+        return PackedWeightsTensor(_ops.prepare_experts_tensor(
+            getattr(self, w), w, self.isa, getattr(self, w + "_scales", None), self._act()),
+            name=name, verify=False)
 
     def _act(self) -> str:
         return getattr(self, "act", "float")  # (modules pickled before W4A8 have none)
 
-    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
-        """MoE packings cannot be unpacked: one made for another CPU (or another forced isa)
-        is packed again from the plain experts (None)."""
-        t, p = _moe_packing(t, key, self.isa)
-        if p is None:
+    def _check_fits(self, name: str, p: Any) -> None:
+        want = self._packed_shape(name.rpartition(".")[2])
+        if not isinstance(p, PackedExperts) or tuple(p.shape) != want:
+            raise ValueError(f"{name}: packed experts of shape {tuple(p.shape)} do not fit this "
+                             f"layer {want}")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        """MoE packings cannot be unpacked: one made for another CPU (or another forced isa,
+        or the other act) is packed again from the plain experts (None)."""
+        self._check_fits(name, t.weights)
+        p = _moe_layout_for(t, self.isa)
+        if p is None or (p.format == "mxfp4_a8") != (self._act() == "int8"):
             return None
-        o = 2 * self.intermediate if key.split(".")[-1].startswith("w13") else self.hidden
-        i = self.hidden if key.split(".")[-1].startswith("w13") else self.intermediate
-        if tuple(p.shape) != (self.num_experts, o, i):
-            raise ValueError(f"{key}: packed experts of shape {tuple(p.shape)} do not fit this "
-                             f"layer ({self.num_experts}, {o}, {i})")
-        if (p.format == "mxfp4_a8") != (self._act() == "int8"):
-            return None  # packed for the other act: packed again from the plain experts
         return t
 
     def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "FusedMoE":
@@ -657,19 +756,18 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def experts(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
         _check_float(x, "x")
         x2, lead = _flatten(x, self.hidden, "x")
-        if self._use_prepared():
-            y = torch.ops.cpukern.fused_moe_prepared(
-                x2.to(torch.bfloat16).contiguous(), self.w13_prepared, self.w2_prepared,
-                topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
-                topk_ids.reshape(-1, self.topk).contiguous(), self.activation, self.w13_bias,
-                self.w2_bias, False)
-            return y.reshape(lead + (self.hidden,)).to(x.dtype)
-        y = torch.ops.cpukern.fused_moe(x2.to(torch.bfloat16).contiguous(), self.w13, self.w2,
-                                        topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous(),
-                                        topk_ids.reshape(-1, self.topk).contiguous(),
-                                        self.activation, self.w13_bias, self.w2_bias, False, self.isa,
-                                        getattr(self, "w13_scales", None),
-                                        getattr(self, "w2_scales", None), self._act())
+        xb = x2.to(torch.bfloat16).contiguous()
+        tw = topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous()
+        ids = topk_ids.reshape(-1, self.topk).contiguous()
+        run = self._prepared_op(torch.ops.cpukern.fused_moe_prepared)
+        if run is not None:
+            y = run(xb, self.w13_prepared, self.w2_prepared, tw, ids, self.activation,
+                    self.w13_bias, self.w2_bias, False)
+        else:
+            y = torch.ops.cpukern.fused_moe(xb, self.w13, self.w2, tw, ids, self.activation,
+                                            self.w13_bias, self.w2_bias, False, self.isa,
+                                            getattr(self, "w13_scales", None),
+                                            getattr(self, "w2_scales", None), self._act())
         return y.reshape(lead + (self.hidden,)).to(x.dtype)
 
     def forward(self, x: Tensor, router_logits: Tensor) -> Tensor:
@@ -741,24 +839,28 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         mod._set_weights(w, scales, bias, isa, format)
         return mod
 
-    def _prepare_one(self, name: str) -> Tensor:
+    def _packed_shape(self, name: str) -> tuple:
+        return (1, self.out_features, self.in_features)
+
+    def _prepare_one(self, name: str) -> PackedWeightsTensor:
         """``prepared``: the weight packed for this CPU (one expert)."""
         sc = self.weight_scales
-        return _ops.prepare_experts_tensor(self.weight.unsqueeze(0), "weight", self.isa,
-                                           None if sc is None else sc.unsqueeze(0))
+        return PackedWeightsTensor(_ops.prepare_experts_tensor(
+            self.weight.unsqueeze(0), "weight", self.isa, None if sc is None else sc.unsqueeze(0)),
+            name=name, verify=False)
 
-    def _import_prepared(self, t: Tensor, key: str) -> Optional[Tensor]:
-        """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
-        packed again from the plain weight (None)."""
-        t, p = _moe_packing(t, key, self.isa)
-        if p is None:
-            return None
-        if tuple(p.shape) != (1, self.out_features, self.in_features):
-            raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
+    def _check_fits(self, name: str, p: Any) -> None:
+        if not isinstance(p, PackedExperts) or tuple(p.shape) != (1, self.out_features, self.in_features):
+            raise ValueError(f"{name}: packed weight of shape {tuple(p.shape)} does not fit this "
                              f"layer (1, {self.out_features}, {self.in_features})")
         if p.format != self.format:
-            raise ValueError(f"{key}: packed as {p.format}, this layer is {self.format}")
-        return t
+            raise ValueError(f"{name}: packed as {p.format}, this layer is {self.format}")
+
+    def _usable(self, name: str, t: PackedWeightsTensor) -> Optional[PackedWeightsTensor]:
+        """Packings cannot be unpacked: one made for another CPU (or another forced isa) is
+        packed again from the plain weight (None)."""
+        self._check_fits(name, t.weights)
+        return t if _moe_layout_for(t, self.isa) is not None else None
 
     def process_weights_after_loading(self, layer: Optional[nn.Module] = None) -> "Linear":
         """vLLM's name for prepare()."""
@@ -768,8 +870,9 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         _check_float(x, "x")
         x2, lead = _flatten(x, self.in_features, "x")
         xb = x2.to(torch.bfloat16).contiguous()
-        if self._use_prepared():
-            y = torch.ops.cpukern.linear_prepared(xb, self.prepared, self.out_features, self.bias)
+        run = self._prepared_op(torch.ops.cpukern.linear_prepared)
+        if run is not None:
+            y = run(xb, self.prepared, self.out_features, self.bias)
         else:
             y = torch.ops.cpukern.linear(xb, self.weight, self.bias, self.isa, self.weight_scales)
         return y.reshape(lead + (self.out_features,)).to(x.dtype)

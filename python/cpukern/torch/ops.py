@@ -16,6 +16,7 @@ from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import native, str_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
+from cpukern.torch.packed import eager_impl, weights_of
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
@@ -209,6 +210,19 @@ def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
     return y
 
 
+@eager_impl(torch.ops.cpukern.ternary_gemv_prepared.default)
+def _(prepared, x, out_features, act="fp32"):
+    w = weights_of(prepared, "prepared")
+    _check_rows(w, out_features)
+    return _ternary.gemv(w, x, act=act, threads=_threads())
+
+
+def _check_rows(w: Any, out_features: int) -> None:
+    if int(w.shape[0]) != int(out_features):
+        raise ValueError(f"prepared: holds {w.shape[0]} output rows, the op was given "
+                         f"{out_features}")
+
+
 @ternary_gemv_prepared.register_fake
 def _(prepared, x, out_features, act="fp32"):
     torch._check(prepared.dim() == 1, lambda: "prepared: expected a 1-D uint8 tensor")
@@ -227,6 +241,13 @@ def widely_linear_prepared(prepared: Tensor, x: Tensor, out_features: int) -> Te
     _ext.widely_linear_run_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"),
                                   _threads_or_zero(), native(y, "out"))
     return y
+
+
+@eager_impl(torch.ops.cpukern.widely_linear_prepared.default)
+def _(prepared, x, out_features):
+    layer = weights_of(prepared, "prepared")
+    _check_rows(layer, out_features)
+    return _ternary.widely_linear(layer, x, threads=_threads())
 
 
 @widely_linear_prepared.register_fake
@@ -273,22 +294,26 @@ def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
     return _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa)
 
 
-@torch.library.custom_op("cpukern::fused_moe_prepared", mutates_args=())
-def fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, topk_weights: Tensor,
+def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, topk_weights: Tensor,
                        topk_ids: Tensor, activation: str = "silu",
                        w13_bias: Optional[Tensor] = None, w2_bias: Optional[Tensor] = None,
                        skip_weighted: bool = False) -> Tensor:
     """Fused MoE from packed experts held in uint8 tensors (prepare_experts_tensor /
     cpukern.moe.to_bytes; any weight format). Headers validated per call (O(1)); nothing is
     cached or packed here."""
-    p13 = _moe.from_buffer(w13_prepared, name="w13_prepared")
-    p2 = _moe.from_buffer(w2_prepared, name="w2_prepared")
+    p13 = weights_of(w13_prepared, "w13_prepared", _moe.from_buffer)
+    p2 = weights_of(w2_prepared, "w2_prepared", _moe.from_buffer)
     if topk_ids.dtype == torch.int64:
         topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
     out = torch.empty_like(x)
     _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
                    w2_bias=w2_bias, skip_weighted=skip_weighted, threads=_threads(), out=out)
     return out
+
+
+fused_moe_prepared = torch.library.custom_op("cpukern::fused_moe_prepared",
+                                             mutates_args=())(_fused_moe_prepared)
+eager_impl(torch.ops.cpukern.fused_moe_prepared.default)(_fused_moe_prepared)
 
 
 @fused_moe_prepared.register_fake
@@ -383,19 +408,23 @@ def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_b
 
 # ---- dense layers on the MoE micro-kernels (cpukern.moe.linear) ---------------------------
 
-@torch.library.custom_op("cpukern::linear_prepared", mutates_args=())
-def linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
+def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
                     bias: Optional[Tensor] = None) -> Tensor:
     """x bf16 (T, I) @ W.T + bias -> bf16 (T, out_features), W one matrix packed as one expert
     in a uint8 tensor (prepare_experts_tensor of W[None]; any weight format). The header is
     checked per call (O(1)) and must hold out_features outputs; nothing is packed here."""
-    w = _moe.from_buffer(prepared, name="prepared")
+    w = weights_of(prepared, "prepared", _moe.from_buffer)
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
     out = x.new_empty((x.shape[0], out_features))
     _moe.linear(x, w, bias, threads=_threads(), out=out)
     return out
+
+
+linear_prepared = torch.library.custom_op("cpukern::linear_prepared",
+                                          mutates_args=())(_linear_prepared)
+eager_impl(torch.ops.cpukern.linear_prepared.default)(_linear_prepared)
 
 
 @linear_prepared.register_fake

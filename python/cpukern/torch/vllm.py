@@ -18,8 +18,9 @@ from torch import Tensor
 
 from cpukern import moe as _moe
 from cpukern.torch._weight_cache import _CACHE, _version
-from cpukern.torch.ops import (_fused_moe_into, _isa, experts_cache_key, fused_moe_prepared,
+from cpukern.torch.ops import (_fused_moe_into, _fused_moe_prepared, _isa, experts_cache_key,
                                prepare_experts_tensor)
+from cpukern.torch.packed import eager_impl
 
 __all__ = ["prepack_moe_weight", "cpu_fused_moe", "prepack_moe_tensor", "cpu_fused_moe_prepared"]
 
@@ -75,15 +76,19 @@ def prepack_moe_tensor(weight: Tensor, isa: str = "", scales: Optional[Tensor] =
     return prepare_experts_tensor(weight, "weight", isa, scales)
 
 
-@torch.library.custom_op("cpukern::cpu_fused_moe_prepared", mutates_args=("output",))
-def cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
+def _cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
                            w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
                            topk_weights: Tensor, topk_id: Tensor, skip_weighted: bool,
                            act: str) -> None:
     """vLLM order: output (T, H) bf16 <- fused MoE of input with w13, w2 from
     prepack_moe_tensor (uint8)."""
-    output.copy_(fused_moe_prepared(input, w13, w2, topk_weights, topk_id, act, w13_bias, w2_bias,
-                                    skip_weighted))
+    output.copy_(_fused_moe_prepared(input, w13, w2, topk_weights, topk_id, act, w13_bias,
+                                     w2_bias, skip_weighted))
+
+
+cpu_fused_moe_prepared = torch.library.custom_op("cpukern::cpu_fused_moe_prepared",
+                                                 mutates_args=("output",))(_cpu_fused_moe_prepared)
+eager_impl(torch.ops.cpukern.cpu_fused_moe_prepared.default)(_cpu_fused_moe_prepared)
 
 
 @cpu_fused_moe_prepared.register_fake

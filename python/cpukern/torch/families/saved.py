@@ -14,6 +14,7 @@ from torch import nn
 
 from cpukern.torch.families.common import MoEExperts, safetensors_header
 from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
+from cpukern.torch.packed import PackedWeightsTensor
 
 # The classes a saved description may name (nothing else is ever imported from it).
 _CLASSES = {f"{c.__module__}.{c.__qualname__}": c
@@ -34,7 +35,7 @@ def describe(mod: nn.Module) -> dict:
         raise ValueError(f"cannot describe a {name} for saving")
     return {"class": name,
             "attrs": {k: v for k, v in vars(mod).items()
-                      if isinstance(v, _PLAIN) and k != "_plain_dropped"},
+                      if isinstance(v, _PLAIN) and k not in ("_plain_dropped", "_ready")},
             "params": sorted(mod._parameters),
             "absent": sorted(k for k, v in mod._buffers.items() if v is None),
             "children": {k: describe(c) for k, c in mod._modules.items()}}
@@ -81,6 +82,7 @@ def _skeleton(desc: dict, prefix: str, stored: dict, where: str) -> nn.Module:
             for src in sources:
                 mod._buffers.setdefault(src, None)
         mod._prepared_from = {}
+        mod._register_prepared_hooks()
     return mod
 
 
@@ -112,5 +114,7 @@ def adopt_loaded(model: nn.Module, described: dict) -> None:
                     continue
                 plain = [getattr(mod, s, None) for srcs in mod._SOURCES.values() for s in srcs]
                 mod._plain_dropped = all(t is None or t.numel() == 0 for t in plain)
-                mod._adopt({n: mod._buffers[n] for n in mod._PREPARED},
-                           {n: f"{sub}.{n}" for n in mod._PREPARED})
+                for n in mod._PREPARED:  # the loaded blobs, checked (header, checksum)
+                    mod._buffers[n] = PackedWeightsTensor(mod._buffers[n], name=f"{sub}.{n}",
+                                                          _shape=mod._packed_shape(n))
+                mod._refresh(prepare=True)  # adopted, or prepared again here
