@@ -164,17 +164,6 @@ Header parse_import(const unsigned char* buf, int64_t size, const OpFormat& fmt,
   return h;
 }
 
-// A zero-copy import's last fields: `owner` keeps `buf` alive; opts.reprepared = false.
-template <class Prepared, class Row>
-std::shared_ptr<const Prepared> view_of(std::shared_ptr<Prepared> p, std::shared_ptr<const void> owner,
-                                        const unsigned char* buf, int64_t size,
-                                        const ImportOptions<Row>& opts) {
-  p->owner = std::move(owner);
-  p->buffer = {buf, size};
-  if (opts.reprepared) *opts.reprepared = false;
-  return p;
-}
-
 // An import that would prepare again (want != made_by): ValueError naming `arg` unless
 // `allowed` (ImportOptions::allow_reprepare); `then` ends the message.
 void check_reprepare_allowed(bool allowed, const std::string& arg, const std::string& variant,
