@@ -44,7 +44,7 @@ from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, check_shap
                              int_arg, is_torch, isa_arg, method_of, name_arg, native, out_or_new,
                              shape_of, str_arg, threads_arg)
 
-from cpukern import _packed
+from cpukern import _packed as packed_weights
 from cpukern._packed import PackedWeights, check_op
 from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
 
@@ -147,13 +147,13 @@ def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
     and (E, O, I), then the packing). out: None (a new numpy array) or a 1-D uint8 array /
     tensor of serialized_size(experts) bytes, 64-byte aligned."""
     check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
-    return _packed.to_bytes(experts, out=out)
+    return packed_weights.to_bytes(experts, out=out)
 
 
 def serialized_size(experts: PackedExperts) -> int:
     """Bytes of to_bytes(experts)."""
     check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
-    return _packed.serialized_size(experts)
+    return packed_weights.serialized_size(experts)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
@@ -163,7 +163,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
     MoE packings cannot be unpacked, prepack the experts again from their weights. Pickling,
     copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
-    return _packed.import_buffer(buf, "moe", verify, isa, None, name)[0]
+    return packed_weights.import_buffer(buf, "moe", verify, isa, None, name)[0]
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:

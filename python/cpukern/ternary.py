@@ -16,7 +16,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from cpukern import _ext, _log, _packed
+from cpukern import _ext, _log
+from cpukern import _packed as packed_weights
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
                              float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
                              native, out_or_new, require_array, shape_of, str_arg, threads_arg)
@@ -242,7 +243,7 @@ def serialized_size(weights: Union[TernaryWeights, WidelyLinearWeights], *,
                     int8: bool = False) -> int:
     """Bytes of to_bytes(weights, int8=int8)."""
     check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
-    return _packed.serialized_size(weights, int8=int8)
+    return packed_weights.serialized_size(weights, int8=int8)
 
 
 def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool = False,
@@ -258,7 +259,7 @@ def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool 
     out: None (a new numpy array) or a 1-D uint8 array / tensor of serialized_size(weights,
     int8=int8) bytes, 64-byte aligned (torch.empty(n, dtype=torch.uint8) is)."""
     check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
-    return _packed.to_bytes(weights, int8=int8, threads=threads, out=out)
+    return packed_weights.to_bytes(weights, int8=int8, threads=threads, out=out)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
