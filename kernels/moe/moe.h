@@ -98,8 +98,8 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
 std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h; serialize.cc) ----------
-// Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a buffer for a variant
-// this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
+// Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a
+// buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
 // threads are not used): prepack again from the expert weights.
 using ImportOptions = blob::ImportOptions<cpukern::Variant<Ukernel>>;
 int64_t serialized_size(const PackedExperts& w);
