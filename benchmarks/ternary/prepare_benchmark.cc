@@ -60,7 +60,7 @@ void run_bench(benchmark::State& state, const Variant* v, bool simde, Shape sh, 
   for (auto _ : state) {
     if (!int8) {
       auto w = prepare_row(*v, simde, p, sh.m, sh.k, threads);
-      benchmark::DoNotOptimize(w->data.data());
+      benchmark::DoNotOptimize(w->layout());
       state.PauseTiming();  // freeing the layout is not prepare's cost
       w.reset();
       state.ResumeTiming();

@@ -21,26 +21,15 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes) { resize(bytes); }
   AlignedBuffer(AlignedBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), owned_(std::exchange(o.owned_, true)) {}
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
-    std::swap(owned_, o.owned_);
     return *this;
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
   ~AlignedBuffer() { release(); }
-
-  // A read-only view of `bytes` at p (64-byte aligned), owned elsewhere (a serialised prepared
-  // buffer, kernels/common/prepared_blob.h): never freed here; a resize allocates its own.
-  static AlignedBuffer borrow(const void* p, size_t bytes) {
-    AlignedBuffer b;
-    b.p_ = const_cast<void*>(p);
-    b.n_ = bytes;
-    b.owned_ = false;
-    return b;
-  }
 
   // Discards the contents; the new bytes are zero.
   void resize(size_t bytes) { allocate(bytes, 0); }
@@ -60,10 +49,9 @@ class AlignedBuffer {
 
  private:
   void release() {
-    if (owned_) std::free(p_);
+    std::free(p_);
     p_ = nullptr;
     n_ = 0;
-    owned_ = true;
   }
   // `bytes` rounded up to 64, zero from `zero_from` to the rounded end.
   void allocate(size_t bytes, size_t zero_from) {
@@ -108,7 +96,6 @@ class AlignedBuffer {
 
   void* p_ = nullptr;
   size_t n_ = 0;
-  bool owned_ = true;
 };
 
 }  // namespace cpukern

@@ -127,7 +127,8 @@ std::string name(const char (&field)[16]);
 std::string name(const char (&field)[32]);
 std::string name(const char (&field)[96]);
 
-// The rows an import chooses between: made_by, the registry row (or one of `extra`) named by
+// The rows an import chooses between: made_by, the registry row (shipped or catalogue, or one
+// of `extra`) named by
 // the header whose micro-kernel and layout match (same_kernel(row, ukernel, layout)) and that
 // this CPU runs, or nullptr; want, the row to use: made_by unless `isa` forces one (a row of
 // `extra` by name, else registry.select(isa), which throws naming "isa") or made_by is null.
@@ -142,6 +143,7 @@ std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& r
       made_by = &r;
   };
   for (const Row& r : registry.variants()) consider(r);
+  for (const Row& r : registry.catalogue()) consider(r);  // a forced catalogue-only row's blob
   if (extra)
     for (const Row& r : *extra) consider(r);
   const Row* want = made_by;
@@ -162,17 +164,6 @@ Header parse_import(const unsigned char* buf, int64_t size, const OpFormat& fmt,
   const Header h = parse(buf, size, fmt, opts.arg);
   if (opts.verify) verify_checksum(h, buf, opts.arg);
   return h;
-}
-
-// A zero-copy import's last fields: `owner` keeps `buf` alive; opts.reprepared = false.
-template <class Prepared, class Row>
-std::shared_ptr<const Prepared> view_of(std::shared_ptr<Prepared> p, std::shared_ptr<const void> owner,
-                                        const unsigned char* buf, int64_t size,
-                                        const ImportOptions<Row>& opts) {
-  p->owner = std::move(owner);
-  p->buffer = {buf, size};
-  if (opts.reprepared) *opts.reprepared = false;
-  return p;
 }
 
 // An import that would prepare again (want != made_by): ValueError naming `arg` unless

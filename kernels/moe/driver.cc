@@ -60,23 +60,31 @@ struct RowChoice {
   const Variant& get() const { return row ? *row : registry().select(isa); }
 };
 
-// An empty PackedExperts of `format` for the variant `isa` names, its data sized for e
+// An empty PackedExperts of `format` for the chosen row, its section (*dst) sized for e
 // experts of (o, i) (the overflow check names `arg`); the caller packs into it.
 static std::shared_ptr<PackedExperts> new_packed(const RowChoice& choice, WeightFormat format,
                                                  int64_t e, int64_t o, int64_t i,
-                                                 const char* arg) {
-  const Variant& v = choice.get();
-  const Ukernel& uk = ukernel_for(v, format);
+                                                 const char* arg, char** dst) {
   auto p = std::make_shared<PackedExperts>();
-  p->variant = &v;
-  p->ukernel = &uk;
-  p->isa = v.name;
-  p->format = format;
-  p->e = e;
-  p->o = o;
-  p->i = i;
-  p->data.resize(size_t(checked_mul(uk.packed_size(o, i), e, arg)));
+  p->identify(choice.get(), format, e, o, i);
+  *dst = static_cast<char*>(p->own_section(0, checked_mul(p->ukernel->packed_size(o, i), e, arg)));
   return p;
+}
+
+void PackedExperts::identify(const Variant& row, WeightFormat f, int64_t experts,
+                             int64_t out_features, int64_t in_features) {
+  const Ukernel& uk = ukernel_for(row, f);
+  variant = &row;
+  ukernel = &uk;
+  isa = row.name;
+  ukernel_name = uk.name;
+  layout_name = uk.layout;
+  format = f;
+  weight_format = format_name(f);
+  act = f == WeightFormat::kInt8 || f == WeightFormat::kMxfp4A8 ? "int8" : "bf16";
+  e = experts;
+  o = out_features;
+  i = in_features;
 }
 
 static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blocks,
@@ -100,10 +108,10 @@ static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blo
                             ", row " + std::to_string(bad / nb % o) + ", block " +
                             std::to_string(bad % nb) + ": NaN scales are refused");
   }
-  auto p = new_packed(isa, format, e, o, i, "blocks");
+  char* dst = nullptr;
+  auto p = new_packed(isa, format, e, o, i, "blocks", &dst);
   const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
-  char* dst = p->data.data<char>();
   const int64_t eb = o * i / 2, es = o * i / mxfp4::kBlock;  // bytes, scales per expert
   parallel_for(e, 0, [&](int64_t x) {
     uk.pack_mxfp4(blocks + x * eb, scales + x * es, o, i, dst + x * per);
@@ -133,10 +141,10 @@ static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, co
       throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
                               std::to_string(r / o) + ", row " + std::to_string(r % o) +
                               ": scales must be finite and >= 0");
-  auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w");
+  char* dst = nullptr;
+  auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w", &dst);
   const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
-  char* dst = p->data.data<char>();
   parallel_for(e, 0, [&](int64_t x) {
     uk.pack_int8(q + x * o * i, scales + x * o, o, i, dst + x * per);
   });
@@ -150,10 +158,10 @@ static std::shared_ptr<const PackedExperts> prepack_for(const bf16_t* w, int64_t
   check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
-  auto p = new_packed(isa, WeightFormat::kBf16, e, o, i, "w");
+  char* dst = nullptr;
+  auto p = new_packed(isa, WeightFormat::kBf16, e, o, i, "w", &dst);
   const Ukernel& uk = *p->ukernel;
   const int64_t per = uk.packed_size(o, i);
-  char* dst = p->data.data<char>();
   parallel_for(e, 0, [&](int64_t x) { uk.pack(w + x * o * i, o, i, dst + x * per); });
   return p;
 }
@@ -298,9 +306,9 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   // ---- validation, before any output is written ----
   check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
   check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
-  check_arg(w13.variant != nullptr && w13.ukernel != nullptr && w13.data.data() != nullptr, "w13",
+  check_arg(w13.variant != nullptr && w13.ukernel != nullptr && w13.packed() != nullptr, "w13",
             "not a packed tensor");
-  check_arg(w2.variant != nullptr && w2.ukernel != nullptr && w2.data.data() != nullptr, "w2",
+  check_arg(w2.variant != nullptr && w2.ukernel != nullptr && w2.packed() != nullptr, "w2",
             "not a packed tensor");
   check_arg(std::string(w13.variant->ukernel.layout) == w2.variant->ukernel.layout, "w2",
             "packings from different kernel families cannot be mixed (w13 is '" + w13.isa +
@@ -335,11 +343,9 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                   {topk_weights, slots * 4, "topk_weights"},
                   {topk_ids, slots * 4, "topk_ids"},
                   {w13_bias, e * w13.o * 2, "w13_bias"},
-                  {w2_bias, e * w2.o * 2, "w2_bias"},
-                  {w13.buffer.p, w13.buffer.size, "w13"},
-                  {w13.data.data(), w13.nbytes(), "w13"},
-                  {w2.buffer.p, w2.buffer.size, "w2"},
-                  {w2.data.data(), w2.nbytes(), "w2"}});
+                  {w2_bias, e * w2.o * 2, "w2_bias"}});
+  w13.check_disjoint_from(out, t * h * 2, "out", "w13");
+  w2.check_disjoint_from(out, t * h * 2, "out", "w2");
   // The caller's ids are read once, into this thread's scratch: the copy is validated and
   // used (another thread changing topk_ids during the call cannot index out of bounds).
   static thread_local CallScratch scratch;
@@ -384,8 +390,8 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   cs.y.reserve(size_t(checked_mul(slots, hp, "x")) * 4);
   bf16_t* act = cs.act.data<bf16_t>();
   float* y = cs.y.data<float>();
-  const char* w13d = w13.data.data<char>();
-  const char* w2d = w2.data.data<char>();
+  const char* w13d = w13.packed();
+  const char* w2d = w2.packed();
   const int64_t w13_per = uk.packed_size(w13.o, w13.i);
   const int64_t w2_per = uk2.packed_size(w2.o, w2.i);
   const int64_t nr = uk.nr, nr2 = uk2.nr;
@@ -489,7 +495,7 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
 void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const bf16_t* bias,
             int threads, bf16_t* out) {
   check_arg(t >= 0, "x", "number of rows must be >= 0, got " + std::to_string(t));
-  check_arg(w.variant != nullptr && w.ukernel != nullptr && w.data.data() != nullptr, "w",
+  check_arg(w.variant != nullptr && w.ukernel != nullptr && w.packed() != nullptr, "w",
             "not a packed tensor");
   check_arg(w.e == 1, "w",
             "expected one packed matrix (prepacked with E = 1), got " + std::to_string(w.e));
@@ -503,9 +509,8 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
   check_arg(out != nullptr, "out", "null pointer");
   check_disjoint(out, t * w.o * 2, "out",
                  {{x, t * k * 2, "x"},
-                  {bias, w.o * 2, "bias"},
-                  {w.buffer.p, w.buffer.size, "w"},
-                  {w.data.data(), w.nbytes(), "w"}});
+                  {bias, w.o * 2, "bias"}});
+  w.check_disjoint_from(out, t * w.o * 2, "out", "w");
   const Ukernel& uk = ukernel_for_call(*w.ukernel, t, 1);
   const int64_t n = w.o, nr = uk.nr;
   static thread_local CallScratch scratch;
@@ -516,7 +521,7 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
   pack_rows(uk, 1, cs.offs, tl.mc, k, x, k, nullptr, int(nthreads), cs.abase, cs.chunks,
             cs.apack);
   const int64_t full = chunk_bytes(uk, tl.mc, k), ntiles = (n + tl.cols - 1) / tl.cols;
-  const char* wd = w.data.data<char>();
+  const char* wd = w.packed();
   parallel_for(ntiles, int(nthreads), [&](int64_t tile) {
     const int64_t c0 = tile * tl.cols, c1 = std::min(n, c0 + tl.cols), ldc = tl.cols;
     TaskScratch& ts = task_scratch();

@@ -9,6 +9,7 @@
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/bf16.h"
+#include "kernels/common/packed_weights.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 
@@ -36,17 +37,29 @@ inline constexpr int kNumFormats = 4;
 const char* format_name(WeightFormat f);           // "bf16", "mxfp4", "int8", "mxfp4_a8"
 WeightFormat parse_format(const std::string& name);  // else throws naming "format"
 
+// op "moe"; format "bf16" | "mxfp4" | "int8" | "mxfp4_a8"; dims = {e, o, i}; one section: the
+// packed experts as prepack wrote them.
+inline constexpr blob::OpFormat kBlobFormat{"moe", 3, 1};
+
 // Expert weights (e, o, i) in nn.Linear [out, in] order, packed for one kernel family (a
-// registry row) in one format. Weights are never expanded: MXFP4 stays 4.25 bits per weight.
-struct PackedExperts {
+// registry row) in one format (a cpukern::PackedWeights: weight_format the format's name, act
+// "bf16" or, for int8 and mxfp4_a8, "int8"). Weights are never expanded: MXFP4 stays 4.25 bits
+// per weight. Any scales live inside the packed section.
+struct PackedExperts final : PackedWeights {
+  PackedExperts() : PackedWeights(kBlobFormat, -1, "experts") {}
   const cpukern::Variant<Ukernel>* variant = nullptr;  // the registry row
   const Ukernel* ukernel = nullptr;                     // the row's ukernel for `format`
-  std::string isa;
   WeightFormat format = WeightFormat::kBf16;
   int64_t e = 0, o = 0, i = 0;
-  AlignedBuffer data;
-  blob::View buffer;  // from_buffer: the serialised buffer `data` views
-  int64_t nbytes() const { return int64_t(data.size()); }
+  // Sets what the experts are (the row, its micro-kernel for `f`, the shape); the section is
+  // the caller's to fill.
+  void identify(const cpukern::Variant<Ukernel>& row, WeightFormat f, int64_t experts,
+                int64_t out_features, int64_t in_features);
+  const char* packed() const { return static_cast<const char*>(section(0)); }
+  std::vector<int64_t> shape() const override { return {e, o, i}; }
+
+ protected:
+  BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 };
 
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
@@ -84,10 +97,9 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
 
 std::vector<VariantInfo> list_variants();
 
-// ---- serialised form (kernels/common/prepared_blob.h; serialize.cc) ------------------------
-// op "moe"; format "bf16" | "mxfp4" | "int8" | "mxfp4_a8"; dims = {e, o, i}; one section: the packed
-// experts as prepack wrote them. MoE packings cannot be unpacked, so a buffer for a variant
-// this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
+// ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h; serialize.cc) ----------
+// Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a
+// buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
 // threads are not used): prepack again from the expert weights.
 using ImportOptions = blob::ImportOptions<cpukern::Variant<Ukernel>>;
 int64_t serialized_size(const PackedExperts& w);

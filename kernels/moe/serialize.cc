@@ -1,4 +1,5 @@
-// The serialised form of moe::PackedExperts (moe.h, kernels/common/prepared_blob.h).
+// The serialised form of moe::PackedExperts (moe.h, kernels/common/packed_weights.h): its dims
+// and format word, the checks of a buffer's dims and section size.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -15,38 +16,29 @@
 namespace cpukern::moe {
 namespace {
 
-constexpr blob::OpFormat kOp{"moe", 3, 1};
+constexpr const blob::OpFormat& kOp = kBlobFormat;
 
 }  // namespace
 
-int64_t serialized_size(const PackedExperts& w) {
-  const int64_t size = w.nbytes();
-  return int64_t(blob::plan(&size, 1).total);
+PackedWeights::BlobContents PackedExperts::blob_contents(const SerializeOptions&, bool) const {
+  BlobContents c = held_sections();
+  c.dims[0] = e;
+  c.dims[1] = o;
+  c.dims[2] = i;
+  c.format = weight_format;
+  return c;
 }
 
-void serialize(const PackedExperts& w, unsigned char* out, int64_t size) {
-  const int64_t bytes = w.nbytes();
-  const blob::LayoutPlan plan = blob::plan(&bytes, 1);
-  check_arg(size == int64_t(plan.total), "out",
-            "expected " + std::to_string(plan.total) + " bytes (serialized_size), got " +
-                std::to_string(size));
-  check_disjoint(out, size, "out",
-                 {{w.buffer.p, w.buffer.size, "experts"}, {w.data.data(), bytes, "experts"}});
-  const int64_t dims[3] = {w.e, w.o, w.i};
-  const blob::Header h = blob::make_header(kOp.op, w.isa, w.ukernel->name, w.ukernel->layout,
-                                           format_name(w.format), dims, 3, plan);
-  std::memset(out, 0, size_t(plan.total));
-  std::memcpy(out + plan.section[0].offset, w.data.data(), size_t(bytes));
-  blob::finish(h, out);
-}
+int64_t serialized_size(const PackedExperts& w) { return w.serialized_size(); }
+
+void serialize(const PackedExperts& w, unsigned char* out, int64_t size) { w.serialize(out, size); }
 
 std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
                                                  std::shared_ptr<const void> owner,
                                                  const ImportOptions& opts) {
   const std::string& arg = opts.arg;
   const std::string& isa = opts.isa;
-  const blob::Header h = blob::parse(buf, size, kOp, arg);
-  if (opts.verify) blob::verify_checksum(h, buf, arg);  // first: a changed header says so
+  const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t e = h.dims[0], o = h.dims[1], i = h.dims[2];
   check_arg(e >= 1 && o >= 1 && i >= 1 && e <= limits::kMaxElements && o <= limits::kMaxElements &&
                 i <= limits::kMaxElements,
@@ -64,36 +56,26 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   check_arg(format != WeightFormat::kInt8 || i <= int8::kMaxK, arg, "corrupted header (int8 I)");
   const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
                     layout = blob::name(h.layout);
-  const Variant* row = nullptr;
-  auto consider = [&](const Variant& r) {
-    // The layout word too: a micro-kernel whose byte order changed carries a new one, so a
-    // buffer of the old order is refused instead of misread.
-    const Ukernel& u = ukernel_for(r, format);
-    if (!row && variant == r.name && ukernel == u.name && layout == u.layout && r.supported())
-      row = &r;
-  };
-  for (const Variant& r : registry().variants()) consider(r);
-  if (opts.extra_rows)
-    for (const Variant& r : *opts.extra_rows) consider(r);
+  // The layout word too: a micro-kernel whose byte order changed carries a new one, so a
+  // buffer of the old order is refused instead of misread. MoE packings are never unpacked:
+  // only the row that made it is looked up.
+  const Variant* row = blob::import_rows(
+      h, registry(), opts.extra_rows, "",
+      [format](const Variant& r, const std::string& uk, const std::string& lo) {
+        const Ukernel& u = ukernel_for(r, format);
+        return uk == u.name && lo == u.layout;
+      }).first;
   check_arg(row != nullptr && (isa.empty() || isa == variant), arg,
             "prepared for variant '" + variant + "' (" + ukernel + ")" +
                 (row ? ", not the variant asked for ('" + isa + "')" : ", which this CPU cannot run") +
                 "; MoE packings cannot be unpacked: prepack the experts again from their weights");
-  const Ukernel& uk = ukernel_for(*row, format);
-  const int64_t bytes = checked_mul(uk.packed_size(o, i), e, arg.c_str());
-  const unsigned char* data = blob::section(h, buf, 0, bytes, arg, "packed experts");
+  auto p = std::make_shared<PackedExperts>();
+  p->identify(*row, format, e, o, i);
+  const int64_t bytes = checked_mul(p->ukernel->packed_size(o, i), e, arg.c_str());
+  const char* const what[1] = {"packed experts"};
+  p->view_blob(h, buf, size, std::move(owner), &bytes, what, arg);
   if (opts.reprepared) *opts.reprepared = false;
-  auto* p = new PackedExperts;
-  p->variant = row;
-  p->ukernel = &uk;
-  p->isa = row->name;
-  p->format = format;
-  p->e = e;
-  p->o = o;
-  p->i = i;
-  p->data = AlignedBuffer::borrow(data, size_t(bytes));  // zero-copy; the buffer is `owner`'s
-  p->buffer = {buf, size};
-  return std::shared_ptr<const PackedExperts>(p, [owner](const PackedExperts* q) { delete q; });
+  return p;
 }
 
 }  // namespace cpukern::moe

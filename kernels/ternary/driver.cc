@@ -112,6 +112,8 @@ std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_
   auto p = std::make_shared<PreparedWeights>();
   p->variant = &v;
   p->isa = v.name;
+  p->ukernel_name = v.ukernel.f32.name;
+  p->layout_name = v.ukernel.f32.layout;
   p->m = m;
   p->k = k;
   p->group_size = group_size;
@@ -125,16 +127,16 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
   auto p = new_weights(v, m, k, group_size);
   if (scale && group_size > 0) {  // given (m, groups); kept group-major for the epilogue
     const int64_t groups = groups_for(k, group_size);
-    p->scale.resize(size_t(m * groups));
+    auto* s = static_cast<float*>(p->own_section(PreparedWeights::kScales, 4 * m * groups, true));
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t gi = 0; gi < groups; ++gi)
-        p->scale[size_t(gi * m + r)] = scale[r * groups + gi];
+      for (int64_t gi = 0; gi < groups; ++gi) s[gi * m + r] = scale[r * groups + gi];
   } else if (scale) {
-    p->scale.assign(scale, scale + m);
+    auto* s = static_cast<float*>(p->own_section(PreparedWeights::kScales, 4 * m, true));
+    std::memcpy(s, scale, size_t(4 * m));
   }
   const F32Ukernel& uk = v.ukernel.f32;
   if (m == 0 || k == 0) {
-    p->data.resize(size_t(uk.packed_size(m, k)));
+    p->own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k));
     return p;
   }
   if (group_size > 0) {  // one validated copy, then the (block, group) sub-layouts
@@ -143,13 +145,15 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
     if (const int64_t i = first_bad_word(copy.data(), m, words, k); i >= 0)
       throw_bad_word(i, copy[size_t(i)], words, k);
     const grouped::Plan plan(m, k, group_size, uk.packed_size);
-    p->data.resize(size_t(plan.bytes()));  // zeroed: the alignment gaps between sub-layouts
-    grouped::pack(plan, packer_for(uk.layout), copy.data(), k, nthreads, p->data.data());
+    // zeroed: the alignment gaps between sub-layouts
+    void* dst = p->own_section(PreparedWeights::kF32Layout, plan.bytes());
+    grouped::pack(plan, packer_for(uk.layout), copy.data(), k, nthreads, dst);
     return p;
   }
   // Packers write every byte of the layout (tested), each task its own rows: no zeroing
   // pass, and the first touch of the pages is spread over the threads.
-  p->data.resize_for_overwrite(size_t(uk.packed_size(m, k)));
+  char* base = static_cast<char*>(
+      p->own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k), true));
   const Packer& packer = packer_for(uk.layout);
   const int64_t words = words_for(k), rpt = prepare_rows_per_task(words, uk.mr);
   const int64_t tasks = (m + rpt - 1) / rpt;
@@ -158,7 +162,6 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
     uint32_t word = 0;
   };
   std::vector<BadWord> bad(static_cast<size_t>(tasks));
-  char* base = p->data.data<char>();
   parallel_for(tasks, nthreads, [&](int64_t t) {
     const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
     // The caller's words are read once: this copy is validated and packed (another thread
@@ -177,12 +180,12 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
 }
 
 bool PreparedWeights::i8_ready() const {
-  return i8_view != nullptr || i8_ptr_ != nullptr || i8_bytes_.load() > 0 || m == 0 || k == 0 ||
+  return section(kI8Layout) != nullptr || i8_ptr_ != nullptr || i8_bytes_.load() > 0 || m == 0 || k == 0 ||
          std::strcmp(variant->ukernel.f32.layout, variant->ukernel.i8.layout) == 0;
 }
 
 const void* PreparedWeights::i8_data(int threads) const {
-  if (i8_view) return i8_view;
+  if (const void* viewed = section(kI8Layout)) return viewed;
   std::call_once(i8_once_, [&] {
     const F32Ukernel& f = variant->ukernel.f32;
     const I8Ukernel& q = variant->ukernel.i8;
@@ -300,10 +303,8 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
                 s(w.group_size) + " columns)");
   check_disjoint(y, batch * m * 4, "out",
                  {{x, batch * k * 4, "x"},
-                  {scale, scale_len * 4, "scale"},
-                  {w.buffer.p, w.buffer.size, "weights"},
-                  {w.layout(), w.layout_bytes(), "weights"},
-                  {w.scale.data(), int64_t(w.scale.size()) * 4, "weights"}});
+                  {scale, scale_len * 4, "scale"}});
+  w.check_disjoint_from(y, batch * m * 4, "out", "weights");
   const int nthreads = limits::resolve_threads(threads);
   if (scale_len == 0 && w.has_scale() && w.group_size == 0) {
     scale = w.scales();

@@ -1,6 +1,7 @@
-// The serialised form of PreparedWeights (ternary.h, kernels/common/prepared_blob.h): export,
-// zero-copy import with O(1) header validation, and re-preparation of a layout made on
-// another CPU (unpacked to the public words by that layout's portable packer).
+// The serialised form of PreparedWeights (ternary.h, kernels/common/packed_weights.h): its
+// sections and dims, the checks of a buffer's dims and section sizes, and re-preparation of a
+// layout made on another CPU (unpacked to the public words by that layout's portable packer).
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,16 +18,15 @@
 namespace cpukern::ternary {
 namespace {
 
-// dims {m, k, group_size, has_scale}; sections: the fp32 layout, the scales, the int8 layout;
-// format: the int8 layout's word when that section is written, else "".
-constexpr blob::OpFormat kOp{"ternary", 4, 3};
+// dims {m, k, group_size, has_scale}; sections: PreparedWeights::Section; format: the int8
+// layout's word when that section is written, else "".
+constexpr const blob::OpFormat& kOp = kBlobFormat;
 enum Dim { kM, kK, kGroup, kHasScale };
-enum Sec { kF32Layout, kScale, kI8Layout };
 
 std::string s(int64_t v) { return std::to_string(v); }
 
 // Bytes of a layout for (m, k) with these groups, as prepare writes it.
-int64_t layout_bytes(int64_t (*size)(int64_t, int64_t), int64_t m, int64_t k, int64_t g) {
+int64_t layout_size(int64_t (*size)(int64_t, int64_t), int64_t m, int64_t k, int64_t g) {
   if (g > 0 && m > 0 && k > 0) return grouped::Plan(m, k, g, size).bytes();
   return size(m, k);
 }
@@ -49,37 +49,28 @@ const Packer* unpacker_for(const std::string& layout) {
 
 }  // namespace
 
+PackedWeights::BlobContents PreparedWeights::blob_contents(const SerializeOptions& o,
+                                                           bool sizes_only) const {
+  BlobContents c = held_sections();
+  const int64_t dims[4] = {m, k, group_size, has_scale() ? 1 : 0};
+  std::copy(dims, dims + 4, c.dims);
+  c.data[kI8Layout] = nullptr;
+  c.bytes[kI8Layout] = 0;
+  if (o.with_int8 && !same_layout(*variant)) {
+    c.format = variant->ukernel.i8.layout;
+    c.bytes[kI8Layout] = layout_size(variant->ukernel.i8.packed_size, m, k, group_size);
+    if (!sizes_only) c.data[kI8Layout] = i8_data(o.threads);
+  }
+  return c;
+}
+
 int64_t serialized_size(const PreparedWeights& w, bool with_int8) {
-  const Variant& v = *w.variant;
-  int64_t sizes[3] = {w.layout_bytes(), 4 * scale_floats(w.m, w.k, w.group_size, w.has_scale()), 0};
-  if (with_int8 && !same_layout(v))
-    sizes[kI8Layout] = layout_bytes(v.ukernel.i8.packed_size, w.m, w.k, w.group_size);
-  return int64_t(blob::plan(sizes, 3).total);
+  return w.serialized_size({with_int8, 0});
 }
 
 void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned char* out,
                int64_t size) {
-  const Variant& v = *w.variant;
-  const bool i8 = with_int8 && !same_layout(v);
-  const int64_t nscale = scale_floats(w.m, w.k, w.group_size, w.has_scale());
-  int64_t sizes[3] = {w.layout_bytes(), 4 * nscale,
-                      i8 ? layout_bytes(v.ukernel.i8.packed_size, w.m, w.k, w.group_size) : 0};
-  const blob::LayoutPlan plan = blob::plan(sizes, 3);
-  check_arg(size == int64_t(plan.total), "out",
-            "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
-  check_disjoint(out, size, "out",
-                 {{w.buffer.p, w.buffer.size, "weights"},
-                  {w.layout(), sizes[0], "weights"},
-                  {w.scales(), sizes[1], "weights"}});
-  const void* i8_src = i8 ? w.i8_data(threads) : nullptr;  // may pack now
-  const int64_t dims[4] = {w.m, w.k, w.group_size, w.has_scale() ? 1 : 0};
-  const blob::Header h = blob::make_header(kOp.op, w.isa, v.ukernel.f32.name, v.ukernel.f32.layout,
-                                           i8 ? v.ukernel.i8.layout : "", dims, 4, plan);
-  std::memset(out, 0, size_t(plan.total));  // header gaps and section padding
-  const void* src[3] = {w.layout(), w.scales(), i8_src};
-  for (int i = 0; i < 3; ++i)
-    if (sizes[i]) std::memcpy(out + plan.section[i].offset, src[i], size_t(sizes[i]));
-  blob::finish(h, out);
+  w.serialize(out, size, {with_int8, threads});
 }
 
 std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
@@ -100,16 +91,16 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
   // walks (group scales are required whenever there are weights).
   const int64_t nscale = scale_floats(m, k, g, has_scale == 1);
   const float* sc = reinterpret_cast<const float*>(
-      blob::section(h, buf, kScale, 4 * nscale, arg, "scales"));
+      blob::section(h, buf, PreparedWeights::kScales, 4 * nscale, arg, "scales"));
   // The int8 layout's exact size, whichever path follows (re-preparing drops it).
   const std::string i8_layout = blob::name(h.format);
   int64_t i8_bytes = 0;
   if (!i8_layout.empty()) {
     const layouts::SizeFn i8_size = layouts::size_fn(i8_layout.c_str());
     check_arg(i8_size != nullptr, arg, "corrupted header (int8 layout '" + i8_layout + "')");
-    i8_bytes = layout_bytes(i8_size, m, k, g);
+    i8_bytes = layout_size(i8_size, m, k, g);
   }
-  const unsigned char* i8_src = blob::section(h, buf, kI8Layout, i8_bytes, arg, "int8 layout");
+  blob::section(h, buf, PreparedWeights::kI8Layout, i8_bytes, arg, "int8 layout");
 
   // The row that made it, if this build has it and this CPU runs it.
   const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
@@ -125,15 +116,12 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
               "corrupted header (int8 layout '" + i8_layout + "', the variant reads '" +
                   (same_layout(v) ? std::string("its fp32 layout") : v.ukernel.i8.layout) + "')");
     auto w = new_weights(v, m, k, g);
-    const int64_t f32_bytes = layout_bytes(v.ukernel.f32.packed_size, m, k, g);
-    w->layout_view = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
-    w->layout_view_bytes = f32_bytes;
-    if (!w->layout_view) w->layout_view = buf;  // an empty layout: never read
-    w->scale_view = sc;
-    if (i8_src)  // the row's own size too (the same layout word: the same size)
-      w->i8_view = blob::section(h, buf, kI8Layout, layout_bytes(v.ukernel.i8.packed_size, m, k, g),
-                                 arg, "int8 layout");
-    return blob::view_of(std::move(w), std::move(owner), buf, size, opts);
+    const int64_t expected[3] = {layout_size(v.ukernel.f32.packed_size, m, k, g), 4 * nscale,
+                                 i8_bytes};  // the row's own int8 size: the same layout word
+    const char* const what[3] = {"fp32 layout", "scales", "int8 layout"};
+    w->view_blob(h, buf, size, std::move(owner), expected, what, arg);
+    if (opts.reprepared) *opts.reprepared = false;
+    return w;
   }
 
   // Prepared on another CPU (or another variant asked for): back to the public words.
@@ -148,8 +136,8 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
   check_arg(size_fn != nullptr, arg,
             "prepared for layout '" + layout + "', whose size this build does not know; prepare "
             "it again from the packed weights");
-  const int64_t f32_bytes = layout_bytes(size_fn, m, k, g);
-  const unsigned char* src = blob::section(h, buf, kF32Layout, f32_bytes, arg, "fp32 layout");
+  const int64_t f32_bytes = layout_size(size_fn, m, k, g);
+  const unsigned char* src = blob::section(h, buf, PreparedWeights::kF32Layout, f32_bytes, arg, "fp32 layout");
   const int64_t words = words_for(k);
   std::vector<uint32_t> packed(size_t(m * words));
   if (m > 0 && k > 0) {

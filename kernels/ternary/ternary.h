@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
+#include "kernels/common/packed_weights.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 #include "kernels/common/ternary_codes.h"
@@ -37,32 +38,29 @@ Act parse_act(const std::string& act);
 struct TernaryGemvUkernel;  // see ukernel.h
 using Variant = cpukern::Variant<TernaryGemvUkernel>;  // a registry row
 
-// Weights converted once into one variant's layouts. Shared across threads: the int8 layout
-// is packed (once) at the first int8 gemv, so fp32-only use stores the fp32 layout alone.
-// The layouts and scales are either owned (`data`, `scale`) or, for weights imported with
-// from_buffer, views into a serialised buffer kept alive by `owner`: read them through
-// layout() and scales().
-struct PreparedWeights {
-  const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
-  std::string isa;                   // its name
-  int64_t m = 0, k = 0;
-  std::vector<float> scale;  // (m,), or (groups, m) group-major when group_size > 0, or empty
-  int64_t group_size = 0;    // > 0: one scale per row and group of group_size columns
-  AlignedBuffer data;        // the fp32 micro-kernel's layout
+// op "ternary"; dims = {m, k, group_size, has_scale}; sections: 0 the fp32 layout, 1 the
+// scales as prepared (float32 (m,) or group-major (groups, m); empty without), 2 the int8
+// layout (empty when not included or when it is the fp32 layout's bytes).
+inline constexpr blob::OpFormat kBlobFormat{"ternary", 4, 3};
 
-  // Views (from_buffer): set together; `buffer` outlives this object through `owner`.
-  std::shared_ptr<const void> owner;
-  blob::View buffer;
-  const void* layout_view = nullptr;
-  int64_t layout_view_bytes = 0;
-  const float* scale_view = nullptr;  // null when there is no scale
-  const void* i8_view = nullptr;      // the int8 layout when the buffer carries it
-
-  const void* layout() const { return layout_view ? layout_view : data.data(); }
-  int64_t layout_bytes() const { return layout_view ? layout_view_bytes : int64_t(data.size()); }
-  const float* scales() const {
-    return layout_view ? scale_view : scale.empty() ? nullptr : scale.data();
+// Weights converted once into one variant's layouts (a cpukern::PackedWeights: format
+// "ternary", act "fp32"; the same weights also run int8 activations). Shared across threads:
+// the int8 layout is packed (once) at the first int8 gemv, so fp32-only use stores the fp32
+// layout alone. Sections are owned, or (from_buffer) views into a serialised buffer kept alive
+// by `owner`.
+struct PreparedWeights final : PackedWeights {
+  enum Section { kF32Layout = 0, kScales = 1, kI8Layout = 2 };
+  PreparedWeights() : PackedWeights(kBlobFormat, kScales, "weights") {
+    weight_format = "ternary";
+    act = "fp32";
   }
+  const Variant* variant = nullptr;  // the registry row (or a SIMDe row in tests)
+  int64_t m = 0, k = 0;
+  int64_t group_size = 0;  // > 0: one scale per row and group of group_size columns
+
+  const void* layout() const { return section(kF32Layout); }
+  int64_t layout_bytes() const { return section_bytes(kF32Layout); }
+  // scales(): (m,), or (groups, m) group-major when group_size > 0, or null
   bool has_scale() const { return scales() != nullptr; }
   // The int8 micro-kernel's layout (packs it on first use, on `threads` threads as in gemv;
   // thread-safe).
@@ -71,7 +69,11 @@ struct PreparedWeights {
   // imported buffer, or the same bytes as the fp32 layout).
   bool i8_ready() const;
   // Bytes held now: the fp32 layout, plus the int8 one once packed.
-  int64_t nbytes() const { return layout_bytes() + i8_bytes_.load(); }
+  int64_t nbytes() const override { return layout_bytes() + i8_bytes_.load(); }
+  std::vector<int64_t> shape() const override { return {m, k}; }
+
+ protected:
+  BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 
  private:
   mutable std::once_flag i8_once_;
@@ -102,11 +104,9 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
 
 std::vector<VariantInfo> list_variants();
 
-// ---- serialised form (kernels/common/prepared_blob.h) --------------------------------------
-// op "ternary"; dims = {m, k, group_size, has_scale}; sections: 0 the fp32 layout, 1 the
-// scales as prepared (float32 (m,) or group-major (groups, m); empty without), 2 the int8
-// layout (empty when not included or when it is the fp32 layout's bytes).
-// with_int8: include the int8 layout (serialize packs it now if needed; threads as in gemv).
+// ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h) ------------------------
+// Thin wrappers of w.serialized_size / w.serialize ({with_int8, threads}). with_int8: include
+// the int8 layout (serialize packs it now if needed; threads as in gemv).
 int64_t serialized_size(const PreparedWeights& w, bool with_int8);
 void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned char* out,
                int64_t size);

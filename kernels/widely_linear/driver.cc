@@ -32,20 +32,23 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
   auto layer = std::make_shared<PreparedLayer>();
   layer->variant = &v;
   layer->isa = v.name;
+  layer->ukernel_name = v.ukernel.name;
+  layer->layout_name = v.ukernel.layout->name;
   const Packer& packer = packer_for(*v.ukernel.layout);
   layer->packer = packer.name;
   layer->stages = stages;
   layer->n = n;
   layer->m = m;
-  layer->scales.resize(size_t(stages * 4 * n));
+  auto* per_row = static_cast<float*>(
+      layer->own_section(PreparedLayer::kScales, 4 * stages * 4 * n, true));
   for (int64_t s = 0; s < stages; ++s)
     for (int p = 0; p < 4; ++p)
       for (int64_t r = 0; r < n; ++r)
-        layer->scales[(s * 4 + p) * n + r] =
+        per_row[(s * 4 + p) * n + r] =
             scales_per_row ? scales[(s * 4 + p) * n + r] : scales[s * 4 + p];
   const Dims d{stages, n, m, words};
-  layer->data.resize(v.ukernel.layout->packed_size(d));
-  packer.pack(planes, d, layer->data.data());
+  packer.pack(planes, d,
+              layer->own_section(PreparedLayer::kLayout, int64_t(v.ukernel.layout->packed_size(d))));
   return layer;
 }
 
@@ -80,10 +83,8 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
   check_arg(y != nullptr, "y", "must not be null");
   checked_mul(batch, 2 * (layer.m + layer.n), "x");
   check_disjoint(y, batch * 2 * layer.n * 4, "out",
-                 {{x, batch * 2 * layer.m * 4, "x"},
-                  {layer.buffer.p, layer.buffer.size, "layer"},
-                  {layer.layout(), layer.nbytes(), "layer"},
-                  {layer.scales.data(), int64_t(layer.scales.size()) * 4, "layer"}});
+                 {{x, batch * 2 * layer.m * 4, "x"}});
+  layer.check_disjoint_from(y, batch * 2 * layer.n * 4, "out", "layer");
   const Ukernel& uk = layer.variant->ukernel;
   const Layout& lay = *uk.layout;
   const Dims d{layer.stages, layer.n, layer.m, ternary_codes::words_for(layer.m)};

@@ -1,4 +1,5 @@
-// The serialised form of PreparedLayer (widely_linear.h, kernels/common/prepared_blob.h).
+// The serialised form of PreparedLayer (widely_linear.h, kernels/common/packed_weights.h): its
+// dims, the checks of a buffer's dims and section sizes, re-preparation of the public layout.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,9 +14,8 @@
 namespace cpukern::widely_linear {
 namespace {
 
-constexpr blob::OpFormat kOp{"widely_linear", 3, 2};
+constexpr const blob::OpFormat& kOp = kBlobFormat;
 enum Dim { kStages, kN, kM };
-enum Sec { kLayout, kScales };
 
 std::string s(int64_t v) { return std::to_string(v); }
 
@@ -27,28 +27,18 @@ const Layout* layout_named(const std::string& name) {
 
 }  // namespace
 
-int64_t serialized_size(const PreparedLayer& layer) {
-  const int64_t sizes[2] = {layer.nbytes(), 4 * layer.stages * 4 * layer.n};
-  return int64_t(blob::plan(sizes, 2).total);
+PackedWeights::BlobContents PreparedLayer::blob_contents(const SerializeOptions&, bool) const {
+  BlobContents c = held_sections();
+  c.dims[kStages] = stages;
+  c.dims[kN] = n;
+  c.dims[kM] = m;
+  return c;
 }
 
+int64_t serialized_size(const PreparedLayer& layer) { return layer.serialized_size(); }
+
 void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
-  const int64_t sizes[2] = {layer.nbytes(), 4 * layer.stages * 4 * layer.n};
-  const blob::LayoutPlan plan = blob::plan(sizes, 2);
-  check_arg(size == int64_t(plan.total), "out",
-            "expected " + s(int64_t(plan.total)) + " bytes (serialized_size), got " + s(size));
-  check_disjoint(out, size, "out",
-                 {{layer.buffer.p, layer.buffer.size, "layer"},
-                  {layer.layout(), layer.nbytes(), "layer"},
-                  {layer.scale_data(), sizes[1], "layer"}});
-  const int64_t dims[3] = {layer.stages, layer.n, layer.m};
-  const Ukernel& uk = layer.variant->ukernel;
-  const blob::Header h =
-      blob::make_header(kOp.op, layer.isa, uk.name, uk.layout->name, "", dims, 3, plan);
-  std::memset(out, 0, size_t(plan.total));
-  std::memcpy(out + plan.section[kLayout].offset, layer.layout(), size_t(sizes[kLayout]));
-  std::memcpy(out + plan.section[kScales].offset, layer.scale_data(), size_t(sizes[kScales]));
-  blob::finish(h, out);
+  layer.serialize(out, size);
 }
 
 std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
@@ -77,17 +67,15 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
     const Variant& v = *made_by;
     auto layer = std::make_shared<PreparedLayer>();
     layer->variant = &v;
-    layer->isa = v.name;
     layer->packer = packer_for(*v.ukernel.layout).name;
     layer->stages = stages;
     layer->n = n;
     layer->m = m;
-    const int64_t bytes = int64_t(v.ukernel.layout->packed_size(d));
-    layer->layout_view = blob::section(h, buf, kLayout, bytes, arg, "layout");
-    layer->layout_view_bytes = bytes;
-    layer->scales_view =
-        reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
-    return blob::view_of(std::move(layer), std::move(owner), buf, size, opts);
+    const int64_t expected[2] = {int64_t(v.ukernel.layout->packed_size(d)), scale_bytes};
+    const char* const what[2] = {"layout", "scales"};
+    layer->view_blob(h, buf, size, std::move(owner), expected, what, arg);
+    if (opts.reprepared) *opts.reprepared = false;
+    return layer;
   }
   blob::check_reprepare_allowed(opts.allow_reprepare, arg, variant, layout, made_by != nullptr,
                                 "import it once with from_buffer");
@@ -98,9 +86,9 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
                 " and that layout cannot be unpacked (only the public layout t2p16x4 can); "
                 "prepare it again from the planes");
   const auto* planes = reinterpret_cast<const uint32_t*>(
-      blob::section(h, buf, kLayout, int64_t(from->packed_size(d)), arg, "layout"));
+      blob::section(h, buf, PreparedLayer::kLayout, int64_t(from->packed_size(d)), arg, "layout"));
   const auto* scales =
-      reinterpret_cast<const float*>(blob::section(h, buf, kScales, scale_bytes, arg, "scales"));
+      reinterpret_cast<const float*>(blob::section(h, buf, PreparedLayer::kScales, scale_bytes, arg, "scales"));
   if (opts.reprepared) *opts.reprepared = true;
   try {
     return prepare_with(*want, planes, scales, true, stages, n, d.words, m);

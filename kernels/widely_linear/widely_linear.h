@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/aligned_buffer.h"
+#include "kernels/common/packed_weights.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 
@@ -27,23 +27,27 @@ void dense(const uint32_t* planes, const float* scales, bool scales_per_row, int
 struct Ukernel;  // the micro-kernel interface (ukernel.h)
 using Variant = cpukern::Variant<Ukernel>;  // a registry row
 
-// Owned (`data`, `scales`) or, imported with from_buffer, views into a serialised buffer kept
-// alive by `owner`: read them through layout() and scale_data().
-struct PreparedLayer {
+// op "widely_linear"; dims = {stages, n, m}; sections: 0 the layout, 1 the scales float32
+// (stages, 4, n).
+inline constexpr blob::OpFormat kBlobFormat{"widely_linear", 3, 2};
+
+// A prepared layer (a cpukern::PackedWeights: format "ternary", act "fp32"). Its sections are
+// owned or, imported with from_buffer, views into a serialised buffer kept alive by `owner`.
+struct PreparedLayer final : PackedWeights {
+  enum Section { kLayout = 0, kScales = 1 };
+  PreparedLayer() : PackedWeights(kBlobFormat, kScales, "layer") {
+    weight_format = "ternary";
+    act = "fp32";
+  }
   const Variant* variant = nullptr;
-  std::string isa;
   std::string packer;  // the packer prepare() chose for the variant's layout
   int64_t stages = 0, n = 0, m = 0;
-  std::vector<float> scales;  // (stages, 4, n), per row always
-  AlignedBuffer data;         // the variant's layout
-  std::shared_ptr<const void> owner;
-  blob::View buffer;  // from_buffer: the serialised buffer viewed
-  const void* layout_view = nullptr;
-  int64_t layout_view_bytes = 0;
-  const float* scales_view = nullptr;
-  const void* layout() const { return layout_view ? layout_view : data.data(); }
-  const float* scale_data() const { return layout_view ? scales_view : scales.data(); }
-  int64_t nbytes() const { return layout_view ? layout_view_bytes : int64_t(data.size()); }
+  const void* layout() const { return section(kLayout); }
+  const float* scale_data() const { return scales(); }  // (stages, 4, n), per row always
+  std::vector<int64_t> shape() const override { return {2 * n, 2 * m}; }
+
+ protected:
+  BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 };
 
 std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
@@ -57,9 +61,8 @@ void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, 
 
 std::vector<VariantInfo> list_variants();
 
-// ---- serialised form (kernels/common/prepared_blob.h) --------------------------------------
-// op "widely_linear"; dims = {stages, n, m}; sections: 0 the layout, 1 the scales
-// float32 (stages, 4, n).
+// ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h) ------------------------
+// Thin wrappers of layer.serialized_size / layer.serialize.
 int64_t serialized_size(const PreparedLayer& layer);
 void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size);
 // A layer from a serialised buffer (64-byte aligned): the header is validated in O(1) against

@@ -30,6 +30,7 @@ from typing import Any
 from cpukern import _ext, _log
 from cpukern import moe, ternary, widely_linear
 from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
+from cpukern._packed import PackedWeights, from_buffer, to_bytes
 from cpukern._ext import get_num_threads
 
 __version__ = "0.1.0"
@@ -155,4 +156,5 @@ _log.configure_from_env()
 
 __all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads",
            "num_threads_is_set", "ternary", "widely_linear", "moe", "__version__",
+           "PackedWeights", "to_bytes", "from_buffer",
            "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

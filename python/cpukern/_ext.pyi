@@ -34,52 +34,104 @@ def read_bandwidth(nbytes: int = 1073741824, threads: int = 0, min_seconds: floa
     the kernels' pool (0 = the default): the floor that decode kernels are bound by.
     """
 
-class TernaryWeights:
+class PackedWeights:
     """
-    Ternary weights converted once into one kernel's layout (cpukern.ternary.prepare).
+    Weights packed once into one micro-kernel's layout, for any op (cpukern.ternary.prepare, cpukern.widely_linear.prepare, cpukern.moe.prepack). Pickles, copies and serialises (to_bytes, from_buffer).
     """
+
+    @property
+    def op(self) -> str:
+        """The op: 'ternary', 'widely_linear' or 'moe'."""
+
+    @property
+    def format(self) -> str:
+        """
+        The stored weights' format: 'ternary', or for moe 'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).
+        """
+
+    @property
+    def act(self) -> str:
+        """
+        The activations the micro-kernel reads: 'fp32', 'bf16' or 'int8' (ternary weights also run act='int8' through their int8 layout).
+        """
+
+    @property
+    def variant(self) -> str:
+        """The variant (registry row) that packed them."""
 
     @property
     def isa(self) -> str:
-        """The variant whose layout this is."""
+        """The variant whose layout this is (= variant)."""
 
     @property
-    def shape(self) -> tuple[int, int]:
-        """(M, K) of the logical weight matrix."""
+    def ukernel(self) -> str:
+        """The variant's micro-kernel."""
+
+    @property
+    def layout(self) -> str:
+        """The layout word of the kernel layout."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """
+        ternary (M, K); widely_linear (2n, 2m), the real matrix the layer stands for; moe (E, O, I) of the unpacked weights.
+        """
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the prepared layout."""
-
-    @property
-    def has_scale(self) -> bool: ...
-
-    @property
-    def group_size(self) -> int:
-        """G when the scale is per row and group of G columns, else 0."""
+        """Bytes of the kernel layouts held now (scales not counted)."""
 
     @property
     def is_view(self) -> bool:
         """
-        True when the layout views a serialised buffer (from_buffer, zero-copy).
+        True when the layouts view a serialised buffer (from_buffer, zero-copy).
+        """
+
+    @property
+    def has_scale(self) -> bool:
+        """True when the weights carry float32 scales of their own."""
+
+    @property
+    def group_size(self) -> int:
+        """
+        ternary weights: G when the scale is per row and group of G columns, else 0 (AttributeError for other ops).
         """
 
     @property
     def int8_ready(self) -> bool:
-        """True when act='int8' needs no packing (the int8 layout exists)."""
+        """
+        ternary weights: True when act='int8' needs no packing (the int8 layout exists).
+        """
+
+    @property
+    def stages(self) -> int:
+        """widely_linear weights: the number of phase-quantised stages."""
 
     def __repr__(self) -> str: ...
 
     def __reduce__(self) -> object: ...
 
     def to_bytes(self, int8: bool = False) -> object:
-        """cpukern.ternary.to_bytes(self, int8=int8)."""
+        """
+        cpukern.to_bytes(self, int8=int8): the serialised form (see cpukern.ternary.to_bytes).
+        """
 
-def ternary_serialized_size(weights: TernaryWeights, int8: bool) -> int: ...
+    @staticmethod
+    def from_buffer(buf, *, verify=False, isa=None, threads=None, name='buffer') -> PackedWeights:
+        """
+        Packed weights of any op from a buffer written by to_bytes (a 1-D uint8 numpy array or
+            torch tensor, 64-byte aligned), without copying: the result views `buf` and keeps it
+            alive. The header is validated against the buffer's size (O(1)); verify=True also checks
+            the checksum (one pass). A buffer for a variant this CPU cannot run (or not `isa`) is
+            prepared again where the op can unpack its layout (ternary; widely_linear's public
+            layout), else ValueError naming `buf` (MoE packings cannot be unpacked).
+        """
 
-def ternary_serialize(weights: TernaryWeights, int8: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+def packed_serialized_size(weights: PackedWeights, int8: bool) -> int: ...
 
-def ternary_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], verify: bool, isa: str, threads: int, arg: str) -> tuple[TernaryWeights, bool]: ...
+def packed_serialize(weights: PackedWeights, int8: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+def packed_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], op: str, verify: bool, isa: str, threads: int, arg: str) -> tuple[PackedWeights, bool]: ...
 
 def ternary_variants() -> list: ...
 
@@ -89,48 +141,11 @@ def ternary_unpack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)],
 
 def ternary_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: bool, arg2: Annotated[NDArray, dict(device='cpu')], arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
-def ternary_prepare(packed: Annotated[NDArray, dict(device='cpu', writable=False)], k: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, isa: str, group_size: int = 0, threads: int = 0) -> TernaryWeights: ...
+def ternary_prepare(packed: Annotated[NDArray, dict(device='cpu', writable=False)], k: int, scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, isa: str, group_size: int = 0, threads: int = 0) -> PackedWeights: ...
 
-def ternary_gemv(weights: TernaryWeights, x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+def ternary_gemv(weights: PackedWeights, x: Annotated[NDArray, dict(device='cpu', writable=False)], scale: Annotated[NDArray, dict(device='cpu', writable=False)] | None, act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
 
 def ternary_gemv_buffer(prepared: Annotated[NDArray, dict(device='cpu', writable=False)], m: int, x: Annotated[NDArray, dict(device='cpu', writable=False)], act: str, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
-
-class WidelyLinearWeights:
-    """
-    A widely-linear ternary layer converted once into one kernel's layout (cpukern.ternary.prepare_widely_linear).
-    """
-
-    @property
-    def isa(self) -> str: ...
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(2n, 2m): the shape of the real matrix the layer stands for."""
-
-    @property
-    def stages(self) -> int: ...
-
-    @property
-    def nbytes(self) -> int: ...
-
-    @property
-    def is_view(self) -> bool:
-        """
-        True when the layout views a serialised buffer (from_buffer, zero-copy).
-        """
-
-    def __repr__(self) -> str: ...
-
-    def __reduce__(self) -> object: ...
-
-    def to_bytes(self) -> object:
-        """cpukern.ternary.to_bytes(self)."""
-
-def widely_linear_serialized_size(layer: WidelyLinearWeights) -> int: ...
-
-def widely_linear_serialize(layer: WidelyLinearWeights, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
-
-def widely_linear_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], verify: bool, isa: str, arg: str) -> WidelyLinearWeights: ...
 
 def widely_linear_run_buffer(prepared: Annotated[NDArray, dict(device='cpu', writable=False)], rows: int, x: Annotated[NDArray, dict(device='cpu', writable=False)], threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
 
@@ -140,50 +155,19 @@ def widely_linear_phase_quantize(arg0: Annotated[NDArray, dict(device='cpu', wri
 
 def widely_linear_dense(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
-def widely_linear_prepare(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: str, /) -> WidelyLinearWeights: ...
+def widely_linear_prepare(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: str, /) -> PackedWeights: ...
 
-def widely_linear_run(arg0: WidelyLinearWeights, arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: bool, arg3: int, arg4: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
-
-class PackedExperts:
-    """
-    Expert weights (bf16, MXFP4 or int8) packed once for one kernel family (cpukern.moe.prepack).
-    """
-
-    @property
-    def isa(self) -> str: ...
-
-    @property
-    def format(self) -> str:
-        """
-        'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).
-        """
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """(E, O, I) of the unpacked weights."""
-
-    @property
-    def nbytes(self) -> int: ...
-
-    def __repr__(self) -> str: ...
-
-    def __reduce__(self) -> object: ...
+def widely_linear_run(arg0: PackedWeights, arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: bool, arg3: int, arg4: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
 def moe_variants() -> list: ...
 
-def moe_serialized_size(experts: PackedExperts) -> int: ...
-
-def moe_serialize(experts: PackedExperts, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
-
-def moe_from_buffer(buffer: Annotated[NDArray, dict(device='cpu', writable=False)], verify: bool, isa: str, arg: str) -> PackedExperts: ...
-
 def moe_route(router_logits: Annotated[NDArray, dict(device='cpu', writable=False)], topk: int, renormalize: bool) -> tuple[Annotated[NDArray[numpy.float32], dict(shape=(None, None))], Annotated[NDArray[numpy.int32], dict(shape=(None, None))]]: ...
 
-def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedExperts: ...
+def moe_prepack(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: str, /) -> PackedWeights: ...
 
-def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, arg3: str, /) -> PackedExperts: ...
+def moe_prepack_mxfp4(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, arg3: str, /) -> PackedWeights: ...
 
-def moe_prepack_int8(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedExperts: ...
+def moe_prepack_int8(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: str, /) -> PackedWeights: ...
 
 def moe_int8_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu')], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
@@ -191,6 +175,6 @@ def moe_mxfp4_dequantize(arg0: Annotated[NDArray, dict(device='cpu', writable=Fa
 
 def moe_mxfp4_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu')], arg2: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
 
-def moe_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], w: PackedExperts, bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+def moe_linear(x: Annotated[NDArray, dict(device='cpu', writable=False)], w: PackedWeights, bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
 
-def moe_fused_moe(x: Annotated[NDArray, dict(device='cpu', writable=False)], w13: PackedExperts, w2: PackedExperts, topk_weights: Annotated[NDArray, dict(device='cpu', writable=False)], topk_ids: Annotated[NDArray, dict(device='cpu', writable=False)], activation: str, w13_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, w2_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, skip_weighted: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+def moe_fused_moe(x: Annotated[NDArray, dict(device='cpu', writable=False)], w13: PackedWeights, w2: PackedWeights, topk_weights: Annotated[NDArray, dict(device='cpu', writable=False)], topk_ids: Annotated[NDArray, dict(device='cpu', writable=False)], activation: str, w13_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, w2_bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, skip_weighted: bool, threads: int, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...

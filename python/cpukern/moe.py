@@ -44,7 +44,12 @@ from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, check_shap
                              int_arg, is_torch, isa_arg, method_of, name_arg, native, out_or_new,
                              shape_of, str_arg, threads_arg)
 
-PackedExperts = _ext.PackedExperts
+from cpukern import _packed as packed_weights
+from cpukern._packed import PackedWeights, check_op
+from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
+
+# The former name of cpukern.PackedWeights (kept for one release).
+PackedExperts = PackedWeights
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
@@ -141,41 +146,14 @@ def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
     cpukern.ternary.to_bytes (op "moe": header with the variant, micro-kernel, weight format
     and (E, O, I), then the packing). out: None (a new numpy array) or a 1-D uint8 array /
     tensor of serialized_size(experts) bytes, 64-byte aligned."""
-    from cpukern.ternary import aligned_empty
-    if not isinstance(experts, PackedExperts):
-        raise TypeError(f"experts: expected PackedExperts, got {type(experts).__name__}")
-    size = serialized_size(experts)
-    if out is None:
-        out = aligned_empty(size)
-    else:
-        out = check_array(out, "out", "uint8", (1,), writeable=True)
-        check_shape(out, "out", (size,))
-    _ext.moe_serialize(experts, native(out, "out"))
-    return out
+    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
+    return packed_weights.to_bytes(experts, out=out)
 
 
 def serialized_size(experts: PackedExperts) -> int:
     """Bytes of to_bytes(experts)."""
-    if not isinstance(experts, PackedExperts):
-        raise TypeError(f"experts: expected PackedExperts from cpukern.moe.prepack, got "
-                        f"{type(experts).__name__}")
-    return int(_ext.moe_serialized_size(experts))
-
-
-def _from_pickle(buf: np.ndarray) -> PackedExperts:
-    from cpukern.ternary import _aligned
-
-    return from_buffer(_aligned(buf), verify=True)
-
-
-def _reduce(self: PackedExperts) -> tuple:
-    return (_from_pickle, (to_bytes(self),))
-
-
-# Pickling, copy and deepcopy go through the serialised form (as for TernaryWeights);
-# unpickling verifies the checksum. A packing for a variant this CPU cannot run cannot be
-# unpickled here (ValueError): MoE packings cannot be unpacked.
-method_of(PackedExperts, "__reduce__", _reduce)
+    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
+    return packed_weights.serialized_size(experts)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
@@ -183,10 +161,9 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     """Packed experts viewing a buffer written by to_bytes (zero-copy; keeps it alive). The
     header is validated against the buffer's size (O(1)); verify=True also checks the payload
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
-    MoE packings cannot be unpacked, prepack the experts again from their weights."""
-    name = name_arg(name)
-    buf = check_array(buf, name, "uint8", (1,))
-    return _ext.moe_from_buffer(native(buf, name), bool_arg(verify, "verify"), isa_arg(isa), name)
+    MoE packings cannot be unpacked, prepack the experts again from their weights. Pickling,
+    copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
+    return packed_weights.import_buffer(buf, "moe", verify, isa, None, name)[0]
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
@@ -297,8 +274,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     included (on avx512_bf16, products below 2**-126 are flushed to zero).
     """
     for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, PackedExperts):
-            raise TypeError(f"{name}: expected PackedExperts from cpukern.moe.prepack, got {type(w).__name__}")
+        check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepack")
     isa = isa_arg(isa)
     if isa and isa != w13.isa:
         raise ValueError(f"isa: expected None or '{w13.isa}' (the variant the weights were packed "
@@ -342,8 +318,7 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
     flushes products and sums below 2**-126 (fp32's smallest normal) to zero, so an output
     made of such products can be 0 where the exact value is a small normal float.
     """
-    if not isinstance(w, PackedExperts):
-        raise TypeError(f"w: expected PackedExperts from cpukern.moe.prepack, got {type(w).__name__}")
+    check_op(w, ("moe",), "w", "PackedExperts from cpukern.moe.prepack")
     if w.shape[0] != 1:
         raise ValueError(f"w: expected one matrix packed as E = 1, got shape {w.shape}")
     nthreads = threads_arg(threads)

@@ -17,12 +17,17 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
+from cpukern import _packed as packed_weights
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
                              float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
                              native, out_or_new, require_array, shape_of, str_arg, threads_arg)
 
-TernaryWeights = _ext.TernaryWeights
-WidelyLinearWeights = _ext.WidelyLinearWeights
+from cpukern._packed import PackedWeights, aligned, aligned_empty, check_op, import_buffer
+from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
+
+# Former names of cpukern.PackedWeights (kept for one release).
+TernaryWeights = PackedWeights
+WidelyLinearWeights = PackedWeights
 
 __all__ = [
     "pack", "unpack", "quantize", "prepare", "gemv", "TernaryWeights",
@@ -207,7 +212,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     act = str_arg(act, "act", ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
-    if isinstance(weights, TernaryWeights):
+    if isinstance(weights, PackedWeights) and weights.op == "ternary":
         isa = isa_arg(isa)
         if isa and isa != weights.isa:
             raise ValueError(f"isa: expected None or '{weights.isa}' (the variant the weights were "
@@ -231,25 +236,14 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
 
 # --- serialised prepared weights ------------------------------------------------------
 
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """An uninitialised uint8 numpy array of nbytes starting on a 64-byte boundary (what
-    from_buffer needs; torch's CPU allocator gives 64-byte aligned tensors too)."""
-    nbytes = int_arg(nbytes, "nbytes", 0, MAX_ELEMS)
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
-    return raw[start:start + nbytes]
+_OPS = ("ternary", "widely_linear")
 
 
 def serialized_size(weights: Union[TernaryWeights, WidelyLinearWeights], *,
                     int8: bool = False) -> int:
     """Bytes of to_bytes(weights, int8=int8)."""
-    int8 = bool_arg(int8, "int8")
-    if isinstance(weights, TernaryWeights):
-        return int(_ext.ternary_serialized_size(weights, int8 or weights.int8_ready))
-    if isinstance(weights, WidelyLinearWeights):
-        return int(_ext.widely_linear_serialized_size(weights))
-    raise TypeError(f"weights: expected TernaryWeights or WidelyLinearWeights, got "
-                    f"{type(weights).__name__}")
+    check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
+    return packed_weights.serialized_size(weights, int8=int8)
 
 
 def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool = False,
@@ -264,22 +258,8 @@ def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool 
     act="int8" on the imported weights packs nothing; included anyway when already packed.
     out: None (a new numpy array) or a 1-D uint8 array / tensor of serialized_size(weights,
     int8=int8) bytes, 64-byte aligned (torch.empty(n, dtype=torch.uint8) is)."""
-    size = serialized_size(weights, int8=int8)
-    nthreads = threads_arg(threads)
-    if out is None:
-        out = aligned_empty(size)
-    else:
-        out = check_array(out, "out", "uint8", (1,), writeable=True)
-        check_shape(out, "out", (size,))
-    if isinstance(weights, TernaryWeights):
-        _ext.ternary_serialize(weights, bool(int8) or weights.int8_ready, nthreads, native(out, "out"))
-    else:
-        _ext.widely_linear_serialize(weights, native(out, "out"))
-    return out
-
-
-def _buffer(buf: Any, name: str) -> Any:
-    return check_array(buf, name, "uint8", (1,))
+    check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
+    return packed_weights.to_bytes(weights, int8=int8, threads=threads, out=out)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
@@ -299,17 +279,11 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     another than `isa` is unpacked to the public ternary format and prepared again for this
     CPU (a copy; TernaryWeights.is_view is then False); widely-linear layouts other than the
     public one cannot be unpacked and raise ValueError instead."""
-    verify = bool_arg(verify, "verify")
-    isa = isa_arg(isa)
-    nthreads = threads_arg(threads)
-    name = name_arg(name)
-    buf = _buffer(buf, name)
-    if _op_of(buf) == "widely_linear":
-        layer = _ext.widely_linear_from_buffer(native(buf, name), verify, isa, name)
-        _log.selection("widely_linear", layer.isa, isa or None, _ext.widely_linear_variants)
-        return layer
-    w, _reprepared = _ext.ternary_from_buffer(native(buf, name), verify, isa, nthreads, name)
-    _log.selection("ternary_gemv", w.isa, isa or None, _ext.ternary_variants)
+    op = "widely_linear" if _op_of(buf) == "widely_linear" else "ternary"
+    w, _reprepared = import_buffer(buf, op, verify, isa, threads, name)
+    _log.selection("widely_linear" if op == "widely_linear" else "ternary_gemv", w.isa,
+                   isa_arg(isa) or None,
+                   _ext.widely_linear_variants if op == "widely_linear" else _ext.ternary_variants)
     return w
 
 
@@ -319,47 +293,16 @@ _MAGIC = b"CPUKPREP"
 def _op_of(buf: Any) -> str:
     """The op named in a prepared buffer's header ("" if it is not one: the extension then
     reports what is wrong)."""
-    head = bytes(np.asarray(buf[:32].numpy() if is_torch(buf) else buf[:32]).tobytes())
+    try:
+        head = bytes(np.asarray(buf[:32].numpy() if is_torch(buf) else buf[:32]).tobytes())
+    except (TypeError, IndexError, AttributeError):
+        return ""
     if len(head) < 32 or head[:8] != _MAGIC:
         return ""
     return head[16:32].split(b"\0", 1)[0].decode("ascii", "replace")
 
 
-def _aligned(buf: np.ndarray) -> np.ndarray:
-    """buf, or a 64-byte aligned copy of it (unpickled arrays need not be aligned)."""
-    if buf.ctypes.data % 64 == 0:
-        return buf
-    aligned = aligned_empty(buf.size)
-    aligned[...] = buf
-    return aligned
-
-
-def _from_pickle(buf: np.ndarray) -> Union[TernaryWeights, WidelyLinearWeights]:
-    return from_buffer(_aligned(buf), verify=True)
-
-
-def _reduce(self: Any) -> tuple:
-    return (_from_pickle, (to_bytes(self),))
-
-
-def _ternary_to_bytes(self: Any, int8: bool = False) -> Any:
-    """cpukern.ternary.to_bytes(self, int8=int8)."""
-    return to_bytes(self, int8=int8)
-
-
-def _widely_linear_to_bytes(self: Any) -> Any:
-    """cpukern.ternary.to_bytes(self)."""
-    return to_bytes(self)
-
-
-# Pickling (copy, deepcopy, multiprocessing, torch.save of a module attribute): the serialised
-# form, and unpickling verifies the checksum. Defined here, in Python, rather than in the
-# extension: a binding that calls back into Python could be stopped there by interpreter exit
-# with C++ frames on its stack.
-method_of(TernaryWeights, "__reduce__", _reduce)
-method_of(TernaryWeights, "to_bytes", _ternary_to_bytes)
-method_of(WidelyLinearWeights, "__reduce__", _reduce)
-method_of(WidelyLinearWeights, "to_bytes", _widely_linear_to_bytes)
+_aligned = aligned  # its former name here
 
 
 # The widely-linear layer's former names here (its API is cpukern.widely_linear): aliases,

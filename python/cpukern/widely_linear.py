@@ -18,7 +18,10 @@ from cpukern import _ext, _log
 from cpukern._arrays import (bool_arg, check_array, check_shape, describe, empty, int_arg,
                              is_torch, isa_arg, native, out_or_new, shape_of, threads_arg)
 
-WidelyLinearWeights = _ext.WidelyLinearWeights
+from cpukern._packed import PackedWeights
+
+# The former name of cpukern.PackedWeights (kept for one release).
+WidelyLinearWeights = PackedWeights
 
 __all__ = ["quantize", "dense", "prepare", "apply", "WidelyLinearWeights"]
 
@@ -112,7 +115,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     x = check_array(x, "x", "float32", (1, 2))
     fused = bool_arg(fused, "fused")
     nthreads = threads_arg(threads)
-    if isinstance(planes, WidelyLinearWeights):
+    if isinstance(planes, PackedWeights) and planes.op == "widely_linear":
         if scales is not None:
             raise ValueError("scales: expected None (the prepared layer carries its scales), got "
                              f"{type(scales).__name__}")
@@ -130,8 +133,9 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
                              f"{describe(x)}")
         layer = prepare(planes, scales, cols // 2, isa=isa)
     else:
-        raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got "
-                        f"{type(planes).__name__}")
+        got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
+               else type(planes).__name__)
+        raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got {got}")
     rows, cols = layer.shape
     if shape_of(x)[-1] != cols:
         raise ValueError(f"x: expected 2m = {cols} columns, got {describe(x)}")

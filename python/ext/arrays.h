@@ -112,6 +112,7 @@ inline void check_extent(int64_t v, const char* arg, int64_t lo) {
 nb::list variants_to_list(const std::vector<VariantInfo>& infos);
 
 void bind_common(nb::module_& m);
+void bind_packed_weights(nb::module_& m);
 void bind_ternary(nb::module_& m);
 void bind_widely_linear(nb::module_& m);
 void bind_moe(nb::module_& m);

@@ -131,6 +131,7 @@ NB_MODULE(_ext, m) {
     }
   });
   ext::bind_common(m);
+  ext::bind_packed_weights(m);
   ext::bind_ternary(m);
   ext::bind_widely_linear(m);
   ext::bind_moe(m);

@@ -17,48 +17,16 @@ namespace cpukern::ext {
 
 using moe::PackedExperts;
 
+namespace {
+
+const PackedExperts& experts(const PackedWeights& w, const char* arg) {
+  return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepack");
+}
+
+}  // namespace
+
 void bind_moe(nb::module_& m) {
-  nb::class_<PackedExperts>(m, "PackedExperts",
-                            "Expert weights (bf16, MXFP4 or int8) packed once for one kernel family "
-                            "(cpukern.moe.prepack).")
-      .def_ro("isa", &PackedExperts::isa)
-      .def_prop_ro("format", [](const PackedExperts& w) { return std::string(moe::format_name(w.format)); },
-                   "'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).")
-      .def_prop_ro("shape", [](const PackedExperts& w) { return std::make_tuple(w.e, w.o, w.i); },
-                   "(E, O, I) of the unpacked weights.")
-      .def_prop_ro("nbytes", &PackedExperts::nbytes)
-      .def("__repr__", [](const PackedExperts& w) {
-        return "PackedExperts(isa='" + w.isa + "', format='" + moe::format_name(w.format) +
-               "', shape=(" + std::to_string(w.e) + ", " +
-               std::to_string(w.o) + ", " + std::to_string(w.i) + "), nbytes=" +
-               std::to_string(w.nbytes()) + ")";
-      });
-
   m.def("moe_variants", [] { return variants_to_list(moe::list_variants()); });
-
-  m.def("moe_serialized_size", [](const PackedExperts& w) { return moe::serialized_size(w); },
-        nb::arg("experts"));
-  m.def(
-      "moe_serialize",
-      [](const PackedExperts& w, const OutArray& out) {
-        const int64_t size = moe::serialized_size(w);
-        unsigned char* p = out_bytes(out, "out", size);
-        GilRelease release;
-        moe::serialize(w, p, size);
-      },
-      nb::arg("experts"), nb::arg("out"));
-  m.def(
-      "moe_from_buffer",
-      [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
-        return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
-          moe::ImportOptions o;
-          o.verify = verify;
-          o.isa = isa;
-          o.arg = arg;
-          return moe::from_buffer(p, size, owner, o);
-        });
-      },
-      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
 
   // Returns new numpy arrays (topk_weights float32 (T, topk), topk_ids int32 (T, topk)),
   // allocated here once topk is known to be valid (moe::route checks it again, but only after
@@ -91,7 +59,8 @@ void bind_moe(nb::module_& m) {
   m.def("moe_prepack", [](const InArray& w, const std::string& isa) {
     const auto* wp = in_ptr<uint16_t>(w, "w", {3});
     GilRelease release(double(w.size()));
-    return moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
+    return std::shared_ptr<const PackedWeights>(
+        moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa));
   });
 
   // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout);
@@ -107,7 +76,8 @@ void bind_moe(nb::module_& m) {
     check_shape(scales, "scales", {e, o, nb});
     const moe::WeightFormat f = moe::parse_format(format);
     GilRelease release(double(blocks.size()) * 2.0);
-    return moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa, f);
+    return std::shared_ptr<const PackedWeights>(
+        moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa, f));
   });
 
   // int8: q int8 (E, O, I), scales float32 (E, O).
@@ -117,7 +87,8 @@ void bind_moe(nb::module_& m) {
     const int64_t e = int64_t(q.shape(0)), o = int64_t(q.shape(1)), i = int64_t(q.shape(2));
     check_shape(scales, "scales", {e, o});
     GilRelease release(double(q.size()));
-    return moe::prepack_int8(qp, sp, e, o, i, isa);
+    return std::shared_ptr<const PackedWeights>(
+        moe::prepack_int8(qp, sp, e, o, i, isa));
   });
 
   // int8 weight quantisation of rows (n, k): q int8 (n, k), scales float32 (n).
@@ -169,8 +140,9 @@ void bind_moe(nb::module_& m) {
 
   m.def(
       "moe_linear",
-      [](const InArray& x, const PackedExperts& w, std::optional<InArray> bias, int threads,
+      [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias, int threads,
          const OutArray& out) {
+        const PackedExperts& w = experts(packed, "w");
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), k = int64_t(x.shape(1));
         if (k != w.i)
@@ -190,10 +162,12 @@ void bind_moe(nb::module_& m) {
 
   m.def(
       "moe_fused_moe",
-      [](const InArray& x, const PackedExperts& w13, const PackedExperts& w2,
+      [](const InArray& x, const PackedWeights& packed13, const PackedWeights& packed2,
          const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
          int threads, const OutArray& out) {
+        const PackedExperts& w13 = experts(packed13, "w13");
+        const PackedExperts& w2 = experts(packed2, "w2");
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});

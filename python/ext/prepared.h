@@ -3,7 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+
+#include "kernels/common/packed_weights.h"
 
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
@@ -48,6 +51,27 @@ auto import_buffer(const InArray& buf, const char* arg, Import&& import) {
   }
   owner.reset();  // with the GIL held (the view keeps its own reference)
   return view;
+}
+
+// An op's import options (Options: the op's ImportOptions) as the bindings pass them.
+template <class Options>
+Options import_options(bool verify, const std::string& isa, int threads, const char* arg,
+                       bool* reprepared) {
+  Options o;
+  o.verify = verify;
+  o.isa = isa;
+  o.threads = threads;
+  o.arg = arg;
+  o.reprepared = reprepared;
+  return o;
+}
+
+// The packed weights of one op (T, the op's type, `expected` its Python name for the message);
+// TypeError (TypeMismatch) naming `arg` for another op's.
+template <class T>
+const T& weights_of(const PackedWeights& w, const char* arg, const char* expected) {
+  if (const auto* p = dynamic_cast<const T*>(&w)) return *p;
+  throw_type(arg, std::string("expected ") + expected + ", got packed weights of op '" + w.op + "'");
 }
 
 }  // namespace cpukern::ext

@@ -1,6 +1,5 @@
 // Bindings of cpukern::ternary (see kernels/ternary/ternary.h).
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
@@ -13,58 +12,15 @@ namespace cpukern::ext {
 
 using ternary::PreparedWeights;
 
+namespace {
+
+const PreparedWeights& ternary_weights(const PackedWeights& w) {
+  return weights_of<PreparedWeights>(w, "weights", "TernaryWeights from cpukern.ternary.prepare");
+}
+
+}  // namespace
+
 void bind_ternary(nb::module_& m) {
-  nb::class_<PreparedWeights>(m, "TernaryWeights",
-                              "Ternary weights converted once into one kernel's layout "
-                              "(cpukern.ternary.prepare).")
-      .def_ro("isa", &PreparedWeights::isa, "The variant whose layout this is.")
-      .def_prop_ro("shape", [](const PreparedWeights& w) { return std::make_pair(w.m, w.k); },
-                   "(M, K) of the logical weight matrix.")
-      .def_prop_ro("nbytes", &PreparedWeights::nbytes, "Bytes of the prepared layout.")
-      .def_prop_ro("has_scale", [](const PreparedWeights& w) { return w.has_scale(); })
-      .def_ro("group_size", &PreparedWeights::group_size,
-              "G when the scale is per row and group of G columns, else 0.")
-      .def_prop_ro("is_view", [](const PreparedWeights& w) { return w.layout_view != nullptr; },
-                   "True when the layout views a serialised buffer (from_buffer, zero-copy).")
-      .def_prop_ro("int8_ready", &PreparedWeights::i8_ready,
-                   "True when act='int8' needs no packing (the int8 layout exists).")
-      // to_bytes and __reduce__ (pickling) are set by cpukern.ternary, in Python: a binding
-      // that calls back into Python could be ended there by interpreter exit (gil.h).
-      .def("__repr__", [](const PreparedWeights& w) {
-        return "TernaryWeights(isa='" + w.isa + "', shape=(" + std::to_string(w.m) + ", " +
-               std::to_string(w.k) + "), nbytes=" + std::to_string(w.nbytes()) + ")";
-      });
-
-  m.def(
-      "ternary_serialized_size",
-      [](const PreparedWeights& w, bool int8) { return ternary::serialized_size(w, int8); },
-      nb::arg("weights"), nb::arg("int8"));
-  m.def(
-      "ternary_serialize",
-      [](const PreparedWeights& w, bool int8, int threads, const OutArray& out) {
-        const int64_t size = ternary::serialized_size(w, int8);
-        unsigned char* p = out_bytes(out, "out", size);
-        GilRelease release;
-        ternary::serialize(w, int8, threads, p, size);
-      },
-      nb::arg("weights"), nb::arg("int8"), nb::arg("threads"), nb::arg("out"));
-  m.def(
-      "ternary_from_buffer",
-      [](const InArray& buf, bool verify, const std::string& isa, int threads, const char* arg) {
-        bool reprepared = false;
-        auto w = import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
-          ternary::ImportOptions o;
-          o.verify = verify;
-          o.isa = isa;
-          o.threads = threads;
-          o.arg = arg;
-          o.reprepared = &reprepared;
-          return ternary::from_buffer(p, size, owner, o);
-        });
-        return std::make_pair(w, reprepared);
-      },
-      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"), nb::arg("arg"));
-
   m.def("ternary_variants", [] { return variants_to_list(ternary::list_variants()); });
 
   m.def("ternary_pack", [](const InArray& w, const OutArray& out) {
@@ -114,15 +70,17 @@ void bind_ternary(nb::module_& m) {
           check_shape(*scale, "scale", {rows});
         }
         GilRelease release;
-        return ternary::prepare(pp, rows, words, k, sp, isa, threads, group_size);
+        return std::shared_ptr<const PackedWeights>(
+            ternary::prepare(pp, rows, words, k, sp, isa, threads, group_size));
       },
       nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
       nb::arg("group_size") = 0, nb::arg("threads") = 0);
 
   m.def(
       "ternary_gemv",
-      [](const PreparedWeights& w, const InArray& x, std::optional<InArray> scale,
+      [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
          const std::string& act, int threads, const OutArray& out) {
+        const PreparedWeights& w = ternary_weights(packed);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         const int64_t k = int64_t(x.shape(x.ndim() - 1));

@@ -38,46 +38,6 @@ PlaneShape plane_shape(const InArray& planes, const InArray& scales) {
 }  // namespace
 
 void bind_widely_linear(nb::module_& m) {
-  nb::class_<PreparedLayer>(m, "WidelyLinearWeights",
-                            "A widely-linear ternary layer converted once into one kernel's "
-                            "layout (cpukern.ternary.prepare_widely_linear).")
-      .def_ro("isa", &PreparedLayer::isa)
-      .def_prop_ro("shape", [](const PreparedLayer& l) { return std::make_tuple(2 * l.n, 2 * l.m); },
-                   "(2n, 2m): the shape of the real matrix the layer stands for.")
-      .def_ro("stages", &PreparedLayer::stages)
-      .def_prop_ro("nbytes", &PreparedLayer::nbytes)
-      .def_prop_ro("is_view", [](const PreparedLayer& l) { return l.layout_view != nullptr; },
-                   "True when the layout views a serialised buffer (from_buffer, zero-copy).")
-      // to_bytes and __reduce__ (pickling) are set by cpukern.ternary, in Python (gil.h).
-      .def("__repr__", [](const PreparedLayer& l) {
-        return "WidelyLinearWeights(isa='" + l.isa + "', shape=(" + std::to_string(2 * l.n) + ", " +
-               std::to_string(2 * l.m) + "), stages=" + std::to_string(l.stages) +
-               ", nbytes=" + std::to_string(l.nbytes()) + ")";
-      });
-
-  m.def("widely_linear_serialized_size",
-        [](const PreparedLayer& l) { return widely_linear::serialized_size(l); }, nb::arg("layer"));
-  m.def(
-      "widely_linear_serialize",
-      [](const PreparedLayer& l, const OutArray& out) {
-        const int64_t size = widely_linear::serialized_size(l);
-        unsigned char* p = out_bytes(out, "out", size);
-        GilRelease release;
-        widely_linear::serialize(l, p, size);
-      },
-      nb::arg("layer"), nb::arg("out"));
-  m.def(
-      "widely_linear_from_buffer",
-      [](const InArray& buf, bool verify, const std::string& isa, const char* arg) {
-        return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner) {
-          widely_linear::ImportOptions o;
-          o.verify = verify;
-          o.isa = isa;
-          o.arg = arg;
-          return widely_linear::from_buffer(p, size, owner, o);
-        });
-      },
-      nb::arg("buffer"), nb::arg("verify"), nb::arg("isa"), nb::arg("arg"));
   // The layer straight from a serialised buffer (the torch op): header validated per call.
   m.def(
       "widely_linear_run_buffer",
@@ -141,13 +101,15 @@ void bind_widely_linear(nb::module_& m) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
           GilRelease release;
-          return widely_linear::prepare(static_cast<const uint32_t*>(planes.data()),
-                                        static_cast<const float*>(scales.data()), s.per_row,
-                                        s.stages, s.n, s.words, m_, isa);
+          return std::shared_ptr<const PackedWeights>(widely_linear::prepare(
+              static_cast<const uint32_t*>(planes.data()), static_cast<const float*>(scales.data()),
+              s.per_row, s.stages, s.n, s.words, m_, isa));
         });
 
-  m.def("widely_linear_run", [](const PreparedLayer& layer, const InArray& x, bool fused, int threads,
-                                const OutArray& out) {
+  m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
+                                int threads, const OutArray& out) {
+    const PreparedLayer& layer = weights_of<PreparedLayer>(
+        packed, "planes", "WidelyLinearWeights from cpukern.widely_linear.prepare");
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer.m)

@@ -38,9 +38,8 @@ class PrepareCounter:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        for name in ("ternary_prepare", "widely_linear_prepare", "ternary_from_buffer",
-                     "widely_linear_from_buffer", "moe_prepack", "moe_prepack_mxfp4",
-                     "moe_prepack_int8"):
+        for name in ("ternary_prepare", "widely_linear_prepare", "packed_from_buffer",
+                     "moe_prepack", "moe_prepack_mxfp4", "moe_prepack_int8"):
             orig = getattr(_ext, name)
 
             def counted(*a, _orig=orig, _name=name, **k):

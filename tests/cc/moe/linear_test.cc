@@ -195,7 +195,8 @@ TEST(LinearValidation, NamesTheArgumentAndLeavesOutputAlone) {
   std::copy(x.begin(), x.end(), xo.begin());
   expect_arg_error("out", [&] { linear(xo.data(), 3, 8, *one, nullptr, 1, xo.data() + 8); });
   expect_arg_error("out", [&] {
-    linear(x.data(), 1, 8, *one, nullptr, 1, const_cast<bf16_t*>(one->data.data<bf16_t>()));
+    auto* packed = reinterpret_cast<bf16_t*>(const_cast<char*>(one->packed()));
+    linear(x.data(), 1, 8, *one, nullptr, 1, packed);
   });
   for (bf16_t b : out) ASSERT_EQ(b, bf16_t(0x1234));
   linear(x.data(), 0, 8, *one, nullptr, 1, nullptr);  // no rows: nothing read or written

@@ -119,7 +119,7 @@ TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
                              "w13", &simde_variants());
       auto v2 = import(b2.data<unsigned char>(), int64_t(b2.size()), true, "", "w2",
                             &simde_variants());
-      EXPECT_EQ(v13->data.data(), b13.data<unsigned char>() + 448);
+      EXPECT_EQ(static_cast<const void*>(v13->packed()), b13.data<unsigned char>() + 448);
       EXPECT_EQ(v13->format, f);
       const Routing r = routing(rng);
       EXPECT_EQ(run(*w13, *w2, r), run(*v13, *v2, r));

@@ -495,7 +495,7 @@ TEST_P(VariantTest, PreparedBytesIndependentOfThreads) {
     packer_for(uk.i8.layout).pack(p.data(), m, k, i8.data());
     for (int threads : {1, 2, 3, 7}) {
       const auto pw = prepare_variant(*variant_, p.data(), m, k, nullptr, threads);
-      ASSERT_EQ(0, std::memcmp(pw->data.data(), f32.data(), f32.size()))
+      ASSERT_EQ(0, std::memcmp(pw->layout(), f32.data(), f32.size()))
           << "fp32 layout, threads=" << threads << " m=" << m << " k=" << k;
       ASSERT_EQ(0, std::memcmp(pw->i8_data(threads), i8.data(), i8.size()))
           << "int8 layout, threads=" << threads << " m=" << m << " k=" << k;

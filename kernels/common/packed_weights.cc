@@ -1,0 +1,70 @@
+#include "kernels/common/packed_weights.h"
+
+#include <cstring>
+
+#include "kernels/common/errors.h"
+
+namespace cpukern {
+
+PackedWeights::PackedWeights(const blob::OpFormat& fmt, int scale_section, const char* arg_name)
+    : blob_format(fmt), op(fmt.op), scale_section_(scale_section), arg_name_(arg_name) {}
+
+void* PackedWeights::own_section(int i, int64_t bytes, bool for_overwrite) {
+  AlignedBuffer& b = owned_[i];
+  if (for_overwrite)
+    b.resize_for_overwrite(size_t(bytes));
+  else
+    b.resize(size_t(bytes));
+  sections_[i] = {b.data(), bytes};
+  return b.data();
+}
+
+void PackedWeights::check_disjoint_from(const void* out, int64_t bytes, const char* out_arg,
+                                        const char* weights_arg) const {
+  check_disjoint(out, bytes, out_arg, {{buffer.p, buffer.size, weights_arg}});
+  for (int i = 0; i < sections(); ++i)
+    check_disjoint(out, bytes, out_arg, {{section(i), section_bytes(i), weights_arg}});
+}
+
+PackedWeights::BlobContents PackedWeights::held_sections() const {
+  BlobContents c;
+  for (int i = 0; i < sections(); ++i) {
+    c.data[i] = section(i);
+    c.bytes[i] = section_bytes(i);
+  }
+  return c;
+}
+
+int64_t PackedWeights::serialized_size(const SerializeOptions& o) const {
+  const BlobContents c = blob_contents(o, true);
+  return int64_t(blob::plan(c.bytes, sections()).total);
+}
+
+void PackedWeights::serialize(unsigned char* out, int64_t size, const SerializeOptions& o) const {
+  const blob::LayoutPlan plan = blob::plan(blob_contents(o, true).bytes, sections());
+  check_arg(size == int64_t(plan.total), "out",
+            "expected " + std::to_string(plan.total) + " bytes (serialized_size), got " +
+                std::to_string(size));
+  check_disjoint_from(out, size, "out", arg_name_);
+  const BlobContents c = blob_contents(o, false);  // may pack a layout now (ternary int8)
+  const blob::Header h = blob::make_header(blob_format.op, isa, ukernel_name, layout_name, c.format,
+                                           c.dims, blob_format.dims, plan);
+  std::memset(out, 0, size_t(plan.total));  // header gaps and section padding
+  for (int i = 0; i < sections(); ++i)
+    if (c.bytes[i]) std::memcpy(out + plan.section[i].offset, c.data[i], size_t(c.bytes[i]));
+  blob::finish(h, out);
+}
+
+void PackedWeights::view_blob(const blob::Header& h, const unsigned char* buf, int64_t size,
+                              std::shared_ptr<const void> keep_alive, const int64_t* expected,
+                              const char* const* what, const std::string& arg) {
+  isa = blob::name(h.variant);
+  ukernel_name = blob::name(h.ukernel);
+  layout_name = blob::name(h.layout);
+  for (int i = 0; i < sections(); ++i)
+    sections_[i] = {blob::section(h, buf, i, expected[i], arg, what[i]), expected[i]};
+  owner = std::move(keep_alive);
+  buffer = {buf, size};
+}
+
+}  // namespace cpukern
