@@ -128,9 +128,8 @@ std::string name(const char (&field)[32]);
 std::string name(const char (&field)[96]);
 
 // The rows an import chooses between: made_by, the registry row (shipped or catalogue, or one
-// of `extra`) named by
-// the header whose micro-kernel and layout match (same_kernel(row, ukernel, layout)) and that
-// this CPU runs, or nullptr; want, the row to use: made_by unless `isa` forces one (a row of
+// of `extra`) named by the header whose micro-kernel and layout match (same_kernel(row,
+// ukernel, layout)) and that this CPU runs, or nullptr; want, the row to use: made_by unless `isa` forces one (a row of
 // `extra` by name, else registry.select(isa), which throws naming "isa") or made_by is null.
 template <class Row, class Registry, class SameKernel>
 std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& registry,
