@@ -275,6 +275,11 @@ void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, i
   }
 }
 
+void check_x_columns(const PreparedWeights& w, int64_t columns, const std::string& got) {
+  check_arg(columns == w.k, "x",
+            "expected K = " + s(w.k) + " columns to match the weights, got " + got);
+}
+
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y) {
   check_arg(w.variant != nullptr, "w", "weights were not prepared");
@@ -286,7 +291,8 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(x != nullptr || batch * k == 0, "x", "must not be null");
   check_arg(y != nullptr || batch * m == 0, "y", "must not be null");
   check_arg(scale_len == 0 || scale_len == 1 || scale_len == m, "scale",
-            "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
+            "expected a float or a float32 array of shape (" + s(m) + ",), got " + s(scale_len) +
+                " values");
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
   check_arg(act == Act::kF32 || act == Act::kInt8 || act == Act::kInt8BitNet, "act",
             "expected fp32, int8 or int8_bitnet");

@@ -101,7 +101,7 @@ Act parse_act(const std::string& act) {
   if (act == "fp32") return Act::kF32;
   if (act == "int8") return Act::kInt8;
   if (act == "int8_bitnet") return Act::kInt8BitNet;
-  throw_arg("act", "expected 'fp32', 'int8' or 'int8_bitnet', got '" + act + "'");
+  throw_arg("act", "expected one of 'fp32', 'int8', 'int8_bitnet', got '" + act + "'");
 }
 
 }  // namespace cpukern::ternary

@@ -100,6 +100,10 @@ inline int64_t groups_for(int64_t k, int64_t group_size) {
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y);
 
+// gemv's check of x's columns against the weights' K, for callers that hold x with its shape
+// (gemv itself reads x as rows of K): throws naming "x", with `got` describing x.
+void check_x_columns(const PreparedWeights& w, int64_t columns, const std::string& got);
+
 std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kernels/common/prepared_blob.h) --------------------------------------

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
+from cpukern._dtypes import act_arg
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
                              float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
                              native, out_or_new, require_array, shape_of, str_arg, threads_arg)
@@ -33,7 +34,8 @@ __all__ = [
 
 
 # gemv's activation rules: fp32 (exact), int8 (cpukern's absmax), int8_bitnet (Hugging Face
-# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does).
+# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does);
+# "float", fp32's former spelling, is accepted for one release.
 ACTS = ("fp32", "int8", "int8_bitnet")
 
 
@@ -149,23 +151,15 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
-    packed = _packed(packed, k, name)
-    m = shape_of(packed)[0]
+    # Shapes (words per row, scale and group scales, group_size a multiple of 16): checked by
+    # the extension and ternary::prepare.
+    packed = check_array(packed, name, "uint32", (2,))
     if group_size is None:
         g = 0
-        s = _row_scale(scale, m)
-        if s is not None and shape_of(s) != (m,):
-            raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+        s = _row_scale(scale, shape_of(packed)[0])
     else:
         g = int_arg(group_size, "group_size", 16)
-        if g % 16:
-            raise ValueError(f"group_size: expected a multiple of 16, got {g}")
-        groups = -(-k // g)
-        if scale is None:
-            raise ValueError(f"scale: expected float32 group scales of shape ({m}, {groups}) with "
-                             f"group_size={g}, got None")
-        s = check_array(scale, "scale", "float32", (2,))
-        check_shape(s, "scale", (m, groups))
+        s = None if scale is None else check_array(scale, "scale", "float32", (2,))
     try:
         prepared = _ext.ternary_prepare(native(packed, name), k, native(s, "scale"), isa, g, nthreads)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
@@ -204,7 +198,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
     x = check_array(x, "x", "float32", (1, 2))
-    act = str_arg(act, "act", ACTS)
+    act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
     if isinstance(weights, TernaryWeights):
@@ -218,11 +212,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     else:
         raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
-    m, k = w.shape
-    if shape_of(x)[-1] != k:
-        raise ValueError(f"x: expected K = {k} columns to match the weights, got {describe(x)}")
-    if s is not None and shape_of(s) not in ((), (1,), (m,)):
-        raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+    m = w.shape[0]  # x's columns and the scale's length: checked by the extension
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
     _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))

@@ -92,9 +92,7 @@ void bind_widely_linear(nb::module_& m) {
                                     " output features, the op was given " + std::to_string(rows));
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-        if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer->m)
-          throw_arg("x", "expected 2m = " + std::to_string(2 * layer->m) + " columns, got " +
-                             describe_array(x));
+        widely_linear::check_x_columns(*layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
         if (x.ndim() == 1)
           check_shape(out, "out", {2 * layer->n});
         else
@@ -124,17 +122,25 @@ void bind_widely_linear(nb::module_& m) {
           widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
         });
 
+  // Returns a new float32 (2n, 2m) numpy array (dense checks the planes before writing it).
   m.def("widely_linear_dense",
-        [](const InArray& planes, const InArray& scales, int64_t m_, const OutArray& out) {
+        [](const InArray& planes, const InArray& scales, int64_t m_) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
-          check_shape(out, "out", {2 * s.n, 2 * m_});
-          auto* op = out_ptr<float>(out, "out", {2});
-          GilRelease release;
-          widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
-                               static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n,
-                               s.words, m_, op);
-        });
+          const int64_t elems = checked_mul(4 * s.n, m_, "m");
+          check_extent(elems, "m", 0);
+          auto* op = new float[size_t(elems ? elems : 1)];
+          nb::capsule own(op, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+          {
+            GilRelease release;
+            widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
+                                 static_cast<const float*>(scales.data()), s.per_row, s.stages,
+                                 s.n, s.words, m_, op);
+          }
+          const size_t shape[2] = {size_t(2 * s.n), size_t(2 * m_)};
+          return nb::ndarray<nb::numpy, float, nb::ndim<2>>(op, 2, shape, own);
+        },
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"));
 
   m.def("widely_linear_prepare",
         [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
@@ -150,9 +156,7 @@ void bind_widely_linear(nb::module_& m) {
                                 const OutArray& out) {
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-    if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer.m)
-      throw_arg("x", "expected 2m = " + std::to_string(2 * layer.m) + " columns, got " +
-                         describe_array(x));
+    widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
     if (x.ndim() == 1)
       check_shape(out, "out", {2 * layer.n});
     else

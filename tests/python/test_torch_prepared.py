@@ -1,4 +1,4 @@
-"""Prepared weights as plain uint8 tensors (issue 14): the *_prepared ops (eager, opcheck,
+"""Prepared weights as plain uint8 tensors: the *_prepared ops (eager, opcheck,
 torch.compile, torch.export), the modules' persistent ``prepared`` buffer through state_dict,
 torch.save / torch.load and pickle (bitwise-equal outputs, nothing prepared again), loading
 plain state_dicts, corrupted buffers, layouts of another variant, and the vLLM flow
