@@ -262,3 +262,36 @@ def test_spin_env_results_and_warning(value, warns):
                        env=dict(os.environ, CPUKERN_SPIN_US=value))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", str(warns)], r.stdout
+
+
+# --- the datatype vocabulary and its former spellings -----------------------------------------
+
+def test_one_act_vocabulary_for_every_op():
+    from cpukern import moe, ternary
+
+    assert moe.ACTS == ("fp32", "int8") and ternary.ACTS == ("fp32", "int8", "int8_bitnet")
+    assert set(moe.ACTS) <= set(ternary.ACTS)
+
+
+def test_former_spellings_are_aliases():
+    """moe.prepack (now moe.prepare) and act="float" (now "fp32") are accepted for one release
+    and give the same weights and results as today's spellings."""
+    from cpukern import _dtypes, moe, ternary
+
+    assert moe.prepack is moe.prepare
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((2, 8, 64)).astype(ml_dtypes.bfloat16)
+    blocks, scales = moe.quantize(w)
+    for act in ("fp32", "int8"):
+        old = moe.prepack(blocks, format="mxfp4", scales=scales, act="float" if act == "fp32" else act)
+        new = moe.prepare(blocks, format="mxfp4", scales=scales, act=act)
+        np.testing.assert_array_equal(moe.to_bytes(old), moe.to_bytes(new))
+        assert new.format == _dtypes.token("mxfp4", act)
+        assert _dtypes.split_token(new.format) == ("mxfp4", act)
+    tw = ternary.prepare(ternary.pack(rng.integers(-1, 2, (8, 32)).astype(np.int8)), 32)
+    x = rng.standard_normal(32).astype(np.float32)
+    np.testing.assert_array_equal(ternary.gemv(tw, x, act="float"), ternary.gemv(tw, x, act="fp32"))
+    with pytest.raises(ValueError, match="^act: expected one of 'fp32', 'int8', 'int8_bitnet', got 'fp16'"):
+        ternary.gemv(tw, x, act="fp16")
+    with pytest.raises(TypeError, match="^act: "):
+        ternary.gemv(tw, x, act=None)

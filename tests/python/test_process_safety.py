@@ -144,7 +144,7 @@ def test_daemon_threads_inside_kernels_at_interpreter_exit():
 
 
 # A daemon thread inside a binding while the interpreter exits.
-EXIT_SCRIPT = textwrap.dedent("""
+BINDING_EXIT_SCRIPT = textwrap.dedent("""
     import gc, sys, threading, time
     import numpy as np
     from cpukern import ternary
@@ -201,7 +201,7 @@ def test_interpreter_exit_during_a_binding_call_does_not_abort(tmp_path, mode):
     if mode == "torch":
         pytest.importorskip("torch", reason="torch is not installed here")
     script = tmp_path / "exit.py"
-    script.write_text(EXIT_SCRIPT)
+    script.write_text(BINDING_EXIT_SCRIPT)
     r = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
                        timeout=120, env=dict(os.environ, CPUKERN_VERBOSE="0"))
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
