@@ -97,7 +97,7 @@ def ternary_gemv_buffer(prepared: Annotated[NDArray, dict(device='cpu', writable
 
 class WidelyLinearWeights:
     """
-    A widely-linear ternary layer converted once into one kernel's layout (cpukern.ternary.prepare_widely_linear).
+    A widely-linear ternary layer converted once into one kernel's layout (cpukern.widely_linear.prepare).
     """
 
     @property
@@ -136,9 +136,9 @@ def widely_linear_run_buffer(prepared: Annotated[NDArray, dict(device='cpu', wri
 
 def widely_linear_variants() -> list: ...
 
-def widely_linear_phase_quantize(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: int, arg2: Annotated[NDArray, dict(device='cpu')], arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+def widely_linear_phase_quantize(a: Annotated[NDArray, dict(device='cpu', writable=False)], stages: int) -> tuple[Annotated[NDArray[numpy.uint32], dict(shape=(None, None, None, None))], Annotated[NDArray[numpy.float32], dict(shape=(None, None))]]: ...
 
-def widely_linear_dense(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: Annotated[NDArray, dict(device='cpu')], /) -> None: ...
+def widely_linear_dense(planes: Annotated[NDArray, dict(device='cpu', writable=False)], scales: Annotated[NDArray, dict(device='cpu', writable=False)], m: int) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
 
 def widely_linear_prepare(arg0: Annotated[NDArray, dict(device='cpu', writable=False)], arg1: Annotated[NDArray, dict(device='cpu', writable=False)], arg2: int, arg3: str, /) -> WidelyLinearWeights: ...
 
@@ -146,7 +146,7 @@ def widely_linear_run(arg0: WidelyLinearWeights, arg1: Annotated[NDArray, dict(d
 
 class PackedExperts:
     """
-    Expert weights (bf16, MXFP4 or int8) packed once for one kernel family (cpukern.moe.prepack).
+    Expert weights (bf16, MXFP4 or int8) packed once for one kernel family (cpukern.moe.prepare).
     """
 
     @property

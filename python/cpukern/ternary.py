@@ -43,15 +43,6 @@ def _words(k: int) -> int:
     return (k + 15) // 16
 
 
-def _packed(packed: Any, k: int, name: str = "packed") -> Any:
-    """uint32 (M, ceil(k/16)), checked before anything is allocated."""
-    packed = check_array(packed, name, "uint32", (2,))
-    if shape_of(packed)[1] != _words(k):
-        raise ValueError(f"{name}: expected ceil(k/16) = {_words(k)} words per row for k = {k}, got "
-                         f"{describe(packed)}")
-    return packed
-
-
 def pack(w: Any) -> np.ndarray:
     """Packs an integer (M, K) matrix of {-1, 0, +1} into uint32 (M, ceil(K/16)).
 
@@ -81,30 +72,10 @@ def unpack(packed: Any, k: int) -> np.ndarray:
     """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError, and so does a
     nonzero code past k (as prepare refuses them: the packed format keeps them zero)."""
     k = int_arg(k, "k", 0)
-    packed = _packed(packed, k)
-    _check_tail(packed, k)
+    packed = check_array(packed, "packed", "uint32", (2,))  # words and codes: checked by C++
     out = empty(packed, (shape_of(packed)[0], k), "int8", "k")
     _ext.ternary_unpack(native(packed, "packed"), k, native(out, "out"))
     return out
-
-
-def _check_tail(packed: Any, k: int, name: str = "packed") -> None:
-    """ValueError for a nonzero code past k in the last word of a row (prepare's rule)."""
-    m, words = shape_of(packed)
-    used = k % 16
-    if not used or not m:
-        return
-    last = packed[:, words - 1]
-    # one read into a private copy (Tensor.numpy() would pin the caller's storage's size)
-    last = last.clone().numpy() if is_torch(last) else np.array(last, dtype=np.uint32)
-    tail = last >> np.uint32(2 * used)
-    rows = np.flatnonzero(tail)
-    if rows.size:
-        r = int(rows[0])
-        t = int(tail[r])
-        col = (words - 1) * 16 + used + ((t & -t).bit_length() - 1) // 2
-        raise ValueError(f"{name}: nonzero code past k = {k} for column {col} of row {r} "
-                         f"(word [{r}, {words - 1}])")
 
 
 def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
@@ -116,9 +87,7 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
     """
     str_arg(granularity, "granularity", ("row", "tensor"))
     w = check_array(w, "w", "float32", (2,))
-    m, k = shape_of(w)
-    if k == 0:
-        raise ValueError(f"w: expected at least one column, got {describe(w)}")
+    m, k = shape_of(w)  # k >= 1: checked by ternary::quantize
     packed = empty(w, (m, _words(k)), "uint32", "w")
     scale = empty(w, (m,), "float32", "w")
     _ext.ternary_quantize(native(w, "w"), granularity == "tensor", native(packed), native(scale))

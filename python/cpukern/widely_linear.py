@@ -15,16 +15,12 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._arrays import (bool_arg, check_array, describe, empty, int_arg,
-                             is_torch, isa_arg, native, out_or_new, shape_of, threads_arg)
+from cpukern._arrays import (bool_arg, check_array, describe, int_arg, is_torch, isa_arg,
+                             native, out_or_new, shape_of, threads_arg)
 
 WidelyLinearWeights = _ext.WidelyLinearWeights
 
 __all__ = ["quantize", "dense", "prepare", "apply", "WidelyLinearWeights"]
-
-
-def _words(m: int) -> int:
-    return (m + 15) // 16
 
 
 def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -37,13 +33,12 @@ def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """
     stages = int_arg(stages, "stages", 1)
     a = check_array(a, "a", "float32", (2,))
-    rows, cols = shape_of(a)
-    if rows % 2 or cols % 2 or rows == 0 or cols == 0:
-        raise ValueError(f"a: expected a (2n, 2m) matrix with n, m >= 1, got {describe(a)}")
-    n, m = rows // 2, cols // 2
-    planes = empty(a, (stages, 4, n, _words(m)), "uint32", "stages")
-    scales = empty(a, (stages, 4), "float32", "stages")
-    _ext.widely_linear_phase_quantize(native(a, "a"), stages, native(planes), native(scales))
+    # a's shape and the result's size: checked by the extension, which returns both arrays.
+    planes, scales = _ext.widely_linear_phase_quantize(native(a, "a"), stages)
+    if is_torch(a):
+        import torch
+
+        return torch.from_numpy(planes), torch.from_numpy(scales)
     return planes, scales
 
 

@@ -20,7 +20,7 @@ using moe::PackedExperts;
 void bind_moe(nb::module_& m) {
   nb::class_<PackedExperts>(m, "PackedExperts",
                             "Expert weights (bf16, MXFP4 or int8) packed once for one kernel family "
-                            "(cpukern.moe.prepack).")
+                            "(cpukern.moe.prepare).")
       .def_ro("isa", &PackedExperts::isa)
       .def_prop_ro("format", [](const PackedExperts& w) { return std::string(moe::format_name(w.format)); },
                    "'bf16', 'mxfp4', 'int8' or 'mxfp4_a8' (MXFP4 weights, int8 activations).")
@@ -95,7 +95,7 @@ void bind_moe(nb::module_& m) {
   });
 
   // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout);
-  // format "mxfp4" (exact) or "mxfp4_a8" (W4A8: int8 activations).
+  // format "mxfp4" (act="fp32": exact) or "mxfp4_a8" (act="int8": W4A8).
   m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
                                 const std::string& format) {
     const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});

@@ -1,4 +1,5 @@
 // Bindings of cpukern::widely_linear (see kernels/widely_linear/widely_linear.h).
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -40,7 +41,7 @@ PlaneShape plane_shape(const InArray& planes, const InArray& scales) {
 void bind_widely_linear(nb::module_& m) {
   nb::class_<PreparedLayer>(m, "WidelyLinearWeights",
                             "A widely-linear ternary layer converted once into one kernel's "
-                            "layout (cpukern.ternary.prepare_widely_linear).")
+                            "layout (cpukern.widely_linear.prepare).")
       .def_ro("isa", &PreparedLayer::isa)
       .def_prop_ro("shape", [](const PreparedLayer& l) { return std::make_tuple(2 * l.n, 2 * l.m); },
                    "(2n, 2m): the shape of the real matrix the layer stands for.")
@@ -106,21 +107,29 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_variants", [] { return variants_to_list(widely_linear::list_variants()); });
 
-  m.def("widely_linear_phase_quantize",
-        [](const InArray& a, int64_t stages, const OutArray& planes, const OutArray& scales) {
-          check_extent(stages, "stages", 1);
-          const auto* ap = in_ptr<float>(a, "a", {2});
-          const int64_t rows = int64_t(a.shape(0)), cols = int64_t(a.shape(1));
-          if (rows % 2 || cols % 2 || rows == 0 || cols == 0)
-            throw_arg("a", "expected a (2n, 2m) matrix with n, m >= 1, got " + describe_array(a));
-          const int64_t n = rows / 2, m_ = cols / 2;
-          check_shape(planes, "planes", {stages, 4, n, (m_ + 15) / 16});
-          check_shape(scales, "scales", {stages, 4});
-          auto* pp = out_ptr<uint32_t>(planes, "planes", {4});
-          auto* sp = out_ptr<float>(scales, "scales", {2});
-          GilRelease release;
-          widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
-        });
+  // Returns new numpy arrays: planes uint32 (stages, 4, n, ceil(m/16)), scales float32 (stages, 4).
+  m.def("widely_linear_phase_quantize", [](const InArray& a, int64_t stages) {
+    check_extent(stages, "stages", 1);
+    const auto* ap = in_ptr<float>(a, "a", {2});
+    const int64_t rows = int64_t(a.shape(0)), cols = int64_t(a.shape(1));
+    if (rows % 2 || cols % 2 || rows == 0 || cols == 0)
+      throw_arg("a", "expected a (2n, 2m) matrix with n, m >= 1, got " + describe_array(a));
+    const int64_t n = rows / 2, m_ = cols / 2, words = (m_ + 15) / 16;
+    const int64_t nplanes = checked_mul(checked_mul(stages, 4, "stages"), n * words, "stages");
+    check_extent(nplanes, "stages", 0);
+    auto* pp = new uint32_t[size_t(nplanes)];
+    nb::capsule pown(pp, [](void* p) noexcept { delete[] static_cast<uint32_t*>(p); });
+    auto* sp = new float[size_t(stages * 4)];
+    nb::capsule sown(sp, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+    {
+      GilRelease release;
+      widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
+    }
+    const size_t pshape[4] = {size_t(stages), 4, size_t(n), size_t(words)};
+    const size_t sshape[2] = {size_t(stages), 4};
+    return std::make_pair(nb::ndarray<nb::numpy, uint32_t, nb::ndim<4>>(pp, 4, pshape, pown),
+                          nb::ndarray<nb::numpy, float, nb::ndim<2>>(sp, 2, sshape, sown));
+  }, nb::arg("a"), nb::arg("stages"));
 
   // Returns a new float32 (2n, 2m) numpy array (dense checks the planes before writing it).
   m.def("widely_linear_dense",
