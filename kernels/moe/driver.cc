@@ -486,10 +486,11 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                 skip_weighted, threads, out);
 }
 
-void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
-               const PackedExperts& w2, const float* topk_weights, const int64_t* topk_ids,
-               int64_t topk, Activation activation, const bf16_t* w13_bias,
-               const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
+void fused_moe_int64_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                         const PackedExperts& w2, const float* topk_weights,
+                         const int64_t* topk_ids, int64_t topk, Activation activation,
+                         const bf16_t* w13_bias, const bf16_t* w2_bias, bool skip_weighted,
+                         int threads, bf16_t* out) {
   fused_moe_ids(x, t, h, w13, w2, topk_weights, topk_ids, topk, activation, w13_bias, w2_bias,
                 skip_weighted, threads, out);
 }

@@ -210,7 +210,9 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
   check_arg(group_size == 0 || (group_size >= 16 && group_size % 16 == 0), "group_size",
             "expected a multiple of 16 (or 0: no groups), got " + s(group_size));
   check_arg(group_size == 0 || scale != nullptr || m * k == 0, "scale",
-            "group scales are required with group_size > 0");
+            "expected float32 group scales of shape (" + s(m) + ", " +
+                s(groups_for(k, std::max<int64_t>(group_size, 1))) + ") with group_size = " +
+                s(group_size) + ", got none");
   const Variant& v = registry().select(isa);  // throws naming "isa"
   return prepare_variant(v, packed, m, k, scale, threads, group_size);  // validates the words
 }

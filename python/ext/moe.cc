@@ -224,7 +224,8 @@ void bind_moe(nb::module_& m) {
         const moe::Activation act = moe::parse_activation(activation);
         GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
         if (wide_ids)
-          moe::fused_moe(xp, t, h, w13, w2, twp, tip64, topk, act, b13, b2, skip_weighted, threads, op);
+          moe::fused_moe_int64_ids(xp, t, h, w13, w2, twp, tip64, topk, act, b13, b2, skip_weighted,
+                                   threads, op);
         else
           moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
       },

@@ -14,7 +14,7 @@ import cpukern as _cpukern
 from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
-from cpukern._arrays import native, str_arg
+from cpukern._arrays import native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 
