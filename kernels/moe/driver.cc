@@ -501,7 +501,7 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
   check_arg(w.variant != nullptr && w.ukernel != nullptr && w.data.data() != nullptr, "w",
             "not a packed tensor");
   check_arg(w.e == 1, "w",
-            "expected one packed matrix (prepared with E = 1), got " + std::to_string(w.e));
+            "expected one matrix packed as E = 1, got E = " + std::to_string(w.e));
   check_arg(w.i == k, "x",
             "in-features must equal w's " + std::to_string(w.i) + ", got " + std::to_string(k));
   const int64_t nthreads = limits::resolve_threads(threads);
