@@ -248,8 +248,8 @@ def demo_moe(args, rng, results, bandwidth):
     w2 = random_bf16(rng, (e, h, inter), 1 / np.sqrt(inter))
     b13 = (rng.standard_normal((e, 2 * inter)) * 0.1).astype(ml_dtypes.bfloat16) if bias else None
     b2 = (rng.standard_normal((e, h)) * 0.1).astype(ml_dtypes.bfloat16) if bias else None
-    p13, p2 = moe.prepack(w13), moe.prepack(w2)
-    r13, r2 = moe.prepack(w13, isa="reference"), moe.prepack(w2, isa="reference")
+    p13, p2 = moe.prepare(w13), moe.prepare(w2)
+    r13, r2 = moe.prepare(w13, isa="reference"), moe.prepare(w2, isa="reference")
     del w13, w2
     expert_bytes = 3 * h * inter * 2
     rows = []

@@ -180,11 +180,11 @@ class Cpukern:
         q13, q2 = moe.quantize(w13), moe.quantize(w2)
         self.moe = {}
         for isa in moe_isas:
-            self.moe[isa, "bf16"] = (moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa))
-            for fmt, act in (("mxfp4", "float"), ("mxfp4_a8", "int8")):
+            self.moe[isa, "bf16"] = (moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa))
+            for fmt, act in (("mxfp4", "fp32"), ("mxfp4_a8", "int8")):
                 self.moe[isa, fmt] = (
-                    moe.prepack(q13[0], format="mxfp4", scales=q13[1], act=act, isa=isa),
-                    moe.prepack(q2[0], format="mxfp4", scales=q2[1], act=act, isa=isa))
+                    moe.prepare(q13[0], format="mxfp4", scales=q13[1], act=act, isa=isa),
+                    moe.prepare(q2[0], format="mxfp4", scales=q2[1], act=act, isa=isa))
             log(f"cpukern MoE experts packed for {isa} (bf16, MXFP4, W4A8)")
         del w13, w2
         self.rng = rng

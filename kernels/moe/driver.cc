@@ -299,10 +299,33 @@ void pack_rows(const Ukernel& uk, int64_t e, const std::vector<int64_t>& offs, i
 
 }  // namespace
 
-void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
-               const PackedExperts& w2, const float* topk_weights, const int32_t* topk_ids,
-               int64_t topk, Activation activation, const bf16_t* w13_bias,
-               const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
+namespace {
+
+// fused_moe's scratch on this thread (one for both id types).
+CallScratch& call_scratch() {
+  static thread_local CallScratch scratch;
+  return scratch;
+}
+
+// The caller's ids, read once each (another thread changing topk_ids during the call cannot
+// change what was checked), range-checked in their own type, then kept as int32.
+template <class Id>
+void read_ids(const Id* src, int64_t slots, int64_t e, std::vector<int32_t>& ids) {
+  ids.resize(size_t(slots));
+  for (int64_t s = 0; s < slots; ++s) {
+    const Id id = __atomic_load_n(src + s, __ATOMIC_RELAXED);
+    if (id < 0 || id >= e)
+      throw_arg("topk_ids", "expert ids must be in [0, " + std::to_string(e) + "), got " +
+                                std::to_string(id) + " at position " + std::to_string(s));
+    ids[size_t(s)] = int32_t(id);
+  }
+}
+
+template <class Id>
+void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                   const PackedExperts& w2, const float* topk_weights, const Id* topk_ids,
+                   int64_t topk, Activation activation, const bf16_t* w13_bias,
+                   const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
   // ---- validation, before any output is written ----
   check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
   check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
@@ -341,22 +364,17 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   check_disjoint(out, t * h * 2, "out",
                  {{x, t * h * 2, "x"},
                   {topk_weights, slots * 4, "topk_weights"},
-                  {topk_ids, slots * 4, "topk_ids"},
+                  {topk_ids, slots * int64_t(sizeof(Id)), "topk_ids"},
                   {w13_bias, e * w13.o * 2, "w13_bias"},
                   {w2_bias, e * w2.o * 2, "w2_bias"}});
   w13.check_disjoint_from(out, t * h * 2, "out", "w13");
   w2.check_disjoint_from(out, t * h * 2, "out", "w2");
-  // The caller's ids are read once, into this thread's scratch: the copy is validated and
-  // used (another thread changing topk_ids during the call cannot index out of bounds).
-  static thread_local CallScratch scratch;
-  CallScratch& cs = scratch;
+  // The ids are read once, into this thread's scratch: the copy is validated and used
+  // (another thread changing topk_ids during the call cannot index out of bounds).
+  CallScratch& cs = call_scratch();
   ThreadScratch::Lease lease(cs);
-  cs.ids.assign(topk_ids, topk_ids + slots);
+  read_ids(topk_ids, slots, e, cs.ids);
   const int32_t* ids = cs.ids.data();
-  for (int64_t s = 0; s < slots; ++s)
-    if (ids[s] < 0 || ids[s] >= e)
-      throw_arg("topk_ids", "expert ids must be in [0, " + std::to_string(e) + "), got " +
-                                std::to_string(ids[s]) + " at position " + std::to_string(s));
 
   // Each stage runs the ukernel of its weights' format (formats may differ; each stage packs
   // A its own way), or its tile GEMM when the call has enough rows per expert (ukernel.h).
@@ -492,13 +510,32 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
   }
 }
 
+}  // namespace
+
+void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+               const PackedExperts& w2, const float* topk_weights, const int32_t* topk_ids,
+               int64_t topk, Activation activation, const bf16_t* w13_bias,
+               const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
+  fused_moe_ids(x, t, h, w13, w2, topk_weights, topk_ids, topk, activation, w13_bias, w2_bias,
+                skip_weighted, threads, out);
+}
+
+void fused_moe_int64_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                         const PackedExperts& w2, const float* topk_weights,
+                         const int64_t* topk_ids, int64_t topk, Activation activation,
+                         const bf16_t* w13_bias, const bf16_t* w2_bias, bool skip_weighted,
+                         int threads, bf16_t* out) {
+  fused_moe_ids(x, t, h, w13, w2, topk_weights, topk_ids, topk, activation, w13_bias, w2_bias,
+                skip_weighted, threads, out);
+}
+
 void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const bf16_t* bias,
             int threads, bf16_t* out) {
   check_arg(t >= 0, "x", "number of rows must be >= 0, got " + std::to_string(t));
   check_arg(w.variant != nullptr && w.ukernel != nullptr && w.packed() != nullptr, "w",
             "not a packed tensor");
   check_arg(w.e == 1, "w",
-            "expected one packed matrix (prepacked with E = 1), got " + std::to_string(w.e));
+            "expected one matrix packed as E = 1, got E = " + std::to_string(w.e));
   check_arg(w.i == k, "x",
             "in-features must equal w's " + std::to_string(w.i) + ", got " + std::to_string(k));
   const int64_t nthreads = limits::resolve_threads(threads);

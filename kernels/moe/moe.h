@@ -86,6 +86,13 @@ void fused_moe(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
                const PackedExperts& w2, const float* topk_weights, const int32_t* topk_ids,
                int64_t topk, Activation activation, const bf16_t* w13_bias,
                const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out);
+// fused_moe with int64 topk_ids (torch.topk's index dtype), range-checked before narrowing:
+// 2**32 + 1 is refused, never read as expert 1.
+void fused_moe_int64_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                         const PackedExperts& w2, const float* topk_weights,
+                         const int64_t* topk_ids, int64_t topk, Activation activation,
+                         const bf16_t* w13_bias, const bf16_t* w2_bias, bool skip_weighted,
+                         int threads, bf16_t* out);
 
 // A dense layer on the same micro-kernels (one expert, no routing): out (t, w.o) bf16 =
 // bf16(x (t, w.i) bf16 . W^T + bias) for W packed by prepack* with e == 1 (any format), bias

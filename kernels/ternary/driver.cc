@@ -74,37 +74,6 @@ class ChunkCopy {
   std::vector<uint32_t>& buf_;
 };
 
-// Index (row-major) of the first word of rows [0, m) holding a code 0b11 or a nonzero code
-// past k, or -1. The common case (no error) is one OR over each row.
-int64_t first_bad_word(const uint32_t* p, int64_t m, int64_t words, int64_t k) {
-  const uint32_t past = ternary_codes::past_mask(int(k - (words - 1) * 16));
-  auto bad = [&](uint32_t word, int64_t wi) {
-    return ternary_codes::invalid_codes(word) != 0 || (wi == words - 1 && (word & past) != 0);
-  };
-  for (int64_t r = 0; r < m; ++r) {
-    const uint32_t* row = p + r * words;
-    uint32_t any = 0;
-    for (int64_t wi = 0; wi < words; ++wi) any |= row[wi] & (row[wi] >> 1);
-    if (!(any & 0x55555555u) && !(row[words - 1] & past)) continue;
-    for (int64_t wi = 0; wi < words; ++wi)
-      if (bad(row[wi], wi)) return r * words + wi;
-  }
-  return -1;
-}
-
-[[noreturn]] void throw_bad_word(int64_t index, uint32_t word, int64_t words, int64_t k) {
-  const int64_t r = index / words, wi = index % words;
-  if (const uint32_t bad = ternary_codes::invalid_codes(word)) {
-    const int c = __builtin_ctz(bad) / 2;
-    throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
-                            "] (word [" + s(r) + ", " + s(wi) + "])");
-  }
-  const int valid = int(std::min<int64_t>(16, k - wi * 16));
-  const int c = __builtin_ctz(word & ternary_codes::past_mask(valid)) / 2;
-  throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
-                          " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
-}
-
 }  // namespace
 
 std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_t k,
@@ -242,9 +211,11 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
   limits::resolve_threads(threads);             // throws naming "threads"
   check_arg(group_size == 0 || (group_size >= 16 && group_size % 16 == 0), "group_size",
-            "expected 0 (no groups) or a multiple of 16, got " + s(group_size));
+            "expected a multiple of 16 (or 0: no groups), got " + s(group_size));
   check_arg(group_size == 0 || scale != nullptr || m * k == 0, "scale",
-            "group scales are required with group_size > 0");
+            "expected float32 group scales of shape (" + s(m) + ", " +
+                s(groups_for(k, std::max<int64_t>(group_size, 1))) + ") with group_size = " +
+                s(group_size) + ", got none");
   const Variant& v = registry().select(isa);  // throws naming "isa"
   return prepare_variant(v, packed, m, k, scale, threads, group_size);  // validates the words
 }
@@ -278,6 +249,11 @@ void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, i
   }
 }
 
+void check_x_columns(const PreparedWeights& w, int64_t columns, const std::string& got) {
+  check_arg(columns == w.k, "x",
+            "expected K = " + s(w.k) + " columns to match the weights, got " + got);
+}
+
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y) {
   check_arg(w.variant != nullptr, "w", "weights were not prepared");
@@ -289,7 +265,8 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(x != nullptr || batch * k == 0, "x", "must not be null");
   check_arg(y != nullptr || batch * m == 0, "y", "must not be null");
   check_arg(scale_len == 0 || scale_len == 1 || scale_len == m, "scale",
-            "expected length 0, 1 or m = " + s(m) + ", got " + s(scale_len));
+            "expected a float or a float32 array of shape (" + s(m) + ",), got " + s(scale_len) +
+                " values");
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
   check_arg(act == Act::kF32 || act == Act::kInt8 || act == Act::kInt8BitNet, "act",
             "expected fp32, int8 or int8_bitnet");

@@ -1,4 +1,5 @@
 // The public packed format, written once for every variant.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -44,19 +45,46 @@ void pack(const int8_t* w, int64_t m, int64_t k, uint32_t* packed) {
     }
 }
 
+// The common case (no error) is one OR over each row.
+int64_t first_bad_word(const uint32_t* p, int64_t m, int64_t words, int64_t k) {
+  if (k == 0) return -1;
+  const uint32_t past = ternary_codes::past_mask(int(k - (words - 1) * 16));
+  auto bad = [&](uint32_t word, int64_t wi) {
+    return ternary_codes::invalid_codes(word) != 0 || (wi == words - 1 && (word & past) != 0);
+  };
+  for (int64_t r = 0; r < m; ++r) {
+    const uint32_t* row = p + r * words;
+    uint32_t any = 0;
+    for (int64_t wi = 0; wi < words; ++wi) any |= row[wi] & (row[wi] >> 1);
+    if (!(any & 0x55555555u) && !(row[words - 1] & past)) continue;
+    for (int64_t wi = 0; wi < words; ++wi)
+      if (bad(row[wi], wi)) return r * words + wi;
+  }
+  return -1;
+}
+
+void throw_bad_word(int64_t index, uint32_t word, int64_t words, int64_t k) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  const int64_t r = index / words, wi = index % words;
+  if (const uint32_t bad = ternary_codes::invalid_codes(word)) {
+    const int c = __builtin_ctz(bad) / 2;
+    throw_arg("packed", "invalid code 0b11 for weight [" + s(r) + ", " + s(wi * 16 + c) +
+                            "] (word [" + s(r) + ", " + s(wi) + "])");
+  }
+  const int valid = int(std::min<int64_t>(16, k - wi * 16));
+  const int c = __builtin_ctz(word & ternary_codes::past_mask(valid)) / 2;
+  throw_arg("packed", "nonzero code past k = " + s(k) + " for column " + s(wi * 16 + c) +
+                          " of row " + s(r) + " (word [" + s(r) + ", " + s(wi) + "])");
+}
+
 void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t* w) {
   check_shape(m, k);
   check_arg(words == words_for(k), "packed",
             "expected ceil(k/16) = " + std::to_string(words_for(k)) + " words per row for k = " +
                 std::to_string(k) + ", got " + std::to_string(words));
   check_disjoint(w, m * k, "out", {{packed, m * words * 4, "packed"}});
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
-      if (code == 3u)
-        throw_arg("packed", "invalid code 0b11 for weight " + index_str(r, j) + " (word " +
-                                index_str(r, j / 16) + ")");
-    }
+  if (const int64_t i = first_bad_word(packed, m, words, k); i >= 0)  // prepare's rule
+    throw_bad_word(i, packed[i], words, k);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < k; ++j) {
       const uint32_t code = (packed[r * words + j / 16] >> (2 * (j % 16))) & 3u;
@@ -101,7 +129,7 @@ Act parse_act(const std::string& act) {
   if (act == "fp32") return Act::kF32;
   if (act == "int8") return Act::kInt8;
   if (act == "int8_bitnet") return Act::kInt8BitNet;
-  throw_arg("act", "expected 'fp32', 'int8' or 'int8_bitnet', got '" + act + "'");
+  throw_arg("act", "expected one of 'fp32', 'int8', 'int8_bitnet', got '" + act + "'");
 }
 
 }  // namespace cpukern::ternary

@@ -25,6 +25,11 @@ using ternary_codes::words_for;
 void pack(const int8_t* w, int64_t m, int64_t k, uint32_t* packed);
 // packed: (m, words) with words == words_for(k). w: (m, k) int8.
 void unpack(const uint32_t* packed, int64_t m, int64_t words, int64_t k, int8_t* w);
+// The public format's rule (unpack's and prepare's): the index (row-major) of the first word of
+// rows [0, m) with a code 0b11 or a nonzero code past k, or -1; throw_bad_word names that word
+// (and the weight) in an InvalidArgument for "packed".
+int64_t first_bad_word(const uint32_t* packed, int64_t m, int64_t words, int64_t k);
+[[noreturn]] void throw_bad_word(int64_t index, uint32_t word, int64_t words, int64_t k);
 // BitNet b1.58 absmean: s = mean|W| per row (or over the whole tensor), q = clamp(round(W/s), -1, 1).
 // w: (m, k) float32. packed: (m, words_for(k)); scale: (m,) (the same value repeated when per_tensor).
 void quantize(const float* w, int64_t m, int64_t k, bool per_tensor, uint32_t* packed, float* scale);
@@ -101,6 +106,10 @@ inline int64_t groups_for(int64_t k, int64_t group_size) {
 // 1..limits::kMaxThreads explicit (limits::resolve_threads).
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y);
+
+// gemv's check of x's columns against the weights' K, for callers that hold x with its shape
+// (gemv itself reads x as rows of K): throws naming "x", with `got` describing x.
+void check_x_columns(const PreparedWeights& w, int64_t columns, const std::string& got);
 
 std::vector<VariantInfo> list_variants();
 

@@ -72,6 +72,11 @@ int64_t tile_rows(const Dims& d, int mr, int threads) {
 
 }  // namespace
 
+void check_x_columns(const PreparedLayer& layer, int64_t columns, const std::string& got) {
+  check_arg(columns == 2 * layer.m, "x",
+            "expected 2m = " + std::to_string(2 * layer.m) + " columns, got " + got);
+}
+
 void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, int threads,
          float* y) {
   check_arg(layer.variant != nullptr && layer.n >= 1 && layer.m >= 1 && layer.stages >= 1,

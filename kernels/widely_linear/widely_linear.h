@@ -59,6 +59,10 @@ std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float
 void run(const PreparedLayer& layer, const float* x, int64_t batch, bool fused, int threads,
          float* y);
 
+// run's check of x's columns against the layer's 2m, for callers that hold x with its shape
+// (run itself reads x as rows of 2m): throws naming "x", with `got` describing x.
+void check_x_columns(const PreparedLayer& layer, int64_t columns, const std::string& got);
+
 std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h) ------------------------

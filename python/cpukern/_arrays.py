@@ -33,6 +33,7 @@ _NUMPY_DTYPES = {
     "float32": np.dtype(np.float32),
     "int8": np.dtype(np.int8),
     "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
     "uint32": np.dtype(np.uint32),
     "uint8": np.dtype(np.uint8),
     "bfloat16": BF16,

@@ -8,7 +8,7 @@ MXFP4 (OCP Microscaling, gpt-oss's on-disk expert format): ``blocks`` uint8 (E, 
 2**(s - 127)); K any multiple of 32. A scale of 255 (NaN in OCP MX) is refused (ValueError
 naming ``scales``). Packed MXFP4 experts stay at 4.25 bits per weight; the kernels decode them
 in registers, and ``fused_moe`` on them equals ``fused_moe`` on ``dequantize(blocks, scales)``
-prepacked as bf16 for the same variant, bit for bit.
+prepared as bf16 for the same variant, bit for bit.
 
 int8 (W8A8): ``w`` int8 (E, N, K) in [-127, 127] with ``scales`` float32 (E, N), one per output
 channel (W = q * s); K <= 133144 (the int32 sums stay exact). Activations are quantised per
@@ -17,8 +17,9 @@ output is float(double(sum) * sa * sw), rounded once to fp32: every variant give
 for a GEMM, and no intermediate overflows (an output is inf only where the exact value is past
 fp32's range; tokens up to bf16's max give finite results wherever bf16 experts do).
 
-W4A8 (opt-in): ``prepack(blocks, format="mxfp4", scales=s, act="int8")`` packs the MXFP4
-experts for int8 activations (``PackedExperts.format`` "mxfp4_a8"): each token row is quantised
+W4A8 (opt-in): ``prepare(blocks, format="mxfp4", scales=s, act="int8")`` packs the MXFP4
+experts for int8 activations (``PackedExperts.format`` "mxfp4_a8", the one-string name of that
+pair, docs/formats/datatypes.md): each token row is quantised
 as the int8 path does (qa in [-127, 127], scale sa = amax / 127), each 32-weight block's
 products summed exactly in int32 against the integers 2 * e2m1 in [-12, 12], scaled by the
 block's e8m0 scale relative to its column's largest (one fp32 FMA per block, in block order)
@@ -40,6 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from cpukern import _ext, _log
+from cpukern._dtypes import FP32, W4A8, act_arg
 from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, check_shape, describe,
                              int_arg, is_torch, isa_arg, method_of, name_arg, native, out_or_new,
                              shape_of, str_arg, threads_arg)
@@ -55,10 +57,11 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
 FORMATS = ("bf16", "mxfp4", "int8")
 
-# Activation formats prepack accepts: "float" (the exact kernels), "int8" (W4A8, MXFP4 only).
-ACTS = ("float", "int8")
+# Activation types prepare accepts: "fp32" (the exact kernels), "int8" (W4A8, MXFP4 only);
+# "float", fp32's former spelling, is accepted for one release.
+ACTS = ("fp32", "int8")
 
-__all__ = ["route", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
+__all__ = ["route", "prepare", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
 
@@ -84,7 +87,7 @@ def _u8(a: Any, name: str, ndims: tuple[int, ...]) -> Any:
     return check_array(a, name, "uint8", ndims)
 
 
-def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "float",
+def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
             isa: Optional[str] = None) -> PackedExperts:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
     kernel family.
@@ -95,16 +98,16 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "flo
     to bf16 (4.25 bits per weight packed). Scales of 255 (NaN) are refused.
     format="int8": w = q int8 (E, O, I) in [-127, 127], scales float32 (E, O), finite and >= 0
     (quantize(w_bf16, format="int8") makes both); 1 <= I <= 133144.
-    act="float" (default): activations as they come (bf16; MXFP4 exact). act="int8", only with
-    format="mxfp4": W4A8, activations quantised per token to int8 at run time (format
-    "mxfp4_a8"; not exact: the error bound is in the module docstring).
+    act="fp32" (default): activations as they come (bf16; MXFP4 exact). act="int8", only with
+    format="mxfp4": W4A8, activations quantised per token to int8 at run time
+    (PackedExperts.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
     format = str_arg(format, "format", FORMATS)
-    act = str_arg(act, "act", ACTS)
-    if act == "int8" and format != "mxfp4":
-        raise ValueError(f"act: expected 'float' with format={format!r} (int8 activations only "
-                         f"with format='mxfp4'), got 'int8'")
+    act = act_arg(act, ACTS)
+    if act != FP32 and format != "mxfp4":
+        raise ValueError(f"act: expected 'fp32' with format={format!r} (int8 activations only "
+                         f"with format='mxfp4'), got {act!r}")
     if format == "int8":
         if scales is None:
             raise ValueError("scales: required with format='int8' (float32 (E, O))")
@@ -113,9 +116,6 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "flo
         e, o, i = shape_of(q)
         if min(e, o, i) < 1:
             raise ValueError(f"w: expected int8 (E, O, I) with E, O, I >= 1, got {describe(w)}")
-        if shape_of(sc) != (e, o):
-            raise ValueError(f"scales: expected shape ({e}, {o}) (one per output channel), got "
-                             f"{describe(scales)}")
         return _logged(_ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa), isa)
     if format == "mxfp4":
         if scales is None:
@@ -126,7 +126,7 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "flo
             raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
                              f"{describe(w)}")
         return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
-                                              "mxfp4_a8" if act == "int8" else "mxfp4"), isa)
+                                              W4A8 if act != FP32 else "mxfp4"), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
@@ -134,6 +134,10 @@ def prepack(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "flo
     if min(e, o, i) < 1:
         raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
     return _logged(_ext.moe_prepack(native(wb, "w"), isa), isa)
+
+
+# prepare's former name (ternary and widely_linear say prepare), kept for one release.
+prepack = prepare
 
 
 def _logged(packed: PackedExperts, isa: Optional[str]) -> PackedExperts:
@@ -146,13 +150,13 @@ def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
     cpukern.ternary.to_bytes (op "moe": header with the variant, micro-kernel, weight format
     and (E, O, I), then the packing). out: None (a new numpy array) or a 1-D uint8 array /
     tensor of serialized_size(experts) bytes, 64-byte aligned."""
-    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
+    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepare")
     return packed_weights.to_bytes(experts, out=out)
 
 
 def serialized_size(experts: PackedExperts) -> int:
     """Bytes of to_bytes(experts)."""
-    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepack")
+    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepare")
     return packed_weights.serialized_size(experts)
 
 
@@ -161,7 +165,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     """Packed experts viewing a buffer written by to_bytes (zero-copy; keeps it alive). The
     header is validated against the buffer's size (O(1)); verify=True also checks the payload
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
-    MoE packings cannot be unpacked, prepack the experts again from their weights. Pickling,
+    MoE packings cannot be unpacked, prepare the experts again from their weights. Pickling,
     copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
     return packed_weights.import_buffer(buf, "moe", verify, isa, None, name)[0]
 
@@ -231,7 +235,7 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
                              f"blocks), got {describe(scales)}")
         if not np.isfinite(sn).all() or (sn < 0).any():
             raise ValueError("scales: int8 scales must be finite and >= 0")
-        if qn.size and (qn == -128).any():  # prepack's rule: symmetric int8
+        if qn.size and (qn == -128).any():  # prepare's rule: symmetric int8
             idx = tuple(int(v) for v in np.argwhere(qn == -128)[0])
             raise ValueError(f"blocks: int8 weight -128 at index {list(idx)}: symmetric int8 "
                              f"weights must lie in [-127, 127]")
@@ -264,7 +268,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     """out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), bf16 (T, H).
 
     expert_e(x) = w2_e @ round_bf16(act(w13_e @ x + b13_e)) + b2_e, fp32 accumulation.
-    x bf16 (T, H); w13 packed from (E, 2I, H); w2 packed from (E, H, I), both by prepack with
+    x bf16 (T, H); w13 packed from (E, 2I, H); w2 packed from (E, H, I), both by prepare with
     the same isa, each in any format (bf16, mxfp4 or int8; they may differ). activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
@@ -273,8 +277,17 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     bf16 / MXFP4 experts: each of the two GEMMs meets linear's bound, its underflow term
     included (on avx512_bf16, products below 2**-126 are flushed to zero).
     """
+    return _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                      skip_weighted, isa, threads, out, "int32")
+
+
+def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any,
+               activation: str, w13_bias: Any, w2_bias: Any, skip_weighted: bool,
+               isa: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
+    """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
+    torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):
-        check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepack")
+        check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
     isa = isa_arg(isa)
     if isa and isa != w13.isa:
         raise ValueError(f"isa: expected None or '{w13.isa}' (the variant the weights were packed "
@@ -288,7 +301,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     t, h = shape_of(xb)
     # Shapes (x / w13 / w2 / topk_ids / topk_weights / biases agree, 1 <= topk <= E,
     # skip_weighted only with topk == 1): checked by the extension and moe::fused_moe.
-    ti = check_array(topk_ids, "topk_ids", "int32", (2,))
+    ti = check_array(topk_ids, "topk_ids", ids_dtype, (2,))
     tw = check_array(topk_weights, "topk_weights", "float32", (2,))
     b13 = None if w13_bias is None else bf16_bits(w13_bias, "w13_bias", (2,))
     b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias", (2,))
@@ -304,7 +317,7 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
            out: Any = None) -> Any:
     """A dense layer on the fused-MoE micro-kernels: out = x @ W.T + bias, bf16 (T, O).
 
-    x bf16 (T, I); w one matrix (O, I) packed by prepack as one expert (E = 1, any format:
+    x bf16 (T, I); w one matrix (O, I) packed by prepare as one expert (E = 1, any format:
     bf16, mxfp4, mxfp4 with act="int8", int8); bias None or bf16 (O,). fp32 accumulation,
     rounded once to bf16 (what torch's bf16 nn.Linear computes, up to the summation order).
     Each output is one full-K dot product: the result does not depend on the thread count or
@@ -318,9 +331,8 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
     flushes products and sums below 2**-126 (fp32's smallest normal) to zero, so an output
     made of such products can be 0 where the exact value is a small normal float.
     """
-    check_op(w, ("moe",), "w", "PackedExperts from cpukern.moe.prepack")
-    if w.shape[0] != 1:
-        raise ValueError(f"w: expected one matrix packed as E = 1, got shape {w.shape}")
+    check_op(w, ("moe",), "w", "PackedExperts from cpukern.moe.prepare")
+    # w's E = 1 and x's columns: checked by moe::linear
     nthreads = threads_arg(threads)
     xb = bf16_bits(x, "x", (2,))
     t, _ = shape_of(xb)
@@ -332,7 +344,7 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
 
 
 def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[str, Any]:
-    """One gpt-oss MoE layer from a safetensors file, prepacked straight from the mapped file.
+    """One gpt-oss MoE layer from a safetensors file, prepared straight from the mapped file.
 
     Reads ``model.layers.{layer}.mlp.experts.gate_up_proj_blocks`` (E, 2I, H/32, 16) uint8,
     ``..._scales`` (E, 2I, H/32) uint8, ``..._bias`` (E, 2I) bf16 (gate and up rows
@@ -364,7 +376,7 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
             raise KeyError(f"{_st.where(path)}: no tensor {missing[0]!r} (layer {layer})")
         blocks, scales, bias = (t[n] for n in names)
         try:
-            out[key] = prepack(blocks, format="mxfp4", scales=scales, isa=isa)
+            out[key] = prepare(blocks, format="mxfp4", scales=scales, isa=isa)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{_st.where(path)}: tensor {names[0]!r} / {names[1]!r}: {e}") from None
         if bias.dtype != ml_dtypes.bfloat16 or bias.shape != blocks.shape[:2]:

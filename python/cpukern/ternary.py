@@ -18,6 +18,7 @@ import numpy as np
 
 from cpukern import _ext, _log
 from cpukern import _packed as packed_weights
+from cpukern._dtypes import act_arg
 from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
                              float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
                              native, out_or_new, require_array, shape_of, str_arg, threads_arg)
@@ -38,21 +39,13 @@ __all__ = [
 
 
 # gemv's activation rules: fp32 (exact), int8 (cpukern's absmax), int8_bitnet (Hugging Face
-# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does).
+# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does);
+# "float", fp32's former spelling, is accepted for one release.
 ACTS = ("fp32", "int8", "int8_bitnet")
 
 
 def _words(k: int) -> int:
     return (k + 15) // 16
-
-
-def _packed(packed: Any, k: int, name: str = "packed") -> Any:
-    """uint32 (M, ceil(k/16)), checked before anything is allocated."""
-    packed = check_array(packed, name, "uint32", (2,))
-    if shape_of(packed)[1] != _words(k):
-        raise ValueError(f"{name}: expected ceil(k/16) = {_words(k)} words per row for k = {k}, got "
-                         f"{describe(packed)}")
-    return packed
 
 
 def pack(w: Any) -> np.ndarray:
@@ -84,30 +77,10 @@ def unpack(packed: Any, k: int) -> np.ndarray:
     """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError, and so does a
     nonzero code past k (as prepare refuses them: the packed format keeps them zero)."""
     k = int_arg(k, "k", 0)
-    packed = _packed(packed, k)
-    _check_tail(packed, k)
+    packed = check_array(packed, "packed", "uint32", (2,))  # words and codes: checked by C++
     out = empty(packed, (shape_of(packed)[0], k), "int8", "k")
     _ext.ternary_unpack(native(packed, "packed"), k, native(out, "out"))
     return out
-
-
-def _check_tail(packed: Any, k: int, name: str = "packed") -> None:
-    """ValueError for a nonzero code past k in the last word of a row (prepare's rule)."""
-    m, words = shape_of(packed)
-    used = k % 16
-    if not used or not m:
-        return
-    last = packed[:, words - 1]
-    # one read into a private copy (Tensor.numpy() would pin the caller's storage's size)
-    last = last.clone().numpy() if is_torch(last) else np.array(last, dtype=np.uint32)
-    tail = last >> np.uint32(2 * used)
-    rows = np.flatnonzero(tail)
-    if rows.size:
-        r = int(rows[0])
-        t = int(tail[r])
-        col = (words - 1) * 16 + used + ((t & -t).bit_length() - 1) // 2
-        raise ValueError(f"{name}: nonzero code past k = {k} for column {col} of row {r} "
-                         f"(word [{r}, {words - 1}])")
 
 
 def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
@@ -119,9 +92,7 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
     """
     str_arg(granularity, "granularity", ("row", "tensor"))
     w = check_array(w, "w", "float32", (2,))
-    m, k = shape_of(w)
-    if k == 0:
-        raise ValueError(f"w: expected at least one column, got {describe(w)}")
+    m, k = shape_of(w)  # k >= 1: checked by ternary::quantize
     packed = empty(w, (m, _words(k)), "uint32", "w")
     scale = empty(w, (m,), "float32", "w")
     _ext.ternary_quantize(native(w, "w"), granularity == "tensor", native(packed), native(scale))
@@ -154,23 +125,15 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
-    packed = _packed(packed, k, name)
-    m = shape_of(packed)[0]
+    # Shapes (words per row, scale and group scales, group_size a multiple of 16): checked by
+    # the extension and ternary::prepare.
+    packed = check_array(packed, name, "uint32", (2,))
     if group_size is None:
         g = 0
-        s = _row_scale(scale, m)
-        if s is not None and shape_of(s) != (m,):
-            raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+        s = _row_scale(scale, shape_of(packed)[0])
     else:
         g = int_arg(group_size, "group_size", 16)
-        if g % 16:
-            raise ValueError(f"group_size: expected a multiple of 16, got {g}")
-        groups = -(-k // g)
-        if scale is None:
-            raise ValueError(f"scale: expected float32 group scales of shape ({m}, {groups}) with "
-                             f"group_size={g}, got None")
-        s = check_array(scale, "scale", "float32", (2,))
-        check_shape(s, "scale", (m, groups))
+        s = None if scale is None else check_array(scale, "scale", "float32", (2,))
     try:
         prepared = _ext.ternary_prepare(native(packed, name), k, native(s, "scale"), isa, g, nthreads)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
@@ -209,7 +172,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
     x = check_array(x, "x", "float32", (1, 2))
-    act = str_arg(act, "act", ACTS)
+    act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
@@ -223,11 +186,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     else:
         raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
-    m, k = w.shape
-    if shape_of(x)[-1] != k:
-        raise ValueError(f"x: expected K = {k} columns to match the weights, got {describe(x)}")
-    if s is not None and shape_of(s) not in ((), (1,), (m,)):
-        raise ValueError(f"scale: expected a float or a float32 array of shape ({m},), got {describe(s)}")
+    m = w.shape[0]  # x's columns and the scale's length: checked by the extension
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
     _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))

@@ -15,8 +15,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._arrays import (bool_arg, check_array, check_shape, describe, empty, int_arg,
-                             is_torch, isa_arg, native, out_or_new, shape_of, threads_arg)
+from cpukern._arrays import (bool_arg, check_array, describe, int_arg, is_torch, isa_arg,
+                             native, out_or_new, shape_of, threads_arg)
 
 from cpukern._packed import PackedWeights
 
@@ -24,10 +24,6 @@ from cpukern._packed import PackedWeights
 WidelyLinearWeights = PackedWeights
 
 __all__ = ["quantize", "dense", "prepare", "apply", "WidelyLinearWeights"]
-
-
-def _words(m: int) -> int:
-    return (m + 15) // 16
 
 
 def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -40,13 +36,12 @@ def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """
     stages = int_arg(stages, "stages", 1)
     a = check_array(a, "a", "float32", (2,))
-    rows, cols = shape_of(a)
-    if rows % 2 or cols % 2 or rows == 0 or cols == 0:
-        raise ValueError(f"a: expected a (2n, 2m) matrix with n, m >= 1, got {describe(a)}")
-    n, m = rows // 2, cols // 2
-    planes = empty(a, (stages, 4, n, _words(m)), "uint32", "stages")
-    scales = empty(a, (stages, 4), "float32", "stages")
-    _ext.widely_linear_phase_quantize(native(a, "a"), stages, native(planes), native(scales))
+    # a's shape and the result's size: checked by the extension, which returns both arrays.
+    planes, scales = _ext.widely_linear_phase_quantize(native(a, "a"), stages)
+    if is_torch(a):
+        import torch
+
+        return torch.from_numpy(planes), torch.from_numpy(scales)
     return planes, scales
 
 
@@ -61,31 +56,16 @@ def _staged(planes: Any, scales: Any) -> tuple[Any, Any]:
     return planes, scales
 
 
-def _layer_shape(planes: Any, scales: Any, m: int) -> int:
-    """Checks (S, 4, n, ceil(m/16)) planes against (S, 4) / (S, 4, n) scales; returns n."""
-    s, four, n, words = shape_of(planes)
-    if four != 4:
-        raise ValueError(f"planes: expected shape (stages, 4, n, words) with the planes U_re, U_im, "
-                         f"W_re, W_im, got {describe(planes)}")
-    if s < 1 or n < 1:
-        raise ValueError(f"planes: expected at least one stage and one row, got {describe(planes)}")
-    if words != _words(m):
-        raise ValueError(f"planes: expected ceil(m/16) = {_words(m)} words per row for m = {m}, got "
-                         f"{describe(planes)}")
-    if scales.ndim == 3:
-        check_shape(scales, "scales", (s, 4, n))
-    else:
-        check_shape(scales, "scales", (s, 4))
-    return n
-
-
 def dense(planes: Any, scales: Any, m: int) -> np.ndarray:
     """The real float32 (2n, 2m) matrix a quantised widely-linear layer stands for."""
     m = int_arg(m, "m", 1)
     planes, scales = _staged(planes, scales)
-    n = _layer_shape(planes, scales, m)
-    out = empty(planes, (2 * n, 2 * m), "float32", "m")
-    _ext.widely_linear_dense(native(planes, "planes"), native(scales, "scales"), m, native(out))
+    # Shapes: checked by the extension, which returns the matrix once they agree.
+    out = _ext.widely_linear_dense(native(planes, "planes"), native(scales, "scales"), m)
+    if is_torch(planes):
+        import torch
+
+        return torch.from_numpy(out)
     return out
 
 
@@ -95,7 +75,6 @@ def prepare(planes: Any, scales: Any, m: int, *,
     m = int_arg(m, "m", 1)
     isa = isa_arg(isa)
     planes, scales = _staged(planes, scales)
-    _layer_shape(planes, scales, m)
     layer = _ext.widely_linear_prepare(native(planes, "planes"), native(scales, "scales"), m, isa)
     _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
     return layer
@@ -136,9 +115,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
         got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
                else type(planes).__name__)
         raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got {got}")
-    rows, cols = layer.shape
-    if shape_of(x)[-1] != cols:
-        raise ValueError(f"x: expected 2m = {cols} columns, got {describe(x)}")
+    rows = layer.shape[0]  # x's columns: checked by the extension
     out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
     y = out_or_new(out, x, out_shape, "float32")
     _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"))

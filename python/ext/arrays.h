@@ -24,6 +24,7 @@ template <> inline const char* dtype_name<float>() { return "float32"; }
 template <> inline const char* dtype_name<double>() { return "float64"; }
 template <> inline const char* dtype_name<int8_t>() { return "int8"; }
 template <> inline const char* dtype_name<int32_t>() { return "int32"; }
+template <> inline const char* dtype_name<int64_t>() { return "int64"; }
 template <> inline const char* dtype_name<uint32_t>() { return "uint32"; }
 template <> inline const char* dtype_name<uint16_t>() { return "bfloat16"; }  // bf16 bits
 

@@ -20,7 +20,7 @@ using moe::PackedExperts;
 namespace {
 
 const PackedExperts& experts(const PackedWeights& w, const char* arg) {
-  return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepack");
+  return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepare");
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ void bind_moe(nb::module_& m) {
   });
 
   // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout);
-  // format "mxfp4" (exact) or "mxfp4_a8" (W4A8: int8 activations).
+  // format "mxfp4" (act="fp32": exact) or "mxfp4_a8" (act="int8": W4A8).
   m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
                                 const std::string& format) {
     const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});
@@ -171,7 +171,12 @@ void bind_moe(nb::module_& m) {
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
-        const auto* tip = in_ptr<int32_t>(topk_ids, "topk_ids", {2});
+        // int32 ids, or int64 (torch.topk's; cpukern.torch passes them unconverted): moe::fused_moe
+        // range-checks them before narrowing.
+        const nb::dlpack::dtype id_type = topk_ids.dtype();
+        const bool wide_ids = id_type.code == uint8_t(nb::dlpack::dtype_code::Int) && id_type.bits == 64;
+        const int32_t* tip = wide_ids ? nullptr : in_ptr<int32_t>(topk_ids, "topk_ids", {2});
+        const int64_t* tip64 = wide_ids ? in_ptr<int64_t>(topk_ids, "topk_ids", {2}) : nullptr;
         // topk is topk_ids' second extent: its range (moe::fused_moe's rule) is named after it.
         const int64_t topk = int64_t(topk_ids.shape(1));
         if (int64_t(topk_ids.shape(0)) != t || topk < 1 || topk > w13.e)
@@ -192,7 +197,11 @@ void bind_moe(nb::module_& m) {
         auto* op = out_ptr<uint16_t>(out, "out", {2});
         const moe::Activation act = moe::parse_activation(activation);
         GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
-        moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
+        if (wide_ids)
+          moe::fused_moe_int64_ids(xp, t, h, w13, w2, twp, tip64, topk, act, b13, b2, skip_weighted,
+                                   threads, op);
+        else
+          moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
       nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),

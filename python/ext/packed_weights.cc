@@ -56,7 +56,7 @@ void bind_packed_weights(nb::module_& m) {
   nb::class_<PackedWeights>(
       m, "PackedWeights",
       "Weights packed once into one micro-kernel's layout, for any op (cpukern.ternary.prepare, "
-      "cpukern.widely_linear.prepare, cpukern.moe.prepack). Pickles, copies and serialises "
+      "cpukern.widely_linear.prepare, cpukern.moe.prepare). Pickles, copies and serialises "
       "(to_bytes, from_buffer).")
       .def_ro("op", &PackedWeights::op, "The op: 'ternary', 'widely_linear' or 'moe'.")
       .def_ro("format", &PackedWeights::weight_format,

@@ -83,24 +83,14 @@ void bind_ternary(nb::module_& m) {
         const PreparedWeights& w = ternary_weights(packed);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-        const int64_t k = int64_t(x.shape(x.ndim() - 1));
-        if (k != w.k)
-          throw_arg("x", "expected K = " + std::to_string(w.k) + " columns to match the weights, got " +
-                             describe_array(x));
+        ternary::check_x_columns(w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
         if (x.ndim() == 1)
           check_shape(out, "out", {w.m});
         else
           check_shape(out, "out", {batch, w.m});
         auto* yp = out_ptr<float>(out, "out", {1, 2});
-        const float* sp = nullptr;
-        int64_t scale_len = 0;
-        if (scale) {
-          sp = in_ptr<float>(*scale, "scale", {0, 1});
-          scale_len = int64_t(scale->size());
-          if (scale_len != 1 && scale_len != w.m)
-            throw_arg("scale", "expected a float or a float32 array of shape (" + std::to_string(w.m) +
-                                   ",), got " + describe_array(*scale));
-        }
+        const float* sp = scale ? in_ptr<float>(*scale, "scale", {0, 1}) : nullptr;
+        const int64_t scale_len = scale ? int64_t(scale->size()) : 0;  // checked by gemv
         const ternary::Act a = ternary::parse_act(act);
         GilRelease release(double(batch) * double(w.m) * double(w.k));
         ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
@@ -127,9 +117,7 @@ void bind_ternary(nb::module_& m) {
           throw_arg("prepared", "has no int8 layout (export it with int8=True) for act='" + act + "'");
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-        if (int64_t(x.shape(x.ndim() - 1)) != w->k)
-          throw_arg("x", "expected K = " + std::to_string(w->k) +
-                             " columns to match the weights, got " + describe_array(x));
+        ternary::check_x_columns(*w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
         if (x.ndim() == 1)
           check_shape(out, "out", {w->m});
         else

@@ -1,4 +1,5 @@
 // Bindings of cpukern::widely_linear (see kernels/widely_linear/widely_linear.h).
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -52,9 +53,7 @@ void bind_widely_linear(nb::module_& m) {
                                     " output features, the op was given " + std::to_string(rows));
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-        if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer->m)
-          throw_arg("x", "expected 2m = " + std::to_string(2 * layer->m) + " columns, got " +
-                             describe_array(x));
+        widely_linear::check_x_columns(*layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
         if (x.ndim() == 1)
           check_shape(out, "out", {2 * layer->n});
         else
@@ -68,33 +67,49 @@ void bind_widely_linear(nb::module_& m) {
 
   m.def("widely_linear_variants", [] { return variants_to_list(widely_linear::list_variants()); });
 
-  m.def("widely_linear_phase_quantize",
-        [](const InArray& a, int64_t stages, const OutArray& planes, const OutArray& scales) {
-          check_extent(stages, "stages", 1);
-          const auto* ap = in_ptr<float>(a, "a", {2});
-          const int64_t rows = int64_t(a.shape(0)), cols = int64_t(a.shape(1));
-          if (rows % 2 || cols % 2 || rows == 0 || cols == 0)
-            throw_arg("a", "expected a (2n, 2m) matrix with n, m >= 1, got " + describe_array(a));
-          const int64_t n = rows / 2, m_ = cols / 2;
-          check_shape(planes, "planes", {stages, 4, n, (m_ + 15) / 16});
-          check_shape(scales, "scales", {stages, 4});
-          auto* pp = out_ptr<uint32_t>(planes, "planes", {4});
-          auto* sp = out_ptr<float>(scales, "scales", {2});
-          GilRelease release;
-          widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
-        });
+  // Returns new numpy arrays: planes uint32 (stages, 4, n, ceil(m/16)), scales float32 (stages, 4).
+  m.def("widely_linear_phase_quantize", [](const InArray& a, int64_t stages) {
+    check_extent(stages, "stages", 1);
+    const auto* ap = in_ptr<float>(a, "a", {2});
+    const int64_t rows = int64_t(a.shape(0)), cols = int64_t(a.shape(1));
+    if (rows % 2 || cols % 2 || rows == 0 || cols == 0)
+      throw_arg("a", "expected a (2n, 2m) matrix with n, m >= 1, got " + describe_array(a));
+    const int64_t n = rows / 2, m_ = cols / 2, words = (m_ + 15) / 16;
+    const int64_t nplanes = checked_mul(checked_mul(stages, 4, "stages"), n * words, "stages");
+    check_extent(nplanes, "stages", 0);
+    auto* pp = new uint32_t[size_t(nplanes)];
+    nb::capsule pown(pp, [](void* p) noexcept { delete[] static_cast<uint32_t*>(p); });
+    auto* sp = new float[size_t(stages * 4)];
+    nb::capsule sown(sp, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+    {
+      GilRelease release;
+      widely_linear::phase_quantize(ap, n, m_, stages, pp, sp);
+    }
+    const size_t pshape[4] = {size_t(stages), 4, size_t(n), size_t(words)};
+    const size_t sshape[2] = {size_t(stages), 4};
+    return std::make_pair(nb::ndarray<nb::numpy, uint32_t, nb::ndim<4>>(pp, 4, pshape, pown),
+                          nb::ndarray<nb::numpy, float, nb::ndim<2>>(sp, 2, sshape, sown));
+  }, nb::arg("a"), nb::arg("stages"));
 
+  // Returns a new float32 (2n, 2m) numpy array (dense checks the planes before writing it).
   m.def("widely_linear_dense",
-        [](const InArray& planes, const InArray& scales, int64_t m_, const OutArray& out) {
+        [](const InArray& planes, const InArray& scales, int64_t m_) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
-          check_shape(out, "out", {2 * s.n, 2 * m_});
-          auto* op = out_ptr<float>(out, "out", {2});
-          GilRelease release;
-          widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
-                               static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n,
-                               s.words, m_, op);
-        });
+          const int64_t elems = checked_mul(4 * s.n, m_, "m");
+          check_extent(elems, "m", 0);
+          auto* op = new float[size_t(elems ? elems : 1)];
+          nb::capsule own(op, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+          {
+            GilRelease release;
+            widely_linear::dense(static_cast<const uint32_t*>(planes.data()),
+                                 static_cast<const float*>(scales.data()), s.per_row, s.stages,
+                                 s.n, s.words, m_, op);
+          }
+          const size_t shape[2] = {size_t(2 * s.n), size_t(2 * m_)};
+          return nb::ndarray<nb::numpy, float, nb::ndim<2>>(op, 2, shape, own);
+        },
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"));
 
   m.def("widely_linear_prepare",
         [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
@@ -112,9 +127,7 @@ void bind_widely_linear(nb::module_& m) {
         packed, "planes", "WidelyLinearWeights from cpukern.widely_linear.prepare");
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
-    if (int64_t(x.shape(x.ndim() - 1)) != 2 * layer.m)
-      throw_arg("x", "expected 2m = " + std::to_string(2 * layer.m) + " columns, got " +
-                         describe_array(x));
+    widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
     if (x.ndim() == 1)
       check_shape(out, "out", {2 * layer.n});
     else

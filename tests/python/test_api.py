@@ -1,14 +1,17 @@
-"""The library-wide API: CPU info, kernel listing, selection and forcing by name."""
+"""The library-wide API: CPU info, kernel listing, selection and forcing by name, and the
+environment variables read at import (CPUKERN_ISA, CPUKERN_HUGEPAGES, CPUKERN_SPIN_US)."""
 
 import os
 import subprocess
 import sys
+import textwrap
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import cpukern
+from variants import UNDER_QEMU
 
 OPS = ("ternary_gemv", "widely_linear", "fused_moe")
 
@@ -73,7 +76,7 @@ def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
             cpukern.widely_linear.prepare(planes, scales, 1, isa=name)
         else:
             import ml_dtypes
-            cpukern.moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
+            cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
 
 
 def test_environment_variable_forces_the_default():
@@ -131,8 +134,8 @@ def _every_op_call():
     layer = widely_linear.prepare(planes, scales, 32)
     xw = rng.standard_normal(64).astype(np.float32)
     bf = ml_dtypes.bfloat16
-    p13 = moe.prepack(rng.standard_normal((4, 16, 16)).astype(bf))
-    p2 = moe.prepack(rng.standard_normal((4, 16, 8)).astype(bf))
+    p13 = moe.prepare(rng.standard_normal((4, 16, 16)).astype(bf))
+    p2 = moe.prepare(rng.standard_normal((4, 16, 8)).astype(bf))
     xb = rng.standard_normal((3, 16)).astype(bf)
     tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
     return {
@@ -178,3 +181,117 @@ def test_set_num_threads_limits():
                 cpukern.set_num_threads(bad)
     finally:
         cpukern.set_num_threads(0)
+
+
+# --- environment variables read at import ------------------------------------------------------
+
+needs_subprocess = pytest.mark.skipif(
+    UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
+
+
+def _run(code: str, timeout: float = 240, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+@needs_subprocess
+def test_unknown_cpukern_isa_names_warn_naming_the_known_ones():
+    out = _run("import cpukern, numpy as np; cpukern.ternary.pack(np.zeros((1, 1), np.int8))",
+               env={"CPUKERN_ISA": "avx3,reference"})
+    assert "CPUKERN_ISA" in out.stderr and "'avx3'" in out.stderr and "reference" in out.stderr, out.stderr
+    assert "'reference'" not in out.stderr.split("known")[0], out.stderr
+    out = _run("import cpukern", env={"CPUKERN_ISA": "reference,fused_moe=reference"})
+    assert "CPUKERN_ISA" not in out.stderr, out.stderr
+
+
+@needs_subprocess
+def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_the_import():
+    code = """
+        import cpukern, numpy as np
+        assert not any(v["selected"] for v in cpukern.kernels("ternary_gemv"))
+        assert any(v["selected"] for v in cpukern.kernels("fused_moe"))
+        try:
+            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16)
+        except ValueError as e:
+            print("ERR", e)
+    """
+    out = _run(code, env={"CPUKERN_ISA": "ternary_gemv=bogus"})
+    assert out.returncode == 0, out.stderr
+    assert "'ternary_gemv=bogus' forces a variant ternary_gemv cannot use" in out.stderr, out.stderr
+    assert "ERR isa: unknown variant 'bogus' for ternary_gemv" in out.stdout, out.stdout
+    lacking = [v["name"] for v in cpukern.kernels("ternary_gemv") if not v["supported"]]
+    if not lacking:
+        pytest.skip("every ternary_gemv variant runs on this CPU: no unsupported one to force")
+    out = _run(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
+    assert out.returncode == 0, out.stderr
+    assert f"ERR isa: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
+
+
+@needs_subprocess
+@pytest.mark.parametrize("value,effective,warns", [
+    ("off", "0", False), ("No", "0", False), ("false", "0", False), ("0", "0", False),
+    ("on", "1", False), ("1", "1", False), ("maybe", "1", True)])
+def test_hugepages_env_takes_documented_values(value, effective, warns):
+    code = ("import warnings, os\nwarnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as w:\n    import cpukern\n"
+            "print(os.environ['CPUKERN_HUGEPAGES'], any('CPUKERN_HUGEPAGES' in str(x.message) for x in w))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CPUKERN_HUGEPAGES=value))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [effective, str(warns)], r.stdout
+
+
+@needs_subprocess
+@pytest.mark.parametrize("value,warns", [("0", False), (" 50 ", False), ("200", False),
+                                         ("-1", True), ("1e3", True), ("fast", True)])
+def test_spin_env_results_and_warning(value, warns):
+    """The pool polls (or not) by CPUKERN_SPIN_US: the same bits either way; a bad value warns."""
+    code = ("import warnings\nwarnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as w:\n    import cpukern\n"
+            "import numpy as np, time\nfrom cpukern import ternary\n"
+            "rng = np.random.default_rng(0)\n"
+            "wt = ternary.prepare(ternary.pack(rng.integers(-1, 2, (300, 700)).astype(np.int8)), 700)\n"
+            "x = rng.standard_normal(700).astype(np.float32)\n"
+            "ys = []\n"
+            "for i in range(30):\n"
+            "    ys.append(ternary.gemv(wt, x, act='int8', threads=2).tobytes())\n"
+            "    time.sleep(0.001 * (i % 2))\n"
+            "ref = ternary.gemv(wt, x, act='int8', threads=1).tobytes()\n"
+            "print(all(y == ref for y in ys), any('CPUKERN_SPIN_US' in str(x.message) for x in w))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CPUKERN_SPIN_US=value))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", str(warns)], r.stdout
+
+
+# --- the datatype vocabulary and its former spellings -----------------------------------------
+
+def test_one_act_vocabulary_for_every_op():
+    from cpukern import moe, ternary
+
+    assert moe.ACTS == ("fp32", "int8") and ternary.ACTS == ("fp32", "int8", "int8_bitnet")
+    assert set(moe.ACTS) <= set(ternary.ACTS)
+
+
+def test_former_spellings_are_aliases():
+    """moe.prepack (now moe.prepare) and act="float" (now "fp32") are accepted for one release
+    and give the same weights and results as today's spellings."""
+    from cpukern import _dtypes, moe, ternary
+
+    assert moe.prepack is moe.prepare
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((2, 8, 64)).astype(ml_dtypes.bfloat16)
+    blocks, scales = moe.quantize(w)
+    for act in ("fp32", "int8"):
+        old = moe.prepack(blocks, format="mxfp4", scales=scales, act="float" if act == "fp32" else act)
+        new = moe.prepare(blocks, format="mxfp4", scales=scales, act=act)
+        np.testing.assert_array_equal(moe.to_bytes(old), moe.to_bytes(new))
+        assert new.format == _dtypes.token("mxfp4", act)
+        assert _dtypes.split_token(new.format) == ("mxfp4", act)
+    tw = ternary.prepare(ternary.pack(rng.integers(-1, 2, (8, 32)).astype(np.int8)), 32)
+    x = rng.standard_normal(32).astype(np.float32)
+    np.testing.assert_array_equal(ternary.gemv(tw, x, act="float"), ternary.gemv(tw, x, act="fp32"))
+    with pytest.raises(ValueError, match="^act: expected one of 'fp32', 'int8', 'int8_bitnet', got 'fp16'"):
+        ternary.gemv(tw, x, act="fp16")
+    with pytest.raises(TypeError, match="^act: "):
+        ternary.gemv(tw, x, act=None)

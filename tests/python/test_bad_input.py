@@ -52,7 +52,7 @@ class Ctx:
         self.E, self.H, self.I, self.T = e, h, i, t
         self.W13 = rng.standard_normal((e, 2 * i, h)).astype(BF)
         self.W2 = rng.standard_normal((e, h, i)).astype(BF)
-        self.p13, self.p2 = moe.prepack(self.W13), moe.prepack(self.W2)
+        self.p13, self.p2 = moe.prepare(self.W13), moe.prepare(self.W2)
         self.xb = rng.standard_normal((t, h)).astype(BF)
         self.logits = rng.standard_normal((t, e)).astype(np.float32)
         self.tw, self.ti = moe.route(self.logits, 2)
@@ -275,17 +275,17 @@ CASES = [
     ("route/renormalize_type", TypeError, "renormalize", lambda c: moe.route(c.logits, 2, renormalize="yes")),
     ("route/non_contiguous", TypeError, "router_logits", lambda c: moe.route(c.logits.T, 2)),
 
-    # moe.prepack
-    ("prepack/dtype", TypeError, "w", lambda c: moe.prepack(c.W13.astype(np.float32))),
-    ("prepack/dtype_float16", TypeError, "w", lambda c: moe.prepack(c.W13.astype(np.float16))),
-    ("prepack/ndim", ValueError, "w", lambda c: moe.prepack(c.W13[0])),
-    ("prepack/empty", ValueError, "w", lambda c: moe.prepack(np.ones((0, 4, 4), BF))),
-    ("prepack/non_contiguous", TypeError, "w", lambda c: moe.prepack(_nc(c.W13))),
-    ("prepack/zero_stride_huge", TypeError, "w",
-     lambda c: moe.prepack(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
-    ("prepack/huge_zero_size", ValueError, "w", lambda c: moe.prepack(np.empty((2**50, 0, 4), BF))),
-    ("prepack/isa_unknown", ValueError, "isa", lambda c: moe.prepack(c.W13, isa="sme2")),
-    ("prepack/isa_type", TypeError, "isa", lambda c: moe.prepack(c.W13, isa=["avx2"])),
+    # moe.prepare
+    ("moe_prepare/dtype", TypeError, "w", lambda c: moe.prepare(c.W13.astype(np.float32))),
+    ("moe_prepare/dtype_float16", TypeError, "w", lambda c: moe.prepare(c.W13.astype(np.float16))),
+    ("moe_prepare/ndim", ValueError, "w", lambda c: moe.prepare(c.W13[0])),
+    ("moe_prepare/empty", ValueError, "w", lambda c: moe.prepare(np.ones((0, 4, 4), BF))),
+    ("moe_prepare/non_contiguous", TypeError, "w", lambda c: moe.prepare(_nc(c.W13))),
+    ("moe_prepare/zero_stride_huge", TypeError, "w",
+     lambda c: moe.prepare(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
+    ("moe_prepare/huge_zero_size", ValueError, "w", lambda c: moe.prepare(np.empty((2**50, 0, 4), BF))),
+    ("moe_prepare/isa_unknown", ValueError, "isa", lambda c: moe.prepare(c.W13, isa="sme2")),
+    ("moe_prepare/isa_type", TypeError, "isa", lambda c: moe.prepare(c.W13, isa=["avx2"])),
 
     # moe.fused_moe
     ("fused_moe/x_dtype", TypeError, "x", lambda c: c.moe_call(x=c.xb.astype(np.float32))),
@@ -294,11 +294,11 @@ CASES = [
     ("fused_moe/x_non_contiguous", TypeError, "x", lambda c: c.moe_call(x=_nc(c.xb))),
     ("fused_moe/w13_type", TypeError, "w13", lambda c: c.moe_call(w13=c.W13)),
     ("fused_moe/w2_type", TypeError, "w2", lambda c: c.moe_call(w2=None)),
-    ("fused_moe/w13_rows", ValueError, "w13", lambda c: c.moe_call(w13=moe.prepack(c.W13[:, :12].copy()))),
-    ("fused_moe/w2_out_features", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepack(c.W2[:, :8].copy()))),
-    ("fused_moe/w2_experts", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepack(c.W2[:3].copy()))),
+    ("fused_moe/w13_rows", ValueError, "w13", lambda c: c.moe_call(w13=moe.prepare(c.W13[:, :12].copy()))),
+    ("fused_moe/w2_out_features", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:, :8].copy()))),
+    ("fused_moe/w2_experts", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:3].copy()))),
     ("fused_moe/w2_other_isa", ValueError, "w2",
-     lambda c: c.moe_call(w2=moe.prepack(c.W2, isa="reference" if c.p13.isa != "reference" else
+     lambda c: c.moe_call(w2=moe.prepare(c.W2, isa="reference" if c.p13.isa != "reference" else
                                          next(v["name"] for v in cpukern.kernels("fused_moe")
                                               if v["supported"] and v["name"] != "reference")))),
     ("fused_moe/ids_dtype", TypeError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti.astype(np.int64))),
@@ -335,10 +335,10 @@ CASES = [
      lambda c: c.in_view(c.p2, moe.from_buffer,
                          lambda w, buf: c.moe_call(w2=w, out=c.tail(buf, BF, (3, 16))))),
     ("moe_linear/out_in_prepared_buffer", ValueError, "out",
-     lambda c: c.in_view(moe.prepack(c.W2[:1].copy()), moe.from_buffer,
+     lambda c: c.in_view(moe.prepare(c.W2[:1].copy()), moe.from_buffer,
                          lambda w, buf: moe.linear(c.xb[:, :8].copy(), w, out=c.tail(buf, BF, (3, 16))))),
     ("moe_linear/out_overlaps_x", ValueError, "out",
-     lambda c: (lambda b: moe.linear(b[:24].reshape(3, 8), moe.prepack(c.W2[:1].copy()),
+     lambda c: (lambda b: moe.linear(b[:24].reshape(3, 8), moe.prepare(c.W2[:1].copy()),
                                      out=b[16:64].reshape(3, 16)))(np.zeros(64, BF))),
     ("moe/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
      lambda c: c.in_view(c.p2, moe.from_buffer, lambda w, buf: moe.to_bytes(w, out=buf))),
@@ -432,7 +432,7 @@ try:
         pl, sc = widely_linear.quantize(np.ones((2, 2), np.float32), 1)
         widely_linear.prepare(pl, sc, 1, isa=names[0])
     else:
-        moe.prepack(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
+        moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
 except ValueError as e:
     print("OK", e); sys.exit(0)
 print("NO ERROR for", names[0]); sys.exit(1)
@@ -452,3 +452,160 @@ def test_forcing_an_unsupported_variant_is_a_value_error(op):
     if out.stdout.startswith("SKIP"):
         pytest.skip(f"{op}: every variant still runs with {hide} hidden")
     assert out.stdout.startswith("OK isa: variant"), out.stdout
+
+
+# --- bad input outside the table: modules, torch ops, one-line messages, int64 ids -----------
+
+RNG = np.random.default_rng(27)
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is not installed here")
+
+
+def one_line(e):
+    msg = str(e.value)
+    assert "\n" not in msg and "incompatible function arguments" not in msg, msg
+    return msg
+
+
+def small_ternary(m=8, k=32):
+    w = RNG.integers(-1, 2, (m, k)).astype(np.int8)
+    return ternary.prepare(ternary.pack(w), k), w
+
+
+def test_module_constructors_check_their_arguments():
+    _torch()
+    from cpukern.torch import FusedMoE, TernaryLinear, WidelyLinear
+
+    with pytest.raises(ValueError, match=r"topk: expected 1 <= topk <= num_experts = 4, got 5"):
+        FusedMoE(4, 32, 32, topk=5)
+    with pytest.raises(ValueError, match="topk: expected an integer in"):
+        FusedMoE(4, 32, 32, topk=0)
+    with pytest.raises(ValueError, match="num_experts"):
+        FusedMoE(0, 32, 32)
+    with pytest.raises(ValueError, match="activation"):
+        FusedMoE(4, 32, 32, activation="relu")
+    with pytest.raises(ValueError, match="in_features: expected an integer in"):
+        TernaryLinear(-5, 4)
+    with pytest.raises(ValueError, match="out_features"):
+        TernaryLinear(16, 0)
+    with pytest.raises(TypeError, match="in_features: expected an integer"):
+        TernaryLinear(16.5, 4)
+    with pytest.raises(ValueError, match="act"):
+        TernaryLinear(16, 4, act="int4")
+    with pytest.raises(ValueError, match="group_size"):
+        TernaryLinear(16, 4, group_size=8)
+    with pytest.raises(ValueError, match="stages"):
+        WidelyLinear(16, 4, stages=0)
+    assert FusedMoE(4, 32, 32, topk=4).topk == 4 and TernaryLinear(np.int64(16), 4).in_features == 16
+
+
+
+def test_torch_ops_refuse_unknown_isa_names():
+    torch = _torch()
+    import cpukern.torch  # noqa: F401
+
+    packed = torch.from_numpy(ternary.pack(RNG.integers(-1, 2, (8, 32)).astype(np.int8)).view(np.int32))
+    x = torch.randn(32)
+    for name in ("amx", "vec", "neon", "avx2x"):
+        with pytest.raises(ValueError, match=r"isa: .*'" + name + r"'.*known: .*reference"):
+            torch.ops.cpukern.ternary_gemv(packed, x, None, "fp32", name)
+    torch.ops.cpukern.ternary_gemv(packed, x, None, "fp32", "auto")
+    w13 = torch.randn(2, 64, 32).to(torch.bfloat16)
+    w2 = torch.randn(2, 32, 32).to(torch.bfloat16)
+    xb = torch.randn(1, 32).to(torch.bfloat16)
+    args = (xb, w13, w2, torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.int32), "silu", None,
+            None, False)
+    from cpukern.torch.ops import VLLM_MOE_ISA_ALIASES
+    aliases = VLLM_MOE_ISA_ALIASES[cpukern.cpu_info()["arch"]]
+    variants = [v["name"] for v in cpukern.kernels("fused_moe")]
+    for name in ("amx", "vec", "neon"):
+        if name in aliases or name in variants:
+            torch.ops.cpukern.fused_moe(*args, name)
+        else:
+            with pytest.raises(ValueError, match=r"isa: .*'" + name + "'"):
+                torch.ops.cpukern.fused_moe(*args, name)
+
+
+
+def test_argument_errors_are_one_line():
+    tw, _ = small_ternary()
+    ro = ternary.aligned_empty(ternary.serialized_size(tw))
+    ro.flags.writeable = False
+    with pytest.raises(TypeError) as e:
+        ternary.to_bytes(tw, out=ro)
+    assert one_line(e).startswith("out: expected a writeable array")
+    p = moe.prepare(RNG.standard_normal((2, 8, 32)).astype(BF))
+    ro = ternary.aligned_empty(moe.serialized_size(p))
+    ro.flags.writeable = False
+    with pytest.raises(TypeError) as e:
+        moe.to_bytes(p, out=ro)
+    assert one_line(e).startswith("out: expected a writeable array")
+    with pytest.raises(TypeError) as e:
+        moe.serialized_size(np.zeros(4))
+    assert one_line(e).startswith("experts: expected PackedExperts")
+    with pytest.raises(TypeError) as e:
+        tw.to_bytes(int8="yes")
+    assert one_line(e).startswith("int8: expected a bool")
+    with pytest.raises(TypeError) as e:
+        ternary.from_buffer(ternary.to_bytes(tw), name=5)
+    assert one_line(e).startswith("name: expected a str")
+    with pytest.raises(TypeError) as e:
+        moe.from_buffer(moe.to_bytes(p), name=None)
+    assert one_line(e).startswith("name: expected a str")
+    with pytest.raises(ValueError) as e:
+        ternary.to_bytes(tw, out=ternary.aligned_empty(64))
+    assert one_line(e).startswith("out: expected shape")
+
+
+
+def test_unpack_refuses_nonzero_codes_past_k_as_prepare_does():
+    packed = ternary.pack(RNG.integers(-1, 2, (3, 20)).astype(np.int8))
+    packed[1, 1] |= np.uint32(1 << 10)  # code 5 of word 1: column 21 > k = 20
+    with pytest.raises(ValueError) as prep:
+        ternary.prepare(packed, 20)
+    with pytest.raises(ValueError) as unp:
+        ternary.unpack(packed, 20)
+    assert str(unp.value) == str(prep.value) == \
+        "packed: nonzero code past k = 20 for column 21 of row 1 (word [1, 1])"
+
+
+
+def test_dequantize_int8_refuses_minus_128_as_prepare_does():
+    q = np.ones((1, 2, 4), np.int8)
+    q[0, 1, 2] = -128
+    s = np.ones((1, 2), np.float32)
+    with pytest.raises(ValueError, match="-128"):
+        moe.prepare(q, format="int8", scales=s)
+    with pytest.raises(ValueError, match=r"blocks: int8 weight -128 at index \[0, 1, 2\]"):
+        moe.dequantize(q, s, format="int8")
+
+
+
+def test_torch_int64_ids_are_range_checked_before_narrowing():
+    torch = _torch()
+    from cpukern.torch import FusedMoE
+
+    m = FusedMoE.from_experts(torch.randn(4, 64, 32) / 8, torch.randn(4, 32, 32) / 8, topk=1)
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    w = torch.ones(3, 1)
+    good = torch.tensor([[1], [2], [3]], dtype=torch.int64)
+    want = m.experts(x, w, good.to(torch.int32))
+    assert torch.equal(m.experts(x, w, good), want)
+    for bad in (2**32 + 1, 2**31, -1, -(2**32) + 1, 4):
+        ids = good.clone()
+        ids[1, 0] = bad
+        with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
+            m.experts(x, w, ids)
+        with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
+            torch.ops.cpukern.fused_moe(x, m.w13, m.w2, w, ids)
+
+
+
+def test_isa_names_with_nul_are_refused():
+    packed = ternary.pack(np.ones((2, 16), np.int8))
+    for call in (lambda isa: ternary.prepare(packed, 16, isa=isa),
+                 lambda isa: moe.prepare(np.zeros((1, 2, 32), BF), isa=isa)):
+        with pytest.raises(ValueError, match=r"isa: .*'avx2\\x00junk'"):
+            call("avx2\x00junk")

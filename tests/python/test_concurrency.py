@@ -62,14 +62,14 @@ def _make_jobs():
         tw, ids = moe.route(logits, topk)
         jobs.append((f"route{i}", lambda l=logits, k=topk: moe.route(l, k)[0]))
         for isa in supported("fused_moe"):
-            p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+            p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
             for act in ("silu", "swigluoai"):
                 for t in (None, 2):
                     jobs.append((f"moe{i}/{isa}/{act}/t{t}",
                                  lambda p13=p13, p2=p2, x=x, tw=tw, ids=ids, act=act, t=t:
                                  moe.fused_moe(x, p13, p2, tw, ids, activation=act, threads=t)))
-            jobs.append((f"prepack+moe{i}/{isa}", lambda w13=w13, w2=w2, x=x, tw=tw, ids=ids, isa=isa:
-                         moe.fused_moe(x, moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa), tw, ids)))
+            jobs.append((f"prepare+moe{i}/{isa}", lambda w13=w13, w2=w2, x=x, tw=tw, ids=ids, isa=isa:
+                         moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids)))
     return jobs
 
 

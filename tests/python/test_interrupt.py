@@ -65,7 +65,7 @@ def _moe_case(threads):
     rng = np.random.default_rng(2)
     e, h, inter, topk = 8, 256, 512, 2
     bf = lambda *s: (rng.standard_normal(s) / 8).astype(ml_dtypes.bfloat16)
-    w13, w2 = moe.prepack(bf(e, 2 * inter, h)), moe.prepack(bf(e, h, inter))
+    w13, w2 = moe.prepare(bf(e, 2 * inter, h)), moe.prepare(bf(e, h, inter))
 
     def call(t, seed):
         x = (np.random.default_rng(seed).standard_normal((t, h)) / 4).astype(ml_dtypes.bfloat16)

@@ -40,7 +40,7 @@ def test_linear_matches_float64_model(isa, t, o, k):
     rng = np.random.default_rng(t * 1000 + o + k)
     x, w = _bf16(rng.uniform(-2, 2, (t, k))), _bf16(rng.uniform(-1, 1, (o, k)))
     b = _bf16(rng.uniform(-1, 1, o)) if o % 2 else None
-    packed = moe.prepack(w[None], isa=isa)
+    packed = moe.prepare(w[None], isa=isa)
     y = moe.linear(x, packed, b)
     assert y.dtype == ml_dtypes.bfloat16 and y.shape == (t, o)
     ref, bound = _bound(x, w, b)
@@ -65,7 +65,7 @@ def test_linear_near_underflow_within_the_bound(isa):
     x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130),
                         np.where(np.arange(k) % 2, -2.0**-61, 1.5 * 2.0**-61)]))
     w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))
-    y = moe.linear(x, moe.prepack(w[None], isa=isa))
+    y = moe.linear(x, moe.prepare(w[None], isa=isa))
     ref, bound = _bound(x, w, None)
     assert ref[0, 0] == k * 2.0**-127
     assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
@@ -76,17 +76,17 @@ def test_linear_int8_weights_quantise_activations_per_row(isa):
     rng = np.random.default_rng(3)
     x, w = _bf16(rng.uniform(-2, 2, (5, 96))), _bf16(rng.uniform(-1, 1, (40, 96)))
     q, s = moe.quantize(w, format="int8")
-    y = moe.linear(x, moe.prepack(q[None], format="int8", scales=s[None], isa=isa))
+    y = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
     # int8 results are the same bits on every variant (the exact int32 sums, one rounding)
-    ref = moe.linear(x, moe.prepack(q[None], format="int8", scales=s[None], isa="reference"))
+    ref = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa="reference"))
     assert np.array_equal(y.view(np.uint16), ref.view(np.uint16))
     exact = x.astype(np.float64) @ w.astype(np.float64).T
     assert np.max(np.abs(y.astype(np.float64) - exact)) <= 0.02 * np.max(np.abs(exact))
 
 
 def test_linear_bad_input_names_the_argument():
-    w = moe.prepack(_bf16(np.ones((2, 8, 16))))
-    one = moe.prepack(_bf16(np.ones((1, 8, 16))))
+    w = moe.prepare(_bf16(np.ones((2, 8, 16))))
+    one = moe.prepare(_bf16(np.ones((1, 8, 16))))
     x = _bf16(np.ones((3, 16)))
     with pytest.raises(ValueError, match=r"^w: expected one matrix"):
         moe.linear(x, w)

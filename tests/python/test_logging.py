@@ -1,6 +1,6 @@
 """logging.getLogger("cpukern") says which variant each op selected and why (CPU features,
 isa=, CPUKERN_ISA), once per op and selection, at INFO; CPUKERN_VERBOSE=1 turns it on from the
-environment (issue 14)."""
+environment."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _prepare_all(isa=None):
     ternary.prepare(packed, 32, isa=isa)
     planes, scales = widely_linear.quantize(np.ones((4, 4), np.float32))
     widely_linear.prepare(planes, scales, 2, isa=isa)
-    moe.prepack(np.ones((2, 4, 8), ml_dtypes.bfloat16), isa=isa)
+    moe.prepare(np.ones((2, 4, 8), ml_dtypes.bfloat16), isa=isa)
 
 
 def test_default_selection_is_logged_once_per_op_with_the_cpu_features(caplog, monkeypatch):
@@ -81,7 +81,7 @@ def test_nothing_is_logged_or_remembered_while_info_is_off(caplog):
                     "binfmt_misc")
 def test_cpukern_verbose_prints_the_selection_and_the_cpukern_isa_reason():
     script = ("import numpy as np, ml_dtypes; from cpukern import moe, ternary\n"
-              "moe.prepack(np.ones((2, 4, 8), ml_dtypes.bfloat16))\n"
+              "moe.prepare(np.ones((2, 4, 8), ml_dtypes.bfloat16))\n"
               "ternary.prepare(ternary.pack(np.ones((4, 32), np.int8)), 32)\n")
     env = dict(os.environ, CPUKERN_VERBOSE="1", CPUKERN_ISA="fused_moe=reference")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,

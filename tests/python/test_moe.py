@@ -98,7 +98,7 @@ if not UNDER_QEMU:
 def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
     x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, bias)
     tw, ids = moe.route(logits, topk)
-    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
     assert p13.isa == isa and p13.shape == (e, 2 * inter, h) and p2.shape == (e, h, inter)
     out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
     assert out.dtype == BF16 and out.shape == (t, h)
@@ -119,7 +119,7 @@ def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
     w13 = np.full((1, 2 * inter, h), 2.0**-5, BF16)  # gate = up = 1 exactly
     w2 = np.full((1, h, inter), 2.0**-128, BF16)
     tw, ids = moe.route(np.zeros((1, 1), np.float32), 1)
-    out = moe.fused_moe(x, moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa), tw, ids)
+    out = moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids)
     a = float(np.float32(1 / (1 + math.exp(-1))).astype(BF16))  # round_bf16(silu(1) * 1)
     ref = inter * a * 2.0**-128
     bound = 2.0**-6 * ref + (inter + 1) * 2.0**-23 * ref + (2 * inter + 2 + inter * (a + 2.0**-128)) * 2.0**-126
@@ -130,7 +130,7 @@ def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
 def test_repeated_ids_empty_experts_skip_weighted_and_empty_batch(isa):
     e, h, inter = 6, 33, 20
     x, w13, w2, _, _, _ = make_layer(e, h, inter, 4, 2, False)
-    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
     ids = np.array([[1, 1], [1, 1], [4, 1], [1, 4]], np.int32)  # experts 0, 2, 3, 5 unused
     tw = np.full((4, 2), 0.5, np.float32)
     out = moe.fused_moe(x, p13, p2, tw, ids)
@@ -147,7 +147,7 @@ def test_fused_moe_bad_input_names_the_argument():
     e, h, inter = 4, 16, 8
     x, w13, w2, logits, _, _ = make_layer(e, h, inter, 3, 2, False)
     tw, ids = moe.route(logits, 2)
-    p13, p2 = moe.prepack(w13), moe.prepack(w2)
+    p13, p2 = moe.prepare(w13), moe.prepare(w2)
     with pytest.raises(TypeError, match="x: expected a C-contiguous bfloat16"):
         moe.fused_moe(x.astype(np.float32), p13, p2, tw, ids)
     with pytest.raises(ValueError, match="activation"):
@@ -188,10 +188,10 @@ def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
     tw, ids = moe.route(logits, topk)
     if fmt == "mxfp4":
         (q13, s13), (q2, s2) = _mx_layer(rng, e, h, inter)
-        p13 = moe.prepack(q13, format="mxfp4", scales=s13, isa=isa)
-        p2 = moe.prepack(q2, format="mxfp4", scales=s2, isa=isa)
+        p13 = moe.prepare(q13, format="mxfp4", scales=s13, isa=isa)
+        p2 = moe.prepare(q2, format="mxfp4", scales=s2, isa=isa)
     else:
-        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
 
     def call(t0, t1, threads):
         return moe.fused_moe(x[t0:t1], p13, p2, tw[t0:t1], ids[t0:t1], activation=act,
@@ -237,7 +237,7 @@ def test_fused_moe_k_blocks_match_float64_model(isa, h, inter, act):
     e, topk, t = 2, 2, 13
     x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, True, rng)
     tw, ids = moe.route(logits, topk)  # topk == e: every expert gets all 13 tokens
-    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
     out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
     check_close(out, model(x, w13, w2, tw, ids, act, b13, b2))
 
@@ -283,7 +283,7 @@ def test_every_activation_branch_matches_float64_model(isa, act, bias):
     w2 = bf16(np.eye(h, inter)[None])
     ids = np.zeros((t, 1), np.int32)
     tw = np.ones((t, 1), np.float32)
-    out = moe.fused_moe(x, moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa), tw, ids,
+    out = moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids,
                         activation=act, w13_bias=b13, skip_weighted=True).astype(np.float64)
     want = model(x, w13, w2, tw, ids, act, b13, None, skip=True)
     # Rounding to bf16 may differ by one ulp (2**-8 relative); erf and tanh are approximated

@@ -1,4 +1,4 @@
-"""int8 (W8A8) experts: quantize / dequantize against their fp32 formulas, prepack validation,
+"""int8 (W8A8) experts: quantize / dequantize against their fp32 formulas, prepare validation,
 and fused_moe on int8 experts (both GEMMs, or one of them with the other in bf16) against a
 numpy float64 model of the same quantisation, within the bound derived in
 tests/cc/moe/moe_test.cc (MoeInt8Test), on every variant."""
@@ -69,39 +69,39 @@ def test_quantize_matches_formula_and_round_trip():
         moe.quantize(w, format="int4")
 
 
-def test_prepack_validation_names_the_argument():
+def test_prepare_validation_names_the_argument():
     rng = np.random.default_rng(4)
     q = rng.integers(-127, 128, (2, 3, 40), dtype=np.int8)
     s = rng.random((2, 3), dtype=F32)
-    p = moe.prepack(q, format="int8", scales=s)
+    p = moe.prepare(q, format="int8", scales=s)
     assert p.format == "int8" and p.shape == (2, 3, 40) and "int8" in repr(p)
     assert "int8" in moe.FORMATS
     with pytest.raises(ValueError, match="^scales: required"):
-        moe.prepack(q, format="int8")
+        moe.prepare(q, format="int8")
     with pytest.raises(TypeError, match="^w:"):
-        moe.prepack(q.astype(np.uint8), format="int8", scales=s)
+        moe.prepare(q.astype(np.uint8), format="int8", scales=s)
     with pytest.raises(TypeError, match="^scales:"):
-        moe.prepack(q, format="int8", scales=s.astype(np.float64))
+        moe.prepare(q, format="int8", scales=s.astype(np.float64))
     with pytest.raises(ValueError, match="^scales: expected shape"):
-        moe.prepack(q, format="int8", scales=s[:, :2].copy())
+        moe.prepare(q, format="int8", scales=s[:, :2].copy())
     with pytest.raises(ValueError, match="^w:"):
-        moe.prepack(q[:, :, :0].copy(), format="int8", scales=s)
+        moe.prepare(q[:, :, :0].copy(), format="int8", scales=s)
     with pytest.raises(ValueError, match="^w:"):
-        moe.prepack(q[0], format="int8", scales=s)
+        moe.prepare(q[0], format="int8", scales=s)
     for v in (np.nan, np.inf, -1.0):
         bad = s.copy()
         bad[1, 2] = v
         with pytest.raises(ValueError, match=r"^scales: .*expert 1, row 2"):
-            moe.prepack(q, format="int8", scales=bad)
+            moe.prepare(q, format="int8", scales=bad)
         with pytest.raises(ValueError, match="^scales:"):
             moe.dequantize(q, bad, format="int8")
     bad = q.copy()
     bad[0, 1, 5] = -128
     with pytest.raises(ValueError, match=r"^w: int8 weight -128 at expert 0, row 1, column 5"):
-        moe.prepack(bad, format="int8", scales=s)
+        moe.prepare(bad, format="int8", scales=s)
     with pytest.raises(ValueError, match="^i:"):
         big = np.ones((1, 1, 133145), np.int8)
-        moe.prepack(big, format="int8", scales=np.ones((1, 1), F32))
+        moe.prepare(big, format="int8", scales=np.ones((1, 1), F32))
     with pytest.raises(ValueError, match="^scales:"):
         moe.dequantize(q, s[:, :2].copy(), format="int8")
 
@@ -182,9 +182,9 @@ def test_fused_moe_int8_matches_float64_model(isa, e, topk, h, inter, t, act, bi
     tw, ids = moe.route(logits, topk)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    i13 = moe.prepack(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepack(q2, format="int8", scales=s2, isa=isa)
-    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
+    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
+    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
     assert i13.format == "int8" and i13.isa == isa
     for m13, m2 in ((i13, i2), (i13, p2), (p13, i2)):
         out = moe.fused_moe(x, m13, m2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
@@ -211,8 +211,8 @@ def test_fused_moe_int8_skip_weighted_and_edge_rows(isa):
     tw = np.ones((t, 1), F32)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    i13 = moe.prepack(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepack(q2, format="int8", scales=s2, isa=isa)
+    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
+    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
     out = moe.fused_moe(x, i13, i2, tw, ids, activation="silu", w13_bias=b13, w2_bias=b2,
                         skip_weighted=True)
     with np.errstate(over="ignore", invalid="ignore"):  # the 1e30 token overflows to inf
@@ -240,12 +240,12 @@ def test_fused_moe_int8_finite_near_bf16_max(isa):
     tw = np.full((t, 2), 0.5, F32)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
     ref = moe.fused_moe(x, p13, p2, tw, ids, activation="swigluoai", w13_bias=b13, w2_bias=b2)
     finite = np.isfinite(ref.astype(F32))
     assert finite[:4].all(), "the bf16 experts overflow too: the test would prove nothing"
-    i13 = moe.prepack(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepack(q2, format="int8", scales=s2, isa=isa)
+    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
+    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
     with np.errstate(over="ignore", invalid="ignore"):
         want, tol = int8_model(x, w13, w2, q13, s13, q2, s2, tw, ids, "swigluoai", b13, b2,
                                False, True, True)
@@ -275,8 +275,8 @@ def test_int8_gemm_bitwise_equal_across_variants(isa):
     tw = rng.random((t, 1), dtype=F32)
     outs = []
     for v in (isa, "reference"):
-        i13 = moe.prepack(q13, format="int8", scales=s13, isa=v)
-        i2 = moe.prepack(q2, format="int8", scales=s2, isa=v)
+        i13 = moe.prepare(q13, format="int8", scales=s13, isa=v)
+        i2 = moe.prepare(q2, format="int8", scales=s2, isa=v)
         outs.append(moe.fused_moe(x, i13, i2, tw, ids, activation="swigluoai", w2_bias=b2))
     np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
 
@@ -286,11 +286,11 @@ def test_fused_moe_rejects_mixed_families():
     x, w13, w2, logits, _, _ = make_layer(4, 32, 16, 3, 2, False, rng)
     tw, ids = moe.route(logits, 2)
     q13, s13 = moe.quantize(w13, format="int8")
-    i13 = moe.prepack(q13, format="int8", scales=s13, isa="reference")
+    i13 = moe.prepare(q13, format="int8", scales=s13, isa="reference")
     others = [v for v in variant_params("fused_moe") if not v.marks and v.values[0] != "reference"]
     if not others:
         pytest.skip("this CPU runs only the reference variant")
-    p2 = moe.prepack(w2, isa=others[0].values[0])
+    p2 = moe.prepare(w2, isa=others[0].values[0])
     with pytest.raises(ValueError, match="^w2:"):
         moe.fused_moe(x, i13, p2, tw, ids)
 
@@ -305,8 +305,8 @@ def test_torch_op_and_module_take_int8():
     tw, ids = moe.route(logits, 2)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    want = moe.fused_moe(x, moe.prepack(q13, format="int8", scales=s13),
-                         moe.prepack(q2, format="int8", scales=s2), tw, ids)
+    want = moe.fused_moe(x, moe.prepare(q13, format="int8", scales=s13),
+                         moe.prepare(q2, format="int8", scales=s2), tw, ids)
     T = torch.from_numpy
     xt = T(x.view(np.int16)).view(torch.bfloat16)
     tq13, ts13, tq2, ts2 = T(q13), T(s13), T(q2), T(s2)

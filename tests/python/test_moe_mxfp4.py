@@ -1,4 +1,4 @@
-"""MXFP4 experts (gpt-oss's format): quantize / dequantize, prepack validation, fused_moe on
+"""MXFP4 experts (gpt-oss's format): quantize / dequantize, prepare validation, fused_moe on
 MXFP4 == fused_moe on the dequantized bf16 experts bit for bit (every variant, activation, bias,
 skip_weighted, mixed formats), the gpt-oss safetensors loader, and the torch op."""
 
@@ -58,27 +58,27 @@ def test_quantize_round_trip_and_scale_choice():
     assert (err <= step).all()
 
 
-def test_prepack_validation_names_the_argument():
+def test_prepare_validation_names_the_argument():
     rng = np.random.default_rng(2)
     blocks, scales = random_mx(rng, (2, 3), 64)
-    p = moe.prepack(blocks, format="mxfp4", scales=scales)
+    p = moe.prepare(blocks, format="mxfp4", scales=scales)
     assert p.format == "mxfp4" and p.shape == (2, 3, 64) and "mxfp4" in repr(p)
     bad = scales.copy()
     bad[1, 2, 0] = 255
     with pytest.raises(ValueError, match=r"^scales: .*NaN.*expert 1, row 2, block 0"):
-        moe.prepack(blocks, format="mxfp4", scales=bad)
+        moe.prepare(blocks, format="mxfp4", scales=bad)
     with pytest.raises(ValueError, match="^scales:"):
         moe.dequantize(blocks, bad)
     with pytest.raises(ValueError, match="^scales:"):
-        moe.prepack(blocks, format="mxfp4")
+        moe.prepare(blocks, format="mxfp4")
     with pytest.raises(ValueError, match="^scales:"):
-        moe.prepack(blocks[:, :, 0].astype(np.float32).astype(BF16), scales=scales)
+        moe.prepare(blocks[:, :, 0].astype(np.float32).astype(BF16), scales=scales)
     with pytest.raises(ValueError, match="^scales:"):
-        moe.prepack(blocks, format="mxfp4", scales=scales[:, :, :1].copy())
+        moe.prepare(blocks, format="mxfp4", scales=scales[:, :, :1].copy())
     with pytest.raises(TypeError, match="^w:"):
-        moe.prepack(blocks.astype(np.int8), format="mxfp4", scales=scales)
+        moe.prepare(blocks.astype(np.int8), format="mxfp4", scales=scales)
     with pytest.raises(ValueError, match="^format:"):
-        moe.prepack(blocks, format="int4", scales=scales)
+        moe.prepare(blocks, format="int4", scales=scales)
     with pytest.raises(ValueError, match="^w:"):
         moe.quantize(np.zeros((2, 48), BF16))
 
@@ -103,10 +103,10 @@ def test_fused_moe_mxfp4_equals_bf16_of_dequantized(isa, act, bias, topk, t):
     b13 = rng.standard_normal((e, 2 * inter)).astype(BF16) if bias else None
     b2 = rng.standard_normal((e, h)).astype(BF16) if bias else None
     skip = topk == 1 and act == "swigluoai"
-    m13 = moe.prepack(q13[0], format="mxfp4", scales=q13[1], isa=isa)
-    m2 = moe.prepack(q2[0], format="mxfp4", scales=q2[1], isa=isa)
-    d13 = moe.prepack(moe.dequantize(*q13), isa=isa)
-    d2 = moe.prepack(moe.dequantize(*q2), isa=isa)
+    m13 = moe.prepare(q13[0], format="mxfp4", scales=q13[1], isa=isa)
+    m2 = moe.prepare(q2[0], format="mxfp4", scales=q2[1], isa=isa)
+    d13 = moe.prepare(moe.dequantize(*q13), isa=isa)
+    d2 = moe.prepare(moe.dequantize(*q2), isa=isa)
     want = run(x, d13, d2, tw, ids, act, b13, b2, skip, isa).view(np.uint16)
     for w13, w2, th in ((m13, m2, 1), (m13, d2, 2), (d13, m2, 2), (m13, m2, 3)):
         got = run(x, w13, w2, tw, ids, act, b13, b2, skip, isa, th).view(np.uint16)
@@ -122,10 +122,10 @@ def test_fused_moe_mxfp4_e8m0_extremes_bitwise(isa):
     x = (rng.standard_normal((t, h)) * 1e-3).astype(BF16)
     ids = np.stack([rng.permutation(e)[:2] for _ in range(t)]).astype(np.int32)
     tw = np.full((t, 2), 0.5, np.float32)
-    want = run(x, moe.prepack(moe.dequantize(*q13), isa=isa), moe.prepack(moe.dequantize(*q2), isa=isa),
+    want = run(x, moe.prepare(moe.dequantize(*q13), isa=isa), moe.prepare(moe.dequantize(*q2), isa=isa),
                tw, ids, "silu", None, None, False, isa).view(np.uint16)
-    got = run(x, moe.prepack(q13[0], format="mxfp4", scales=q13[1], isa=isa),
-              moe.prepack(q2[0], format="mxfp4", scales=q2[1], isa=isa),
+    got = run(x, moe.prepare(q13[0], format="mxfp4", scales=q13[1], isa=isa),
+              moe.prepare(q2[0], format="mxfp4", scales=q2[1], isa=isa),
               tw, ids, "silu", None, None, False, isa).view(np.uint16)
     # Extreme scales give inf * 0 = NaN; which NaN (sign, payload) differs by architecture and
     # instruction (x86's default NaN is negative, AArch64's positive): compare NaNs as NaNs.
@@ -162,7 +162,7 @@ def test_load_gpt_oss_from_safetensors(tmp_path):
     tw = np.full((3, 2), 0.5, np.float32)
     got = moe.fused_moe(x, layer_w["w13"], layer_w["w2"], tw, ids, activation="swigluoai",
                         w13_bias=layer_w["w13_bias"], w2_bias=layer_w["w2_bias"])
-    want = moe.fused_moe(x, moe.prepack(moe.dequantize(*g13)), moe.prepack(moe.dequantize(*g2)),
+    want = moe.fused_moe(x, moe.prepare(moe.dequantize(*g13)), moe.prepare(moe.dequantize(*g2)),
                          tw, ids, activation="swigluoai", w13_bias=b13, w2_bias=b2)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     with pytest.raises(KeyError, match="layers.7"):

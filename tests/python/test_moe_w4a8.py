@@ -1,4 +1,4 @@
-"""W4A8 experts (MXFP4 weights, int8 activations: prepack(..., format="mxfp4", act="int8")):
+"""W4A8 experts (MXFP4 weights, int8 activations: prepare(..., format="mxfp4", act="int8")):
 a numpy oracle of the arithmetic (kernels/moe/w4a8_loop.h) that the kernels match bit for bit
 on every variant, the documented error bound checked on that oracle against float64 on random
 and extreme inputs (e8m0 scales 0, 1, 127, 254, flushed blocks; activations near 0 and near
@@ -125,9 +125,9 @@ def probe(isa, blocks, scales, x, w13, threads=None):
     h = x.shape[1]
     ids = np.zeros((x.shape[0], 1), np.int32)
     tw = np.ones((x.shape[0], 1), F32)
-    p13 = moe.prepack(w13[None], isa=isa)
-    eye = moe.prepack(np.eye(h, dtype=F32).astype(bf16(0).dtype)[None], isa=isa)
-    w2 = moe.prepack(blocks[None], format="mxfp4", scales=scales[None], act="int8", isa=isa)
+    p13 = moe.prepare(w13[None], isa=isa)
+    eye = moe.prepare(np.eye(h, dtype=F32).astype(bf16(0).dtype)[None], isa=isa)
+    w2 = moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int8", isa=isa)
     assert w2.format == "mxfp4_a8" and w2.shape == (1, h, h)
     a = moe.fused_moe(x, p13, eye, tw, ids, activation="silu", skip_weighted=True)
     c = moe.fused_moe(x, p13, w2, tw, ids, activation="silu", skip_weighted=True, threads=threads)
@@ -168,9 +168,9 @@ def test_batch_and_thread_invariance(isa):
     # scales near 2**-5 keep stage 1 within the swigluoai clamps (no amplified flips)
     b13, s13 = random_mx(rng, e * 2 * inter, h, 118, 124)
     b2, s2 = random_mx(rng, e * h, inter, 118, 124)
-    w13 = moe.prepack(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
+    w13 = moe.prepare(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
                       scales=s13.reshape(e, 2 * inter, h // 32), act="int8", isa=isa)
-    w2 = moe.prepack(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
+    w2 = moe.prepare(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
                      scales=s2.reshape(e, h, inter // 32), act="int8", isa=isa)
     tw, ids = moe.route(rng.standard_normal((t, e)).astype(F32), topk)
     whole = moe.fused_moe(x, w13, w2, tw, ids, activation="swigluoai", threads=1)
@@ -184,9 +184,9 @@ def test_batch_and_thread_invariance(isa):
     empty = moe.fused_moe(x[:0], w13, w2, tw[:0], ids[:0], activation="swigluoai")
     assert empty.shape == (0, h)
     # W4A8 is close to the exact MXFP4 path (not equal: int8 activations)
-    e13 = moe.prepack(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
+    e13 = moe.prepare(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
                       scales=s13.reshape(e, 2 * inter, h // 32), isa=isa)
-    e2 = moe.prepack(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
+    e2 = moe.prepare(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
                      scales=s2.reshape(e, h, inter // 32), isa=isa)
     exact = moe.fused_moe(x, e13, e2, tw, ids, activation="swigluoai").astype(np.float64)
     rel = np.abs(whole.astype(np.float64) - exact).max() / np.abs(exact).max()
@@ -196,7 +196,7 @@ def test_batch_and_thread_invariance(isa):
 def test_serialize_and_pickle_round_trip():
     rng = np.random.default_rng(8)
     blocks, scales = random_mx(rng, 64, 96)
-    p = moe.prepack(blocks[None], format="mxfp4", scales=scales[None], act="int8")
+    p = moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int8")
     assert p.format == "mxfp4_a8" and "mxfp4_a8" in repr(p)
     q = pickle.loads(pickle.dumps(p))
     assert q.format == "mxfp4_a8" and q.isa == p.isa and q.shape == p.shape
@@ -209,22 +209,22 @@ def test_serialize_and_pickle_round_trip():
 def test_bad_arguments_name_the_argument():
     rng = np.random.default_rng(9)
     blocks, scales = random_mx(rng, 4, 64)
-    assert "act" not in moe.FORMATS and moe.ACTS == ("float", "int8")
-    with pytest.raises(ValueError, match="^act: expected 'float' with format='bf16'"):
-        moe.prepack(bf16(np.ones((1, 4, 64))), act="int8")
+    assert "act" not in moe.FORMATS and moe.ACTS == ("fp32", "int8")
+    with pytest.raises(ValueError, match="^act: expected 'fp32' with format='bf16'"):
+        moe.prepare(bf16(np.ones((1, 4, 64))), act="int8")
     q8, s8 = moe.quantize(bf16(np.ones((1, 4, 64))), format="int8")
-    with pytest.raises(ValueError, match="^act: expected 'float' with format='int8'"):
-        moe.prepack(q8, format="int8", scales=s8, act="int8")
-    with pytest.raises(ValueError, match="^act: expected 'float' or 'int8', got 'int4'"):
-        moe.prepack(blocks[None], format="mxfp4", scales=scales[None], act="int4")
+    with pytest.raises(ValueError, match="^act: expected 'fp32' with format='int8'"):
+        moe.prepare(q8, format="int8", scales=s8, act="int8")
+    with pytest.raises(ValueError, match="^act: expected 'fp32' or 'int8', got 'int4'"):
+        moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int4")
     with pytest.raises(TypeError, match="^act:"):
-        moe.prepack(blocks[None], format="mxfp4", scales=scales[None], act=8)
+        moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act=8)
     bad = scales.copy()
     bad[1, 1] = 255
     with pytest.raises(ValueError, match="^scales: e8m0 scale 255"):
-        moe.prepack(blocks[None], format="mxfp4", scales=bad[None], act="int8")
+        moe.prepare(blocks[None], format="mxfp4", scales=bad[None], act="int8")
     with pytest.raises(ValueError, match="^scales: required"):
-        moe.prepack(blocks[None], format="mxfp4", act="int8")
+        moe.prepare(blocks[None], format="mxfp4", act="int8")
 
 
 def test_torch_op_act_int8():
@@ -239,8 +239,8 @@ def test_torch_op_act_int8():
     b2, s2 = b2.reshape(e, h, inter // 32, 16), s2.reshape(e, h, inter // 32)
     x = bf16(rng.standard_normal((t, h)))
     tw, ids = moe.route(rng.standard_normal((t, e)).astype(F32), 2)
-    want = moe.fused_moe(x, moe.prepack(b13, format="mxfp4", scales=s13, act="int8"),
-                         moe.prepack(b2, format="mxfp4", scales=s2, act="int8"), tw, ids,
+    want = moe.fused_moe(x, moe.prepare(b13, format="mxfp4", scales=s13, act="int8"),
+                         moe.prepare(b2, format="mxfp4", scales=s2, act="int8"), tw, ids,
                          activation="swigluoai")
     T = torch.from_numpy
     xt = T(x.view(np.int16)).view(torch.bfloat16)
@@ -276,7 +276,7 @@ def test_fused_moe_module_act_int8():
                                        w13_scales=q[1], w2_scales=q[3], act="int8")
     a8 = FusedMoE.from_mxfp4(*q, topk=2, act="int8")
     exact = FusedMoE.from_mxfp4(*q, topk=2)
-    assert a8.act == "int8" and exact.act == "float" and "act='int8'" in repr(a8)
+    assert a8.act == "int8" and exact.act == "fp32" and "act='int8'" in repr(a8)
     assert torch.equal(a8.experts(x, tw, ids), want)
     a8.prepare()
     assert moe.from_buffer(a8.w13_prepared.numpy()).format == "mxfp4_a8"

@@ -31,8 +31,8 @@ def _ops():
     layer = widely_linear.prepare(planes, scales, 32)
     xw = rng.standard_normal((2, 64)).astype(np.float32)
     e, h, inter, t = 4, 32, 48, 6
-    w13 = moe.prepack((rng.standard_normal((e, 2 * inter, h)) / 8).astype(BF16))
-    w2 = moe.prepack((rng.standard_normal((e, h, inter)) / 8).astype(BF16))
+    w13 = moe.prepare((rng.standard_normal((e, 2 * inter, h)) / 8).astype(BF16))
+    w2 = moe.prepare((rng.standard_normal((e, h, inter)) / 8).astype(BF16))
     xm = rng.standard_normal((t, h)).astype(BF16)
     weights, ids = moe.route(rng.standard_normal((t, e)).astype(np.float32), 2)
     calls = {
@@ -115,8 +115,8 @@ EXIT_SCRIPT = textwrap.dedent("""
     tw = ternary.prepare(ternary.pack(rng.integers(-1, 2, size=(2048, 2048)).astype(np.int8)), 2048)
     x = rng.standard_normal((1, 2048)).astype(np.float32)
     e, h, i, t = 8, 256, 256, 16
-    w13 = moe.prepack(rng.standard_normal((e, 2 * i, h)).astype(ml_dtypes.bfloat16))
-    w2 = moe.prepack(rng.standard_normal((e, h, i)).astype(ml_dtypes.bfloat16))
+    w13 = moe.prepare(rng.standard_normal((e, 2 * i, h)).astype(ml_dtypes.bfloat16))
+    w2 = moe.prepare(rng.standard_normal((e, h, i)).astype(ml_dtypes.bfloat16))
     xm = rng.standard_normal((t, h)).astype(ml_dtypes.bfloat16)
     wts, ids = moe.route(rng.standard_normal((t, e)).astype(np.float32), 2)
     def gemv_loop():
@@ -141,3 +141,68 @@ def test_daemon_threads_inside_kernels_at_interpreter_exit():
         assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-500:]}"
         assert "terminate called" not in r.stderr and "leaked" not in r.stderr, r.stderr[-500:]
         assert "main thread exits" in r.stdout
+
+
+# A daemon thread inside a binding while the interpreter exits.
+BINDING_EXIT_SCRIPT = textwrap.dedent("""
+    import gc, sys, threading, time
+    import numpy as np
+    from cpukern import ternary
+    mode = sys.argv[1]
+    rng = np.random.default_rng(0)
+    if mode == "torch":
+        import torch
+        m = k = 64
+        x = torch.randn(4, k)
+        hooked = ("__dlpack__",)
+    else:  # numpy, large enough to be stoppable by Ctrl-C (the SIGINT check)
+        m = k = 2048
+        x = rng.standard_normal((16, k)).astype(np.float32)
+        hooked = ("main_thread", "ident")
+    w = ternary.prepare(ternary.pack(rng.integers(-1, 2, (m, k)).astype(np.int8)), k)
+    entered, done = threading.Event(), threading.Event()
+
+    def hook(frame, event, arg):
+        # Python code running inside a binding: let the interpreter finalise meanwhile
+        if event == "call" and frame.f_code.co_name in hooked:
+            sys.setprofile(None)
+            entered.set()
+            time.sleep(0.3)
+
+    def worker():
+        sys.setprofile(hook)
+        ternary.gemv(w, x)
+        sys.setprofile(None)
+        done.set()
+        threading.Event().wait()
+
+    class SlowFinalizer:  # keeps the interpreter finalising until the worker wakes up
+        def __del__(self, _sleep=time.sleep):
+            _sleep(1.0)
+
+    gc.disable()
+    cycle = SlowFinalizer()
+    cycle.self = cycle  # collected (its __del__ run) by the collection at finalisation
+    del cycle
+    threading.Thread(target=worker, daemon=True).start()
+    while not (entered.is_set() or done.is_set()):
+        time.sleep(0.001)
+    print("python code ran inside the binding" if entered.is_set() else "clean")
+""")
+
+
+@pytest.mark.skipif(UNDER_QEMU, reason="qemu-user cannot start guest subprocesses")
+@pytest.mark.parametrize("mode", ["numpy", "torch"])
+def test_interpreter_exit_during_a_binding_call_does_not_abort(tmp_path, mode):
+    """A daemon thread inside a binding when the interpreter exits: no Python code runs inside
+    a binding (torch tensors went through Tensor.__dlpack__, the SIGINT check through
+    threading.main_thread()), so the thread is never ended there (that was 'terminate called
+    without an active exception', rc 134)."""
+    if mode == "torch":
+        pytest.importorskip("torch", reason="torch is not installed here")
+    script = tmp_path / "exit.py"
+    script.write_text(BINDING_EXIT_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, CPUKERN_VERBOSE="0"))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "clean" in r.stdout, r.stdout

@@ -291,7 +291,7 @@ def test_fused_moe_matches_float64_model_and_is_deterministic(case):
     x, w13, w2, b13, b2, tw, ids, act, threads = case
     want = model(x, w13, w2, tw, ids, act, b13, b2)
     for isa in supported("fused_moe"):
-        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2)
         out = moe.fused_moe(x, p13, p2, tw, ids, threads=threads, **kw)
         assert out.dtype == BF16 and out.shape == x.shape
@@ -316,7 +316,7 @@ def test_fused_moe_nan_stays_in_its_token(case, data):
     else:
         tw[t, data.draw(st.integers(0, tw.shape[1] - 1))] = np.nan
     for isa in supported("fused_moe"):
-        p13, p2 = moe.prepack(w13, isa=isa), moe.prepack(w2, isa=isa)
+        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=threads)
         out = moe.fused_moe(x, p13, p2, tw, ids, **kw).astype(np.float32)
         assert np.isnan(out[t]).all(), (isa, where)

@@ -5,7 +5,7 @@ import pytest
 
 import cpukern
 from cpukern import ternary
-from variants import UNDER_QEMU, variant_params
+from variants import UNDER_QEMU, supported, variant_params
 
 RNG = np.random.default_rng(1234)
 K_EDGES = [1, 15, 16, 17, 33, 4095] if not UNDER_QEMU else [1, 15, 16, 17, 33, 257]
@@ -398,3 +398,49 @@ def test_prepared_weights_pickle_and_copy():
     for clone in (pickle.loads(pickle.dumps(w)), copy.deepcopy(w)):
         assert clone.is_view and clone.shape == w.shape
         np.testing.assert_array_equal(ternary.gemv(clone, x), ternary.gemv(w, x))
+
+
+# --- int8 activations at the edges: the longest exact rows, tiny activations --------------
+
+def test_int8_refuses_k_above_the_exact_int32_bound():
+    """|acc| = |sum_k w q| <= 127 * K must fit int32: K <= (2**31 - 1) // 127 = 16909320. At the
+    bound every variant is exact (all +1 or all -1 weights, x all +-1); one past it is refused."""
+    kmax = (2**31 - 1) // 127
+    x = np.ones(kmax, np.float32)
+    for isa in supported("ternary_gemv"):
+        for k in (kmax + 1, 17_000_000):
+            tw = ternary.prepare(np.zeros((1, (k + 15) // 16), np.uint32), k, isa=isa)
+            with pytest.raises(ValueError, match=f"act: int8 mode needs K <= {kmax}.*got K = {k}"):
+                ternary.gemv(tw, np.ones(k, np.float32), act="int8")
+        if UNDER_QEMU and isa != supported("ternary_gemv")[0]:
+            continue  # one variant is enough under emulation (each takes seconds there)
+        w = np.ones((2, kmax), np.int8)
+        w[1] = -1
+        tw = ternary.prepare(ternary.pack(w), kmax, isa=isa)
+        dq = np.float32(1) / np.float32(127)
+        for sign in (1, -1):
+            y = ternary.gemv(tw, sign * x, act="int8")
+            want = np.float32(sign * 127 * kmax) * dq * np.array([1, -1], np.float32)
+            np.testing.assert_array_equal(y, want, err_msg=isa)
+
+
+
+@pytest.mark.parametrize("amax", [0.0, 1e-45, 3e-42, 1e-38, 3.0e-37, 3.8e-37, 1e-36, 2.0**-100])
+def test_int8_tiny_activations_hold_the_documented_bound(amax):
+    rng = np.random.default_rng(4)
+    m, k = 24, 300
+    w = rng.integers(-1, 2, (m, k)).astype(np.int8)
+    packed = ternary.pack(w)
+    s = rng.uniform(0.5, 2, m).astype(np.float32)
+    x = np.zeros((3, k), np.float32)
+    x[1] = np.float32(amax) * rng.uniform(-1, 1, k).astype(np.float32)
+    x[1, 7] = np.float32(amax)
+    x[2, 3] = -np.float32(amax)
+    exact = (w.astype(np.float64) @ x.astype(np.float64).T).T * s
+    xmax = np.abs(x.astype(np.float64)).max(axis=1, keepdims=True)
+    bound = np.abs(s) * xmax / 254 * np.abs(w).sum(axis=1) + 1e-5 * (np.abs(w) @ np.abs(x.T).astype(np.float64)).T * s
+    bound += 2.0**-149  # a subnormal result is rounded to the subnormal spacing
+    for isa in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, s, isa=isa), x, act="int8")
+        assert (y[0] == 0).all() and not np.signbit(y[0]).any(), (isa, y[0])
+        assert (np.abs(y.astype(np.float64) - exact) <= bound).all(), (isa, amax)

@@ -1,4 +1,4 @@
-"""PyTorch conventions of cpukern.torch (issue 14): module dtypes, the thread rule, load-time
+"""PyTorch conventions of cpukern.torch: module dtypes, the thread rule, load-time
 preparation and vLLM-style parameter replacement."""
 
 from __future__ import annotations

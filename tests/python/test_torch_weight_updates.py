@@ -1,6 +1,6 @@
 """cpukern.torch never serves stale prepared weights: every module, built and updated in place
 (copy_, mul_, load_state_dict) under plain mode, torch.no_grad and torch.inference_mode, returns
-what a freshly built module with the new weights returns (issue 13 item 6)."""
+what a freshly built module with the new weights returns."""
 
 from __future__ import annotations
 

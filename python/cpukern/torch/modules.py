@@ -45,6 +45,7 @@ from cpukern import moe as _moe
 from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
 from cpukern._arrays import bool_arg, int_arg, str_arg
+from cpukern._dtypes import act_arg
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
 from cpukern.torch._weight_cache import _warn_untracked
 from cpukern.torch.packed import EAGER, PackedWeightsTensor
@@ -382,7 +383,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
                  act: str = "fp32", isa: str = "", group_size: int = 0) -> None:
         in_features = int_arg(in_features, "in_features", 1)
         out_features = int_arg(out_features, "out_features", 1)
-        act = str_arg(act, "act", _ternary.ACTS)
+        act = act_arg(act, _ternary.ACTS)
         isa = _isa_arg(isa)
         group_size = int_arg(group_size, "group_size", 0)
         if group_size % 16:
@@ -595,7 +596,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     Buffers: ``w13`` bf16 (E, 2I, H) (rows [gate; up], or interleaved for "swigluoai"), ``w2``
     bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16. Quantized experts
     (``from_mxfp4``, ``from_int8``) keep their own format with ``w13_scales`` / ``w2_scales``.
-    ``act``: "float" (exact) or, for MXFP4 experts only, "int8": W4A8 (int8 activations per
+    ``act``: "fp32" (exact) or, for MXFP4 experts only, "int8": W4A8 (int8 activations per
     token, cpukern.moe.prepack's act; its bound is in cpukern.moe's docstring).
     ``forward(x, router_logits)`` routes with softmax + top-k in torch (renormalised if
     ``renormalize``) and runs ``torch.ops.cpukern.fused_moe``; ``experts(x, topk_weights,
@@ -619,7 +620,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         super().__init__()
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
         self.topk, self.activation, self.renormalize, self.isa = topk, activation, renormalize, isa
-        self.act = "float"
+        self.act = "fp32"
         e, h, i = self.num_experts, self.hidden, self.intermediate
         bf = torch.bfloat16
         self.register_buffer("w13", torch.zeros(e, 2 * i, h, dtype=bf))
@@ -657,11 +658,11 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
                    w2_scales: Tensor, w13_bias: Optional[Tensor] = None,
                    w2_bias: Optional[Tensor] = None, *, topk: int = 4,
                    activation: str = "swigluoai", renormalize: bool = True,
-                   isa: str = "", act: str = "float") -> "FusedMoE":
+                   isa: str = "", act: str = "fp32") -> "FusedMoE":
         """MXFP4 experts as gpt-oss stores them: blocks uint8 (E, O, I/32, 16), scales uint8
         (E, O, I/32) for w13 (O = 2I) and w2 (O = H). Kept as MXFP4 (buffers w13 / w2 hold the
         blocks, w13_scales / w2_scales the scales); never expanded to bf16. act="int8": W4A8."""
-        act = str_arg(act, "act", _moe.ACTS)
+        act = act_arg(act, _moe.ACTS)
         mod = cls._from_quantized(torch.uint8, w13_blocks, w13_scales, w2_blocks, w2_scales,
                                   w13_bias, w2_bias, topk, activation, renormalize, isa)
         mod.act = act
@@ -699,7 +700,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         nn.Module.__init__(mod)
         mod.num_experts, mod.hidden, mod.intermediate = e, hidden, i2 // 2
         mod.topk, mod.activation, mod.renormalize, mod.isa = topk, activation, renormalize, isa
-        mod.act = "float"
+        mod.act = "fp32"
         for name, t in (("w13", w13), ("w2", w2), ("w13_scales", w13_scales),
                         ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
             if t is not None and name.endswith("bias"):
@@ -732,7 +733,8 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
             name=name, verify=False)
 
     def _act(self) -> str:
-        return getattr(self, "act", "float")  # (modules pickled before W4A8 have none)
+        # (modules pickled before W4A8 have none; older ones may say "float", fp32's former name)
+        return act_arg(getattr(self, "act", "fp32"), _moe.ACTS)
 
     def _check_fits(self, name: str, p: Any) -> None:
         want = self._packed_shape(name.rpartition(".")[2])
@@ -777,7 +779,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, hidden={self.hidden}, intermediate="
                 f"{self.intermediate}, topk={self.topk}, activation={self.activation!r}"
-                + (f", act={self._act()!r}" if self._act() != "float" else ""))
+                + (f", act={self._act()!r}" if self._act() != "fp32" else ""))
 
 
 class Linear(_PreparedBuffer, _WeightFormatsKept):

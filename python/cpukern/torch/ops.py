@@ -14,7 +14,8 @@ import cpukern as _cpukern
 from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
-from cpukern._arrays import native, str_arg
+from cpukern._arrays import native
+from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 from cpukern.torch.packed import eager_impl, weights_of
 
@@ -202,8 +203,7 @@ def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
     M, which the tensor's header must hold (the fake kernel needs it). The header is validated
     on every call (O(1)); nothing is cached or prepared here."""
     _check_2d_or_1d(x, "x")
-    if act not in _ternary.ACTS:
-        raise ValueError(f"act: expected one of {_ternary.ACTS}, got {act!r}")
+    act = act_arg(act)  # the name: checked by the extension
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
     _ext.ternary_gemv_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"), act,
                              _threads_or_zero(), native(y, "out"))
@@ -259,7 +259,7 @@ def _(prepared, x, out_features):
 
 
 def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
-                           scales: Optional[Tensor] = None, act: str = "float") -> Tensor:
+                           scales: Optional[Tensor] = None, act: str = "fp32") -> Tensor:
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
     act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepack)."""
@@ -289,7 +289,7 @@ def _expert_format(w: Tensor, name: str, scales: Optional[Tensor]) -> str:
 
 
 def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
-                              scales: Optional[Tensor] = None, act: str = "float") -> Any:
+                              scales: Optional[Tensor] = None, act: str = "fp32") -> Any:
     fmt = _expert_format(w, name, scales)
     return _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa)
 
@@ -303,11 +303,9 @@ def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, to
     cached or packed here."""
     p13 = weights_of(w13_prepared, "w13_prepared", _moe.from_buffer)
     p2 = weights_of(w2_prepared, "w2_prepared", _moe.from_buffer)
-    if topk_ids.dtype == torch.int64:
-        topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
     out = torch.empty_like(x)
-    _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
-                   w2_bias=w2_bias, skip_weighted=skip_weighted, threads=_threads(), out=out)
+    _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                    skip_weighted, out)
     return out
 
 
@@ -337,48 +335,42 @@ def experts_cache_key(fmt: str, scales: Optional[Tensor], isa: Optional[str]) ->
 
 
 def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None,
-                     act: str = "float") -> Any:
+                     act: str = "fp32") -> Any:
     """The PackedExperts of one expert tensor (any format, see _expert_format), from the cache
-    or made now (isa: a forced variant name or None; act: "float", or "int8" for W4A8 on MXFP4
+    or made now (isa: a forced variant name or None; act: "fp32", or "int8" for W4A8 on MXFP4
     blocks, cached apart from the exact packing)."""
     fmt = _expert_format(w, name, scales)
-    key = fmt if act == "float" else f"{fmt}/act={act}"
+    key = fmt if act == "fp32" else f"{fmt}/act={act}"
     return _CACHE.get(w, experts_cache_key(key, scales, isa),
                       lambda: _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa))
 
 
-def _narrow_ids(ids: Tensor, e: int) -> Tensor:
-    """int64 expert ids -> int32, range-checked first (2**32 + 1 must not become expert 1).
-
-    The ids are read once: copied into a private tensor, and the copy is range-checked and
-    narrowed, so that another thread writing `ids` meanwhile cannot change what was checked."""
-    own = torch.empty(tuple(ids.shape), dtype=torch.int64).copy_(ids)
-    if own.numel():
-        flat = own.reshape(-1)
-        bad = (flat < 0) | (flat >= e)
-        if bool(bad.any()):
-            pos = int(bad.nonzero()[0, 0])
-            raise ValueError(f"topk_ids: expert ids must be in [0, {e}), got {int(flat[pos])} at "
-                             f"position {pos}")
-    return own.to(torch.int32)
+def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids: Tensor,
+                    activation: str, w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
+                    skip_weighted: bool, out: Tensor) -> None:
+    """cpukern.moe.fused_moe, with torch.topk's int64 ids taken as they are (the kernel reads
+    them once and range-checks them before narrowing: 2**32 + 1 never becomes expert 1)."""
+    wide = topk_ids.dtype == torch.int64
+    if wide and not topk_ids.is_contiguous():
+        topk_ids = topk_ids.contiguous()
+    _moe._fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                    skip_weighted, None, _threads(), out, "int64" if wide else "int32")
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
                     w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
                     w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None,
-                    act: str = "float") -> None:
+                    act: str = "fp32") -> None:
     forced = _isa(isa, "fused_moe")
-    act = str_arg(act, "act", _moe.ACTS)
+    act = act_arg(act, _moe.ACTS)
     if act == "int8" and torch.uint8 not in (w13.dtype, w2.dtype):
-        raise ValueError(f"act: expected 'float' with {w13.dtype} / {w2.dtype} experts (int8 "
+        raise ValueError(f"act: expected 'fp32' with {w13.dtype} / {w2.dtype} experts (int8 "
                          f"activations only with uint8 MXFP4 blocks), got 'int8'")
-    p13 = prepared_experts(w13, "w13", forced, w13_scales, act if w13.dtype == torch.uint8 else "float")
-    p2 = prepared_experts(w2, "w2", forced, w2_scales, act if w2.dtype == torch.uint8 else "float")
-    if topk_ids.dtype == torch.int64:  # torch.topk's index dtype; the kernel reads int32
-        topk_ids = _narrow_ids(topk_ids, int(p13.shape[0]))
-    _moe.fused_moe(x, p13, p2, topk_weights, topk_ids, activation=activation, w13_bias=w13_bias,
-                   w2_bias=w2_bias, skip_weighted=skip_weighted, threads=_threads(), out=out)
+    p13 = prepared_experts(w13, "w13", forced, w13_scales, act if w13.dtype == torch.uint8 else "fp32")
+    p2 = prepared_experts(w2, "w2", forced, w2_scales, act if w2.dtype == torch.uint8 else "fp32")
+    _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                    skip_weighted, out)
 
 
 @torch.library.custom_op("cpukern::fused_moe", mutates_args=())
@@ -386,12 +378,12 @@ def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids
               activation: str = "silu", w13_bias: Optional[Tensor] = None,
               w2_bias: Optional[Tensor] = None, skip_weighted: bool = False,
               isa: str = "", w13_scales: Optional[Tensor] = None,
-              w2_scales: Optional[Tensor] = None, act: str = "float") -> Tensor:
+              w2_scales: Optional[Tensor] = None, act: str = "fp32") -> Tensor:
     """Fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16, or either as
     MXFP4 blocks uint8 (E, O, I/32, 16) with its scales uint8 (E, O, I/32) in w13_scales /
     w2_scales (gpt-oss's layout), or as int8 (E, O, I) with float32 per-channel scales (E, O)
     (cpukern.moe.quantize(w, format="int8")). act="int8": the MXFP4 weights run W4A8 (int8
-    activations, cpukern.moe.prepack's act; the default "float" is exact)."""
+    activations, cpukern.moe.prepare's act; the default "fp32" is exact)."""
     out = torch.empty_like(x)
     _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
                     skip_weighted, isa, w13_scales, w2_scales, act)
@@ -400,7 +392,7 @@ def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids
 
 @fused_moe.register_fake
 def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_bias=None,
-      skip_weighted=False, isa="", w13_scales=None, w2_scales=None, act="float"):
+      skip_weighted=False, isa="", w13_scales=None, w2_scales=None, act="fp32"):
     torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return torch.empty_like(x)

@@ -157,7 +157,7 @@ def fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tenso
             mod = FusedMoE.from_int8(q13, s13, q2, s2, b13, b2, **kw)
         else:
             mod = FusedMoE.from_mxfp4(q13, s13, q2, s2, b13, b2, **kw,
-                                      act="int8" if fmt == "mxfp4_a8" else "float")
+                                      act="int8" if fmt == "mxfp4_a8" else "fp32")
     return mod.prepare()
 
 

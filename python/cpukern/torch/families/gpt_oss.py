@@ -83,7 +83,7 @@ class GptOss(Family):
                         lambda: MoEExperts(FusedMoE.from_mxfp4(
                             mod.gate_up_proj_blocks, mod.gate_up_proj_scales, mod.down_proj_blocks,
                             mod.down_proj_scales, b13, b2, **kw,
-                            act="int8" if fmt == "mxfp4_a8" else "float").prepare()),
+                            act="int8" if fmt == "mxfp4_a8" else "fp32").prepare()),
                         _A8 if fmt == "mxfp4_a8" else None)
         w13 = mod.gate_up_proj.detach().transpose(1, 2)  # (E, H, 2I) -> (E, 2I, H), interleaved
         w2 = mod.down_proj.detach().transpose(1, 2)  # (E, I, H) -> (E, H, I)

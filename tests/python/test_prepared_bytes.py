@@ -1,0 +1,83 @@
+"""Prepared weights as bytes (to_bytes / from_buffer, state_dict tensors, pickling): buffers
+whose header was edited are refused, with or without verify; every weight format pickles and
+deep-copies to equal results."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cpukern
+from cpukern import moe, ternary, widely_linear
+from variants import variant_params
+
+BF16 = ml_dtypes.bfloat16
+RNG = np.random.default_rng(27)
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is not installed here")
+
+
+SECTION_TABLE = 296  # offset of the blob header's section table (kernels/common/prepared_blob.h)
+
+
+def _blobs(isa_t, isa_wl):
+    w = RNG.integers(-1, 2, (16, 64)).astype(np.int8)
+    yield ternary.to_bytes(ternary.prepare(ternary.pack(w), 64, RNG.random(16).astype(np.float32),
+                                           isa=isa_t))
+    planes, scales = widely_linear.quantize(RNG.standard_normal((8, 32)).astype(np.float32), 2)
+    yield ternary.to_bytes(widely_linear.prepare(planes, scales, 16, isa=isa_wl))
+
+
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+def test_moved_section_and_flipped_names_are_refused(isa):
+    """Section 1 (the scales) moved 64 bytes back into the layout is refused with or without
+    verify (accepted, gemv would read the layout as scales); a flipped bit in the variant or
+    micro-kernel name is refused under verify (never re-prepared for another variant)."""
+    wl = [v["name"] for v in cpukern.kernels("widely_linear")]
+    for blob in _blobs(isa, isa if isa in wl else wl[0]):
+        moved = blob.copy()
+        off = struct.unpack_from("<Q", moved, SECTION_TABLE + 16)[0]
+        struct.pack_into("<Q", moved, SECTION_TABLE + 16, off - 64)
+        for verify in (True, False):
+            with pytest.raises(ValueError, match="^buffer: "):
+                ternary.from_buffer(moved, verify=verify)
+        for pos in (32, 33, 64, 70):  # the variant and micro-kernel names
+            flipped = blob.copy()
+            flipped[pos] ^= 1
+            with pytest.raises(ValueError, match="^buffer: "):
+                ternary.from_buffer(flipped, verify=True)
+
+
+def test_moved_section_in_a_state_dict_is_refused():
+    torch = _torch()
+    from cpukern.torch import TernaryLinear, WidelyLinear
+    for mod, make in ((TernaryLinear.from_linear(torch.nn.Linear(64, 16)), lambda: TernaryLinear(64, 16)),
+                      (WidelyLinear.from_linear(torch.nn.Linear(64, 40)), lambda: WidelyLinear(64, 40))):
+        mod.prepare()
+        sd = mod.state_dict()
+        t = sd["prepared"].clone().numpy()
+        off = struct.unpack_from("<Q", t, SECTION_TABLE + 16)[0]
+        struct.pack_into("<Q", t, SECTION_TABLE + 16, off - 64)
+        sd["prepared"] = torch.from_numpy(t)
+        with pytest.raises(ValueError, match="^prepared: "):
+            make().load_state_dict(sd)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4", "int8"])
+def test_packed_experts_pickle_and_deepcopy(fmt):
+    w = RNG.standard_normal((2, 8, 64)).astype(BF16)
+    if fmt == "bf16":
+        p = moe.prepare(w)
+    else:
+        a, b = moe.quantize(w, format=fmt)
+        p = moe.prepare(a, format=fmt, scales=b)
+    for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p), copy.copy(p)):
+        assert isinstance(q, moe.PackedExperts) and q.format == fmt and q.shape == p.shape
+        np.testing.assert_array_equal(moe.to_bytes(q), moe.to_bytes(p))
