@@ -1,14 +1,20 @@
-"""Whole models, three engines, one run: cpukern under Hugging Face transformers
-(its cpukern quantizer), stock transformers, and llama.cpp's own `llama-bench` on GGUF files
-of the same random weights.
+"""Whole models, one run: cpukern under Hugging Face transformers (its cpukern quantizer),
+stock transformers, llama.cpp's own `llama-bench` on GGUF files of the same random weights,
+and (with --ik-llama-cpp-build) ik_llama.cpp's `llama-bench`.
 
     ./bazelw run //benchmarks/e2e -- --llama-cpp-build /path/to/llama.cpp/build \
+        [--ik-llama-cpp-build /path/to/ik_llama.cpp/build] \
         [--models bitnet,qwen3-moe,gpt-oss] [--threads 1,2] [--rounds 1]
 
-The llama.cpp build is the user's (nothing of it is vendored or built here): a CMake Release
-build with the CPU backend, e.g.
+The llama.cpp and ik_llama.cpp builds are the user's (nothing of them is vendored or built
+here): CMake Release builds with the CPU backend, e.g.
     cmake -S llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
-    cmake --build build --target llama-bench
+    cmake --build build --target llama-bench llama-quantize
+ik_llama.cpp reads BitNet as IQ2_BN, made here from an F16 GGUF by its own llama-quantize
+(token embedding, which is also the LM head, kept F16 as in the TQ2_0 file); Qwen3-MoE as the
+same BF16 file. Its decode is `-gp 128,128` (128 tokens after a 128-token prompt, the prompt
+not timed: tg128 at depth 128), its row the best of `-fa 0/1` x `-rtr 0/1` (medians per
+setting over the rounds, then the best; the row names the winner).
 
 Per (model, threads), the engines run one after the other, each in its own process (its peak
 RSS is that process's, from wait4), round after round, so their ratios come from the same
@@ -92,31 +98,28 @@ def run_measured(cmd: list[str], env: Optional[dict] = None, timeout: float = 36
 
 # ---------------------------------------------------------------- llama.cpp
 
-def llama_bench(build: str) -> str:
-    for c in ("bin/llama-bench", "llama-bench", "tools/llama-bench/llama-bench"):
+def llama_tool(build: str, tool: str = "llama-bench", option: str = "--llama-cpp-build") -> str:
+    for c in (f"bin/{tool}", tool, f"tools/{tool}/{tool}"):
         p = os.path.join(build, c)
         if os.path.exists(p):
             return p
-    raise SystemExit(f"--llama-cpp-build: no llama-bench under {build}")
+    raise SystemExit(f"{option}: no {tool} under {build}")
 
 
 def gguf_bytes_per_token(path: str, experts: tuple) -> int:
-    import gguf
-    r = gguf.GGUFReader(path)
-    names = {t.name for t in r.tensors}
+    sizes = W.gguf_tensor_bytes(path)
     total = 0
-    for t in r.tensors:
-        n = int(t.n_bytes)
-        if t.name == "token_embd.weight" and "output.weight" in names:
+    for name, n in sizes.items():
+        if name == "token_embd.weight" and "output.weight" in sizes:
             continue  # one row per token; the LM head is its own tensor
-        if "_exps" in t.name and experts[0]:
+        if "_exps" in name and experts[0]:
             n = n * experts[1] // experts[0]
         total += n
     return total
 
 
 def run_llama(spec: W.ModelSpec, qtype: str, threads: int, args) -> dict[str, Any]:
-    exe = llama_bench(args.llama_cpp_build)
+    exe = llama_tool(args.llama_cpp_build)
     path = spec.gguf_path(qtype)
     res: dict[str, Any] = {"engine": f"llama.cpp {qtype}"}
     rss = 0
@@ -134,6 +137,73 @@ def run_llama(spec: W.ModelSpec, qtype: str, threads: int, args) -> dict[str, An
     res["rss"] = rss
     res["bytes_per_token"] = gguf_bytes_per_token(path, spec.experts)
     return res
+
+
+# ---------------------------------------------------------------- ik_llama.cpp
+
+IK_SETTINGS = [(fa, rtr) for rtr in (0, 1) for fa in (0, 1)]
+
+
+def ik_gguf(spec: W.ModelSpec, qtype: str, args) -> str:
+    """ik_llama.cpp's file of qtype: written here, or made by its llama-quantize from the
+    source type that spec.ik_types names (kept next to the others in the cache)."""
+    source = spec.ik_types[qtype]
+    path = spec.gguf_path(qtype if source is None else f"{qtype}-ik")
+    if source is None or os.path.exists(path):
+        return path
+    spec.ensure(log, gguf_types=(source,))
+    exe = llama_tool(args.ik_llama_cpp_build, "llama-quantize", "--ik-llama-cpp-build")
+    # The token embedding is also the LM head: F16, as in the TQ2_0 file (the default for
+    # IQ2_BN would be IQ4_NL, a quarter of the LM head's bytes).
+    cmd = [exe, "--token-embedding-type", "f16", spec.gguf_path(source), path + ".tmp", qtype,
+           str(os.cpu_count() or 1)]
+    log(f"{spec.key}: {' '.join(cmd)}")
+    rc, out, err, _ = run_measured(cmd)
+    if rc != 0:
+        raise SystemExit(f"ik_llama.cpp llama-quantize failed (rc {rc}): {(err or out)[-500:]}")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def run_ik(spec: W.ModelSpec, qtype: str, threads: int, args) -> dict[str, Any]:
+    """ik_llama.cpp's llama-bench: pp512 and `-gp 128,128` for every -fa x -rtr setting
+    (-rtr repacks at load: one process per value, -fa both in each)."""
+    res: dict[str, Any] = {"engine": f"ik_llama.cpp {qtype}", "settings": {}}
+    try:
+        exe = llama_tool(args.ik_llama_cpp_build, option="--ik-llama-cpp-build")
+        path = ik_gguf(spec, qtype, args)
+    except SystemExit as e:
+        return {**res, "skip": str(e)}
+    rss = 0
+    for rtr in sorted({r for _, r in IK_SETTINGS}):
+        cmd = [exe, "-m", path, "-t", str(threads), "-r", str(args.llama_reps), "-o", "json",
+               "-p", str(PREFILL), "-n", "0", "-gp", f"{PROMPT},{DECODE}",
+               "-fa", ",".join(str(f) for f, r in IK_SETTINGS if r == rtr), "-rtr", str(rtr)]
+        rc, out, err, peak = run_measured(cmd)
+        rss = max(rss, peak)
+        if rc != 0:
+            return {**res, "skip": f"ik_llama.cpp llama-bench failed (rc {rc}): "
+                                   f"{err.strip().splitlines()[-1:] or ''}"}
+        for row in json.loads(out):
+            what = "decode" if int(row["n_gen"]) > 0 else "prefill"
+            key = f"-fa {int(bool(row['flash_attn']))} -rtr {rtr}"
+            res["settings"].setdefault(key, {})[what] = float(row["avg_ts"])
+            res["build"] = row.get("build_commit", "?")
+    res.update(best_setting(res["settings"]))
+    res["rss"] = rss
+    res["bytes_per_token"] = gguf_bytes_per_token(path, spec.experts)
+    return res
+
+
+def best_setting(settings: dict[str, dict]) -> dict[str, Any]:
+    """The fastest setting for prefill and for decode, each on its own."""
+    out: dict[str, Any] = {"best": {}}
+    for what in ("prefill", "decode"):
+        have = {k: v[what] for k, v in settings.items() if what in v}
+        if have:
+            k = max(have, key=have.get)
+            out[what], out["best"][what] = have[k], k
+    return out
 
 
 # ---------------------------------------------------------------- transformers (worker side)
@@ -344,6 +414,11 @@ def median_row(rows: list[dict]) -> dict:
     for k in ("prefill", "decode"):
         if all(k in r for r in ok):
             out[k] = statistics.median(r[k] for r in ok)
+    if "settings" in out:  # ik_llama.cpp: the median of each setting, then the best
+        out["settings"] = {s: {k: statistics.median(r["settings"][s][k] for r in ok)
+                               for k in v if all(k in r["settings"].get(s, {}) for r in ok)}
+                           for s, v in out["settings"].items()}
+        out.update(best_setting(out["settings"]))
     out["rss"] = max(r.get("rss", 0) for r in ok)
     return out
 
@@ -368,10 +443,21 @@ def fmt_table(results: list[tuple], gbs: dict) -> str:
         probe_gbs = gbs.get(str(threads))
         if bpt and probe_gbs and "decode" in row:
             frac = f"{bpt * row['decode'] / (probe_gbs * 1e9):.0%}"
-        lines.append(f"| {model} | {row['engine']} | {threads} | {row.get('prefill', 0):.1f} | "
+        engine = row["engine"]
+        if row.get("best"):
+            b = row["best"]
+            engine += (f", best: `{b['decode']}`" if b.get("decode") == b.get("prefill") else
+                       f", best decode `{b.get('decode')}`, prefill `{b.get('prefill')}`")
+        lines.append(f"| {model} | {engine} | {threads} | {row.get('prefill', 0):.1f} | "
                      f"{row.get('decode', 0):.2f} | {ratio} | {row.get('rss', 0) / 1e9:.2f} | "
                      f"{bpt / 1e6:.0f} | {frac} | {fmt_profile(row.get('profile'))} |")
     return "\n".join(lines)
+
+
+def llama_types(spec: W.ModelSpec, args) -> tuple:
+    if not args.llama_cpp_types:
+        return spec.gguf_types
+    return tuple(q for q in args.llama_cpp_types.split(",") if q in spec.gguf_types)
 
 
 def main() -> None:
@@ -379,11 +465,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--llama-cpp-build", help="the user's llama.cpp CMake build directory")
+    ap.add_argument("--ik-llama-cpp-build",
+                    help="the user's ik_llama.cpp CMake build directory (llama-bench and "
+                         "llama-quantize): adds its rows")
     ap.add_argument("--models", default="bitnet,qwen3-moe,gpt-oss")
     ap.add_argument("--engines", default="cpukern,transformers,llama.cpp")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median)")
-    ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench -r")
+    ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench -r (both peers)")
+    ap.add_argument("--llama-cpp-types", default="",
+                    help="llama.cpp GGUF types to run (default: all of each model's, e.g. "
+                         "TQ2_0,TQ1_0 for BitNet)")
     ap.add_argument("--isa", default="", help="cpukern variant to force (default: automatic)")
     ap.add_argument("--lm-head", dest="lm_head", default="", choices=("", "bf16", "int8"),
                     help="cpukern's LM head format (default: bf16)")
@@ -410,7 +502,8 @@ def main() -> None:
     ap.add_argument("--stock-decode", type=int, default=0,
                     help="greedy tokens timed for stock transformers (default: --decode); stock "
                          "BitNet unpacks every weight at every step, so 128 tokens take an hour")
-    ap.add_argument("--prepare-only", action="store_true", help="write the weight files and stop")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="write the weight files (with --ik-llama-cpp-build, its too) and stop")
     args = ap.parse_args()
 
     if args.worker:
@@ -420,14 +513,21 @@ def main() -> None:
     PREFILL, PROMPT, DECODE = args.prefill, args.prompt, args.decode
     args.models = args.models.split(",")
     engines = args.engines.split(",")
+    if args.ik_llama_cpp_build and "ik_llama.cpp" not in engines:
+        engines.append("ik_llama.cpp")
     threads = [int(t) for t in args.threads.split(",")]
     if args.cpukern_steps != "auto" and set(args.cpukern_steps.split(",")) - {"compiled", "eager"}:
         raise SystemExit(f"--cpukern-steps: expected auto, or compiled and/or eager, got "
                          f"{args.cpukern_steps!r}")
     specs = model_specs(args)
     for s in specs.values():  # GGUF files only where llama.cpp runs
-        s.ensure(log, gguf_types=None if "llama.cpp" in engines or args.prepare_only else ())
+        s.ensure(log, gguf_types=llama_types(s, args) if "llama.cpp" in engines or
+                 args.prepare_only else ())
     if args.prepare_only:
+        if args.ik_llama_cpp_build:
+            for s in specs.values():
+                for q in s.ik_types:
+                    ik_gguf(s, q, args)
         return
     if "llama.cpp" in engines and not args.llama_cpp_build:
         log("no --llama-cpp-build: the llama.cpp rows are skipped")
@@ -458,7 +558,10 @@ def main() -> None:
                     if e == "llama.cpp":
                         jobs = [(f"llama.cpp {q}", lambda q=q: run_llama(spec, q, t, args) if args.llama_cpp_build
                                  else {"engine": f"llama.cpp {q}", "skip": "no --llama-cpp-build"})
-                                for q in spec.gguf_types]
+                                for q in llama_types(spec, args)]
+                    elif e == "ik_llama.cpp" and args.ik_llama_cpp_build:
+                        jobs = [(f"ik_llama.cpp {q}", lambda q=q: run_ik(spec, q, t, args))
+                                for q in spec.ik_types]
                     elif e == "transformers":
                         jobs = [(stock_name, lambda: run_hf(spec, stock_name, t, args, stock_dir,
                                                             decode=args.stock_decode))]

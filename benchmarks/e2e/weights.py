@@ -10,7 +10,8 @@ reused while the stamp file (the spec's fingerprint) matches.
 Models (the published configurations; see MODELS):
   bitnet     BitNet b1.58 2B-4T: HF packed ternary (4 per uint8 along the output dimension,
              value+1, plus a per-tensor bf16 `weight_scale` that the HF BitLinear divides by);
-             GGUF TQ2_0 and TQ1_0 (exact: every 256-block holds 0 and +-1/weight_scale).
+             GGUF TQ2_0 and TQ1_0 (exact: every 256-block holds 0 and +-1/weight_scale), and
+             F16 under ik_llama.cpp's `bitnet-25` architecture (the source of its IQ2_BN).
   qwen3-moe  Qwen3-30B-A3B, bf16, the first `layers` of its 48 layers (memory); GGUF BF16.
   gpt-oss    gpt-oss-20b, MXFP4 experts (blocks + e8m0 scales, gate/up rows interleaved) and
              bf16 elsewhere, all 24 layers; GGUF with the same MXFP4 codes (ggml's nibble order).
@@ -174,6 +175,54 @@ def write_gguf(path: str, arch: str, kv: Callable, tensors: list[GTensor]) -> No
     os.replace(path + ".tmp", path)
 
 
+def gguf_tensor_bytes(path: str) -> dict[str, int]:
+    """Bytes of every tensor in a GGUF file, from the header's data offsets (the distance to
+    the next tensor, alignment padding included). Reads types that the gguf package does not
+    know (ik_llama.cpp's IQ2_BN)."""
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    with open(path, "rb") as f:
+        def u(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string():
+            return f.read(u("Q"))
+
+        def skip_value(vtype):
+            if vtype == 8:
+                string()
+            elif vtype == 9:
+                item, n = u("I"), u("Q")
+                if item in scalar:
+                    f.seek(scalar[item] * n, 1)
+                else:
+                    for _ in range(n):
+                        skip_value(item)
+            else:
+                f.seek(scalar[vtype], 1)
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file")
+        u("I")  # version
+        n_tensors, n_kv = u("Q"), u("Q")
+        align = 32
+        for _ in range(n_kv):
+            key, vtype = string(), u("I")
+            if key == b"general.alignment" and vtype == 4:
+                align = u("I")
+            else:
+                skip_value(vtype)
+        offsets = {}
+        for _ in range(n_tensors):
+            name = string().decode()
+            f.seek(8 * u("I") + 4, 1)  # dims, type
+            offsets[name] = u("Q")
+        data = -(-f.tell() // align) * align
+    end = os.path.getsize(path) - data
+    ordered = sorted(offsets.items(), key=lambda kv: kv[1])
+    return {n: (ordered[i + 1][1] if i + 1 < len(ordered) else end) - off
+            for i, (n, off) in enumerate(ordered)}
+
+
 def quantized(qtype, make_f32: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
     import gguf
 
@@ -222,6 +271,9 @@ class ModelSpec:
     gguf_file: Callable[["ModelSpec", str, str], None]
     note: str = ""
     experts: tuple = (0, 0)     # (E, topk) for bytes-per-token accounting; (0, 0) = dense
+    # ik_llama.cpp's GGUF variants: type -> the GGUF type its llama-quantize makes it from
+    # (None: the file is written here, as for llama.cpp).
+    ik_types: dict = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         return hashlib.sha1(json.dumps([SEED, self.config, WRITER_VERSION],
@@ -361,6 +413,9 @@ def _common_kv(c: dict, head_dim: int) -> Callable:
 
 
 def bitnet_gguf(spec: ModelSpec, qname: str, path: str) -> None:
+    """TQ2_0/TQ1_0 under llama.cpp's `bitnet` architecture; F16 under ik_llama.cpp's
+    `bitnet-25` (BitNet b1.58 2B-4T there: relu2 FFN as in HF; its `bitnet` is the older 3B
+    graph), the input of ik_llama.cpp's llama-quantize to IQ2_BN."""
     import gguf
     c = spec.config
     tmap = _tensor_map("BITNET", c["num_hidden_layers"])
@@ -381,13 +436,14 @@ def bitnet_gguf(spec: ModelSpec, qname: str, path: str) -> None:
     def kv(w):
         _common_kv(c, c["hidden_size"] // c["num_attention_heads"])(w)
         w.add_feed_forward_length(c["intermediate_size"])  # llama.cpp sizes ffn_sub_norm by it
-    write_gguf(path, "bitnet", kv, ts)
+    write_gguf(path, "bitnet-25" if qname == "F16" else "bitnet", kv, ts)
 
 
 def bitnet(layers: int = 30) -> ModelSpec:
     return ModelSpec("bitnet", "BitNet b1.58 2B-4T" + ("" if layers == 30 else f" ({layers} of 30 layers)"),
                      bitnet_config(layers), ("TQ2_0", "TQ1_0"), hf_tensors, bitnet_gguf,
-                     note="llama.cpp's bitnet graph uses SiLU-gated FFN, HF's relu2 (same weights)")
+                     note="llama.cpp's bitnet graph uses SiLU-gated FFN, HF's relu2 (same weights)",
+                     ik_types={"IQ2_BN": "F16"})
 
 
 # --- Qwen3-30B-A3B
@@ -471,7 +527,8 @@ def qwen3_moe_gguf(spec: ModelSpec, qname: str, path: str) -> None:
 
 def qwen3_moe(layers: int = 8) -> ModelSpec:
     return ModelSpec("qwen3-moe", f"Qwen3-30B-A3B ({layers} of 48 layers)", qwen3_moe_config(layers),
-                     ("BF16",), hf_tensors, qwen3_moe_gguf, experts=(128, 8))
+                     ("BF16",), hf_tensors, qwen3_moe_gguf, experts=(128, 8),
+                     ik_types={"BF16": None})
 
 
 # --- gpt-oss-20b

@@ -1,6 +1,7 @@
 """The e2e weight writers on tiny configurations: the HF BitNet packing against transformers'
-own unpack_weights, HF and GGUF files holding the same values (BitNet TQ2_0/TQ1_0, Qwen3-MoE
-BF16, gpt-oss MXFP4 with its gate/up split), deterministic regeneration. Host only."""
+own unpack_weights, HF and GGUF files holding the same values (BitNet TQ2_0/TQ1_0 and the F16
+source of ik_llama.cpp's IQ2_BN, Qwen3-MoE BF16, gpt-oss MXFP4 with its gate/up split), the
+header-only tensor sizes against gguf's reader, deterministic regeneration. Host only."""
 
 import importlib.util
 import json
@@ -41,6 +42,18 @@ def read_gguf(path: str) -> dict:
     return out
 
 
+def check_tensor_bytes(path: str) -> None:
+    """weights.gguf_tensor_bytes (the header's offsets) against gguf's own reader: the same
+    bytes up to the alignment padding after each tensor."""
+    import gguf
+    got = W.gguf_tensor_bytes(path)
+    r = gguf.GGUFReader(path)
+    assert sorted(got) == sorted(t.name for t in r.tensors), path
+    align = r.alignment
+    for t in r.tensors:
+        assert int(t.n_bytes) <= got[t.name] < int(t.n_bytes) + align, (path, t.name, got[t.name])
+
+
 def tiny(spec: W.ModelSpec, **cfg) -> W.ModelSpec:
     spec.config.update(cfg)
     return spec
@@ -54,9 +67,10 @@ def check_bitnet(tmp: str) -> None:
     assert np.array_equal(got, t), "HF BitNet packing"
     s = tiny(W.bitnet(1), hidden_size=512, intermediate_size=768, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=300)
-    s.ensure(print)
+    s.ensure(print, gguf_types=("TQ2_0", "TQ1_0", "F16"))  # F16: ik_llama.cpp's source
     hf = read_safetensors(s.hf_dir)
-    for q in ("TQ2_0", "TQ1_0"):
+    for q in ("TQ2_0", "TQ1_0", "F16"):
+        check_tensor_bytes(s.gguf_path(q))
         g = read_gguf(s.gguf_path(q))
         for hn, gn in (("model.layers.0.mlp.down_proj", "blk.0.ffn_down.weight"),
                        ("model.layers.0.self_attn.k_proj", "blk.0.attn_k.weight")):
@@ -73,6 +87,7 @@ def check_qwen3(tmp: str) -> None:
              num_experts=4, num_experts_per_tok=2, num_attention_heads=4, num_key_value_heads=2,
              head_dim=32, vocab_size=300)
     s.ensure(print)
+    check_tensor_bytes(s.gguf_path("BF16"))
     hf, g = read_safetensors(s.hf_dir), read_gguf(s.gguf_path("BF16"))
     for e in range(4):
         np.testing.assert_array_equal(g["blk.0.ffn_down_exps.weight"][e],
@@ -87,6 +102,7 @@ def check_gpt_oss(tmp: str) -> None:
              num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300,
              pad_token_id=299)  # a pad id inside the vocabulary, as transformers requires
     s.ensure(print)
+    check_tensor_bytes(s.gguf_path("MXFP4"))
     hf, g = read_safetensors(s.hf_dir), read_gguf(s.gguf_path("MXFP4"))
     p = "model.layers.0.mlp.experts."
 
