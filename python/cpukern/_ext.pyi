@@ -36,7 +36,7 @@ def read_bandwidth(nbytes: int = 1073741824, threads: int = 0, min_seconds: floa
 
 class PackedWeights:
     """
-    Weights packed once into one micro-kernel's layout, for any op (cpukern.ternary.prepare, cpukern.widely_linear.prepare, cpukern.moe.prepack). Pickles, copies and serialises (to_bytes, from_buffer).
+    Weights packed once into one micro-kernel's layout, for any op (cpukern.ternary.prepare, cpukern.widely_linear.prepare, cpukern.moe.prepare). Pickles, copies and serialises (to_bytes, from_buffer).
     """
 
     @property
