@@ -462,7 +462,7 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
             int8=self.act != "fp32"), name=name, verify=False)
 
     def _check_fits(self, name: str, w: Any) -> None:
-        if (not isinstance(w, _ternary.TernaryWeights) or w.group_size != self.group_size
+        if (getattr(w, "op", None) != "ternary" or w.group_size != self.group_size
                 or tuple(w.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: prepared weights of shape {tuple(w.shape)} (group_size "
                              f"{getattr(w, 'group_size', None)}) do not fit this layer "
@@ -551,7 +551,7 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
             self.planes, self.scales, self.in_features // 2, self.isa), name=name, verify=False)
 
     def _check_fits(self, name: str, layer: Any) -> None:
-        if (not isinstance(layer, _ternary.WidelyLinearWeights) or layer.stages != self.stages
+        if (getattr(layer, "op", None) != "widely_linear" or layer.stages != self.stages
                 or tuple(layer.shape) != (self.out_features, self.in_features)):
             raise ValueError(f"{name}: a prepared layer of shape {tuple(layer.shape)} with "
                              f"{getattr(layer, 'stages', None)} stages does not fit this layer "
@@ -738,7 +738,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
 
     def _check_fits(self, name: str, p: Any) -> None:
         want = self._packed_shape(name.rpartition(".")[2])
-        if not isinstance(p, PackedExperts) or tuple(p.shape) != want:
+        if getattr(p, "op", None) != "moe" or tuple(p.shape) != want:
             raise ValueError(f"{name}: packed experts of shape {tuple(p.shape)} do not fit this "
                              f"layer {want}")
 
@@ -852,7 +852,7 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
             name=name, verify=False)
 
     def _check_fits(self, name: str, p: Any) -> None:
-        if not isinstance(p, PackedExperts) or tuple(p.shape) != (1, self.out_features, self.in_features):
+        if getattr(p, "op", None) != "moe" or tuple(p.shape) != (1, self.out_features, self.in_features):
             raise ValueError(f"{name}: packed weight of shape {tuple(p.shape)} does not fit this "
                              f"layer (1, {self.out_features}, {self.in_features})")
         if p.format != self.format:

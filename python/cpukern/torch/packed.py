@@ -33,8 +33,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from cpukern import moe as _moe
-from cpukern import ternary as _ternary
+from cpukern import _packed
 
 __all__ = ["PackedWeightsTensor"]
 
@@ -43,11 +42,8 @@ _ALIGN = 64  # from_buffer's alignment; torch's CPU allocator gives it to new te
 
 
 def _load(blob: Tensor, verify: bool, name: str, isa: Optional[str] = None) -> Any:
-    """The prepared object viewing `blob` (cpukern.moe.from_buffer for op "moe", else
-    cpukern.ternary.from_buffer)."""
-    if _ternary._op_of(blob) == "moe":
-        return _moe.from_buffer(blob, verify=verify, isa=isa, name=name)
-    return _ternary.from_buffer(blob, verify=verify, isa=isa, name=name)
+    """The prepared object viewing `blob` (cpukern.from_buffer: the op its header names)."""
+    return _packed.from_buffer(blob, verify=verify, isa=isa, name=name)
 
 
 def _cannot_run_here(e: ValueError) -> bool:
@@ -125,12 +121,8 @@ class PackedWeightsTensor(Tensor):
     def from_weights(cls, weights: Any, *, int8: bool = False) -> "PackedWeightsTensor":
         """TernaryWeights / WidelyLinearWeights / PackedExperts serialised into a new blob
         (int8: with the ternary int8 layout too); the cached object views the blob."""
-        if isinstance(weights, _moe.PackedExperts):
-            blob = torch.empty(_moe.serialized_size(weights), dtype=torch.uint8)
-            _moe.to_bytes(weights, out=blob)
-        else:
-            blob = torch.empty(_ternary.serialized_size(weights, int8=int8), dtype=torch.uint8)
-            _ternary.to_bytes(weights, int8=int8, out=blob)
+        blob = torch.empty(_packed.serialized_size(weights, int8=int8), dtype=torch.uint8)
+        _packed.to_bytes(weights, int8=int8, out=blob)
         return cls(blob, verify=False)
 
     def _alias(self, blob: Tensor, weights: Any, same_blob: bool) -> "PackedWeightsTensor":
