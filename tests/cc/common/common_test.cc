@@ -33,8 +33,12 @@ TEST(CpuFeatures, DetectsTheArchitectureItWasBuiltFor) {
 #if defined(__x86_64__)
   EXPECT_EQ(info.arch, Arch::kX86_64);
   EXPECT_EQ(info.features & kNEON, 0u);
-  if (info.features & kAVX512F) EXPECT_TRUE(info.features & kAVX2);
-  if (info.features & kFastPext) EXPECT_TRUE(info.features & kBMI2);
+  if (info.features & kAVX512F) {
+    EXPECT_TRUE(info.features & kAVX2);
+  }
+  if (info.features & kFastPext) {
+    EXPECT_TRUE(info.features & kBMI2);
+  }
 #elif defined(__aarch64__)
   EXPECT_EQ(info.arch, Arch::kAArch64);
   EXPECT_TRUE(info.features & kNEON);
@@ -52,8 +56,12 @@ TEST(CpuFeatures, QemuCpuModelIsVisible) {
   const char* model = std::getenv("CPUKERN_QEMU_CPU");
   if (!model) GTEST_SKIP() << "not running under qemu-user (CPUKERN_QEMU_CPU unset)";
 #if defined(__aarch64__)
-  if (std::string(model) == "max") EXPECT_TRUE(cpu_has(kBF16)) << "qemu -cpu max reports BF16";
-  if (std::string(model) == "neoverse-n1") EXPECT_FALSE(cpu_has(kBF16)) << "N1 has no BF16";
+  if (std::string(model) == "max") {
+    EXPECT_TRUE(cpu_has(kBF16)) << "qemu -cpu max reports BF16";
+  }
+  if (std::string(model) == "neoverse-n1") {
+    EXPECT_FALSE(cpu_has(kBF16)) << "N1 has no BF16";
+  }
 #endif
 }
 
@@ -401,8 +409,12 @@ TEST(CpuFeatures, AmxBitsAndWhyMissing) {
   EXPECT_EQ(feature_from_name("amx"), kAMX);
   EXPECT_EQ(feature_from_name("amx_tile"), kAMXTile);
   const CpuInfo& info = cpu_info();
-  if (info.features & (kAMXBF16 | kAMXINT8)) EXPECT_TRUE(info.features & kAMXTile);
-  if (info.features & kAMX) EXPECT_TRUE(info.features & kAVX512F);
+  if (info.features & (kAMXBF16 | kAMXINT8)) {
+    EXPECT_TRUE(info.features & kAMXTile);
+  }
+  if (info.features & kAMX) {
+    EXPECT_TRUE(info.features & kAVX512F);
+  }
   const uint64_t lacking = kAMX & ~info.features;
   if (lacking) {
     const std::string why = why_missing(lacking);

@@ -31,7 +31,7 @@ std::vector<uint32_t> random_words(int64_t m, int64_t k, std::mt19937& rng) {
   std::vector<int8_t> w(size_t(m * k));
   for (auto& v : w) v = int8_t(int(rng() % 3) - 1);
   std::vector<uint32_t> p(size_t(m * words_for(k)));
-  if (m * k) pack(w.data(), m, k, p.data());
+  if (m * k != 0) pack(w.data(), m, k, p.data());
   return p;
 }
 
@@ -85,7 +85,9 @@ TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
         auto view = import(b, o);
         EXPECT_FALSE(reprepared);
         ASSERT_TRUE(view->is_view()) << "not a view of the buffer";
-        if (view->layout_bytes() > 0) EXPECT_EQ(view->layout(), b.data<unsigned char>() + 448);
+        if (view->layout_bytes() > 0) {
+          EXPECT_EQ(view->layout(), b.data<unsigned char>() + 448);
+        }
         EXPECT_EQ(view->i8_ready(), int8 || c.m * c.k == 0 ||
                                         std::strcmp(v->ukernel.f32.layout, v->ukernel.i8.layout) == 0);
         const int64_t batch = 3;
