@@ -214,13 +214,15 @@ def hf_bytes_per_token(model, experts: tuple) -> int:
     # count the prepared buffers only.
     for mod in model.modules():
         for prepared, sources in getattr(mod, "_SOURCES", {}).items():
-            if getattr(mod, prepared, None) is not None and getattr(mod, prepared).numel():
+            held = getattr(getattr(mod, prepared, None), "blob", getattr(mod, prepared, None))
+            if held is not None and held.numel():
                 seen.update(getattr(mod, n).data_ptr() for n in sources
                             if getattr(mod, n, None) is not None)
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == emb.data_ptr()
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        t = getattr(t, "blob", t)  # a PackedWeightsTensor: its serialised bytes
         if t.data_ptr() in seen or t.device.type == "meta":
             continue
         seen.add(t.data_ptr())
