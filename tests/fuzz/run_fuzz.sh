@@ -56,6 +56,7 @@ arch_isas() {  # the ukernel suffixes this machine compiles
 # Library sources of each target: "file" or "file|extra flags".
 sources_common() {
   echo "kernels/common/cpu_features.cc"
+  echo "kernels/common/packed_weights.cc"
   echo "kernels/common/prepared_blob.cc"
   echo "kernels/common/registry.cc"
   echo "kernels/common/thread_pool.cc"

@@ -4,8 +4,8 @@
 //
 // Checks, besides the sanitizers (ASan + UBSan):
 //   * unpack / prepare accept exactly the inputs an independent validator accepts (no code
-//     0b11 in the first k codes of a row; for prepare also no nonzero code past k; words per
-//     row == ceil(k/16); 0 <= k), and throw std::invalid_argument otherwise, before writing;
+//     0b11 in the first k codes of a row, no nonzero code past k: one rule for both; words
+//     per row == ceil(k/16); 0 <= k), and throw std::invalid_argument otherwise, before writing;
 //   * unpack decodes exactly; gemv on small-integer activations is exact (bitwise equal to an
 //     integer model times the scale) for every variant; int8 gemv agrees bitwise across variants.
 //
@@ -109,7 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::invalid_argument&) {
     unpacked = false;
   }
-  if (unpacked != (shape_ok && codes_ok)) fail("unpack accepted/refused differently from the validator");
+  if (unpacked != (shape_ok && codes_ok && tail_ok))
+    fail("unpack accepted/refused differently from the validator");
   if (unpacked)
     for (int64_t row = 0; row < m; ++row)
       for (int64_t j = 0; j < k; ++j) {
