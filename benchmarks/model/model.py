@@ -568,7 +568,7 @@ def main():
     copts, isa_copts = bzl_tables(args.root)
     kernels = micro_kernels(args.root)
     if args.quick:
-        kernels = [k for k in kernels if k[1] == "ternary_gemv_i8_q2b128_4x1__neon_dotprod"]
+        kernels = [k for k in kernels if k[1] == "ternary_gemv_f32_qd8_q2b128_4x1__neon_dotprod"]
     elif args.kernel:
         kernels = [k for k in kernels if re.search(args.kernel, k[1])]
     tmp = tempfile.mkdtemp(prefix="cpukern_model_")

@@ -134,7 +134,7 @@ const bool registered = [] {
     auto* b = benchmark::RegisterBenchmark(name.c_str(), run_bench, v, sh, batch, act, threads,
                                            cold);
     b->UseRealTime()->Unit(benchmark::kMicrosecond);
-    if (v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar")) b->MinTime(0.05);
+    if (v->ukernel.name == std::string("ternary_gemv_f32_f32_t2p16_1x1__scalar")) b->MinTime(0.05);
   };
   for (const Variant& row : registry().all_rows()) {
     if (!row.supported()) continue;
@@ -148,7 +148,7 @@ const bool registered = [] {
             add(v, sh, act, batch, threads, false);
             if (all == 1) break;
           }
-    const bool scalar = v->ukernel.name == std::string("ternary_gemv_f32_t2p16_1x1__scalar");
+    const bool scalar = v->ukernel.name == std::string("ternary_gemv_f32_f32_t2p16_1x1__scalar");
     for (const Shape& sh : kColdShapes) {
       if (scalar && sh.m > 4096 * 4) continue;  // minutes per call set: the hot rows suffice
       for (Act act : {Act::kF32, Act::kInt8})

@@ -25,7 +25,7 @@ namespace cpukern {
 
 // `Ukernel` is an op-specific struct of tile sizes and function pointers; it must have a
 // `const char* name` member holding the micro-kernel's full name
-// (e.g. "ternary_gemv_f32_lut3r8_8x1__avx2").
+// (e.g. "ternary_gemv_f32_f32_lut3r8_8x1__avx2").
 template <class Ukernel>
 struct Variant {
   const char* name;   // short, user-facing: "avx2", "neon_bf16_bfmmla", "reference"

@@ -4,7 +4,7 @@
 //
 // The SIMDe copies (-DCPUKERN_SIMDE, correctness tests on any host) do not unroll: SIMDe's
 // portable _mm512_* bodies, unrolled, made GCC 12 take over 10 minutes and 1.5 GB for one
-// file (ternary_gemv_i8_lut27r16_16x1__avx512_vnni.cc: 13 s without). Unrolling changes
+// file (ternary_gemv_f32_qd8_lut27r16_16x1__avx512_vnni.cc: 13 s without). Unrolling changes
 // no result, only register allocation.
 #pragma once
 

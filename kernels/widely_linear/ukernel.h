@@ -102,7 +102,7 @@ extern const Layout t2p16x4, g3r8x4, g4r16x4;  // ukernels/layouts.cc
 }  // namespace layouts
 
 struct Ukernel {
-  const char* name;       // fused micro-kernel, e.g. "widely_linear_f32_g3r8x4_8x1__avx2"
+  const char* name;       // fused micro-kernel, e.g. "widely_linear_f32_f32_g3r8x4_8x1__avx2"
   const char* gemv_name;  // its single sub-GEMV micro-kernel (unfused schedule)
   const Layout* layout;   // what prepare() packs the planes into (by a packer of packers())
   int rows_per_tile;      // row ranges given to fused/gemv are multiples of this

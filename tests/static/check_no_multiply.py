@@ -27,7 +27,7 @@ forbidden mnemonics:
 Disassembles each object file or archive with `objdump -d -C` (demangled), selects the
 functions whose name contains one of the patterns or matches (re.search) one of the
 regexes (default, when neither is given: the fp32 micro-kernels'
-`ternary_gemv_f32_..._run` and `..._xprep` functions and their local helpers), and fails if any of
+`ternary_gemv_f32_f32_..._run` and `..._xprep` functions and their local helpers), and fails if any of
 them contains a multiply: vmulps/vmulss/vmulpd/mulsd..., vfmadd*/vfmsub*/vfnmadd*/vfnmsub*,
 vpmull*/vpmul*/vpmadd*/pmadd*/vpdp*, imul/mul/mulx. The packers (run once at prepare
 time) and the scale epilogue (its own file) are not micro-kernel inner loops and are not
@@ -150,7 +150,7 @@ def main():
             return 1
     args.require += [n + sfx for n in listed for sfx in (args.require_suffix or [""])]
     regexes = [re.compile(r) for r in (args.regex or [])]
-    patterns = args.pattern or ([] if regexes else [r"ternary_gemv_f32_"])
+    patterns = args.pattern or ([] if regexes else [r"ternary_gemv_f32_f32_"])
     # Local helpers (anonymous namespace, templates) of fp32 ukernel files are selected too:
     # a function is checked if its name matches a pattern, or if it is defined in an object
     # whose exported ukernel matches and is not excluded.

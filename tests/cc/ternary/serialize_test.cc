@@ -139,7 +139,7 @@ TEST(TernarySerialize, NeonLayoutImportsAnywhere) {
   packer_for("lut4r16").pack(words.data(), m, k, p + plan.section[0].offset);
   std::memcpy(p + plan.section[1].offset, scale.data(), size_t(4 * m));
   const int64_t dims[4] = {m, k, 0, 1};
-  blob::finish(blob::make_header("ternary", "neon", "ternary_gemv_f32_lut4r16_16x1__neon", "lut4r16",
+  blob::finish(blob::make_header("ternary", "neon", "ternary_gemv_f32_f32_lut4r16_16x1__neon", "lut4r16",
                                  "", dims, 4, plan),
                p);
   ImportOptions o;

@@ -2,7 +2,7 @@
 
 # --require-regex values naming every fp32 kernel (fused, gemv, batched) of the kernel
 # list's rows of the given archs (a regex alternation such as "any|x86|simde").
-_NAME = "widely_linear_f32_[A-Za-z0-9_]+"
+_NAME = "widely_linear_f32_f32_[A-Za-z0-9_]+"
 
 def kernels_of_rows(archs):
     """--require-regex arguments of check_no_multiply.py: every fp32 kernel of the rows."""

@@ -445,7 +445,7 @@ TEST(Registry, TableAndSelection) {
   for (const auto& v : vs) {
     selected += v.selected;
     prio[v.name] = v.priority;
-    EXPECT_NE(v.ukernel.find("widely_linear_f32_"), std::string::npos);
+    EXPECT_NE(v.ukernel.find("widely_linear_f32_f32_"), std::string::npos);
   }
   EXPECT_EQ(prio.size(), vs.size());  // names are unique
   EXPECT_EQ(selected, 1);

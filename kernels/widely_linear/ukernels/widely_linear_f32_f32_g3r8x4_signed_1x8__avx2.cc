@@ -4,7 +4,7 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_g3r8x4_signed_1x8__avx2(const Call& c) {
+void widely_linear_f32_f32_g3r8x4_signed_1x8__avx2(const Call& c) {
   signed_impl::fused<G3R8Avx2, 2, 128>(c);
 }
 

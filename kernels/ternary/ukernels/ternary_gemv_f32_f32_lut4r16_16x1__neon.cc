@@ -54,7 +54,7 @@ inline void store_planes(float32x4_t x, uint8_t* dst) {
   vst1q_u8(dst + 48, vuzp2q_u8(e13, f13));
 }
 
-void ternary_gemv_f32_lut4r16_16x1__neon_xprep(const float* x, const F32Geometry* geo, void* dst) {
+void ternary_gemv_f32_f32_lut4r16_16x1__neon_xprep(const float* x, const F32Geometry* geo, void* dst) {
   uint8_t* t = static_cast<uint8_t*>(dst);
   const int64_t k = geo->p1;
   const uint8_t* end = t + geo->x_bytes;
@@ -150,12 +150,12 @@ __attribute__((always_inline)) inline void tiles_outer(const F32Args* a) {
   }
 }
 
-void ternary_gemv_f32_lut4r16_16x1__neon_run(const F32Args* a) { tiles_outer<2>(a); }
+void ternary_gemv_f32_f32_lut4r16_16x1__neon_run(const F32Args* a) { tiles_outer<2>(a); }
 
 }  // namespace
 
-const F32Ukernel ternary_gemv_f32_lut4r16_16x1__neon = {
-    "ternary_gemv_f32_lut4r16_16x1__neon", "lut4r16", 16, geometry, packed_size,
-    ternary_gemv_f32_lut4r16_16x1__neon_xprep, ternary_gemv_f32_lut4r16_16x1__neon_run};
+const F32Ukernel ternary_gemv_f32_f32_lut4r16_16x1__neon = {
+    "ternary_gemv_f32_f32_lut4r16_16x1__neon", "lut4r16", 16, geometry, packed_size,
+    ternary_gemv_f32_f32_lut4r16_16x1__neon_xprep, ternary_gemv_f32_f32_lut4r16_16x1__neon_run};
 
 }  // namespace cpukern::ternary

@@ -4,7 +4,7 @@
 
 namespace cpukern::widely_linear {
 
-void CPUKERN_UKERNEL(widely_linear_f32_g4r16x4_gemv_16x1, avx512)(const Call& c) {
+void CPUKERN_UKERNEL(widely_linear_f32_f32_g4r16x4_gemv_16x1, avx512)(const Call& c) {
   lookup_impl::gemv<G4R16Avx512>(c);
 }
 

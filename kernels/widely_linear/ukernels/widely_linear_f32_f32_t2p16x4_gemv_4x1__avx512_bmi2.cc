@@ -57,7 +57,7 @@ void rows(const Call& c) {
 
 }  // namespace
 
-void CPUKERN_UKERNEL(widely_linear_f32_t2p16x4_gemv_4x1, avx512_bmi2)(const Call& c) {
+void CPUKERN_UKERNEL(widely_linear_f32_f32_t2p16x4_gemv_4x1, avx512_bmi2)(const Call& c) {
   switch (c.nb) {
     case 1: return rows<4, 1>(c);
     case 2: return rows<2, 2>(c);

@@ -9,11 +9,11 @@ F32Geometry geometry(int64_t m, int64_t k) { return word_geometry(k, 4); }
 
 int64_t packed_size(int64_t m, int64_t k) { return m * words_for(k) * 4; }
 
-void ternary_gemv_f32_t2p16_1x1__scalar_xprep(const float* x, const F32Geometry* geo, void* dst) {
+void ternary_gemv_f32_f32_t2p16_1x1__scalar_xprep(const float* x, const F32Geometry* geo, void* dst) {
   xprep_padded(x, geo, dst);
 }
 
-void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
+void ternary_gemv_f32_f32_t2p16_1x1__scalar_run(const F32Args* a) {
   const int64_t words = a->geo->p0;
   const uint32_t* w = static_cast<const uint32_t*>(a->w);
   float* yr = a->y;
@@ -39,8 +39,8 @@ void ternary_gemv_f32_t2p16_1x1__scalar_run(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel ternary_gemv_f32_t2p16_1x1__scalar = {
-    "ternary_gemv_f32_t2p16_1x1__scalar", "t2p16", 1, geometry, packed_size,
-    ternary_gemv_f32_t2p16_1x1__scalar_xprep, ternary_gemv_f32_t2p16_1x1__scalar_run};
+const F32Ukernel ternary_gemv_f32_f32_t2p16_1x1__scalar = {
+    "ternary_gemv_f32_f32_t2p16_1x1__scalar", "t2p16", 1, geometry, packed_size,
+    ternary_gemv_f32_f32_t2p16_1x1__scalar_xprep, ternary_gemv_f32_f32_t2p16_1x1__scalar_run};
 
 }  // namespace cpukern::ternary

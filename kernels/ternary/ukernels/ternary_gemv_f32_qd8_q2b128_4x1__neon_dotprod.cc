@@ -10,8 +10,8 @@ void run(const I8Args* a) { q2b_neon::sdot_batches(a, 0, 0); }
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_q2b128_4x1__neon_dotprod = {
-    "ternary_gemv_i8_q2b128_4x1__neon_dotprod", "q2b128", 4, q2b_neon::packed_size,
+const I8Ukernel ternary_gemv_f32_qd8_q2b128_4x1__neon_dotprod = {
+    "ternary_gemv_f32_qd8_q2b128_4x1__neon_dotprod", "q2b128", 4, q2b_neon::packed_size,
     q2b_neon::row_bytes, run};
 
 }  // namespace cpukern::ternary

@@ -161,8 +161,8 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_lut27r16_16x1, avx512_vnni) = {
-    CPUKERN_UKERNEL_NAME(ternary_gemv_i8_lut27r16_16x1, avx512_vnni), "lut27r16", int(kRows),
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_qd8_lut27r16_16x1, avx512_vnni) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_qd8_lut27r16_16x1, avx512_vnni), "lut27r16", int(kRows),
     packed_size, row_bytes, run};
 
 }  // namespace cpukern::ternary

@@ -101,8 +101,8 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_q2b128_4x1__neon_i8mm = {
-    "ternary_gemv_i8_q2b128_4x1__neon_i8mm", "q2b128", 4, q2b_neon::packed_size,
+const I8Ukernel ternary_gemv_f32_qd8_q2b128_4x1__neon_i8mm = {
+    "ternary_gemv_f32_qd8_q2b128_4x1__neon_i8mm", "q2b128", 4, q2b_neon::packed_size,
     q2b_neon::row_bytes, run};
 
 }  // namespace cpukern::ternary

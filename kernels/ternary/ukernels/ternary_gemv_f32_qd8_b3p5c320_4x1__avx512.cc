@@ -4,7 +4,7 @@
 
 namespace cpukern::ternary {
 
-const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_b3p5c320_4x1, avx512) =
-    b3p5_ukernel<Int8x64, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_i8_b3p5c320_4x1, avx512));
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_qd8_b3p5c320_4x1, avx512) =
+    b3p5_ukernel<Int8x64, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_f32_qd8_b3p5c320_4x1, avx512));
 
 }  // namespace cpukern::ternary

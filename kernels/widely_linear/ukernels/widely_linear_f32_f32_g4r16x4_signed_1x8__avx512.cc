@@ -5,7 +5,7 @@
 
 namespace cpukern::widely_linear {
 
-void CPUKERN_UKERNEL(widely_linear_f32_g4r16x4_signed_1x8, avx512)(const Call& c) {
+void CPUKERN_UKERNEL(widely_linear_f32_f32_g4r16x4_signed_1x8, avx512)(const Call& c) {
   signed_impl::fused<G4R16Avx512, 2, 256>(c);
 }
 

@@ -4,7 +4,7 @@
 
 namespace cpukern::ternary {
 
-const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_q2b256_4x1, avx512) =
-    q2b_ukernel<Int8x64, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_i8_q2b256_4x1, avx512));
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_qd8_q2b256_4x1, avx512) =
+    q2b_ukernel<Int8x64, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_f32_qd8_q2b256_4x1, avx512));
 
 }  // namespace cpukern::ternary

@@ -73,7 +73,7 @@ constexpr Masks kMasks = make_masks();
 
 // Activations -> per group of 3 columns the 32-entry table of signed sums (columns past k
 // are zero). The terms are +x (mask move), 0 - x (mask subtract) or +0.
-void CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, xprep)(
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_lut27r16_16x1, avx512, xprep)(
     const float* x, const F32Geometry* geo, void* dst) {
   float* t = static_cast<float*>(dst);
   const int64_t k = geo->p1;
@@ -217,7 +217,7 @@ constexpr int64_t pass_blocks(int nb) {
   return std::max<int64_t>(1, kPassBytes / (nb * kBlockTabFloats * 4) / kChunk) * kChunk;
 }
 
-void CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, run)(const F32Args* a) {
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_lut27r16_16x1, avx512, run)(const F32Args* a) {
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const float* x = static_cast<const float*>(a->xp);
   float* y = a->y;
@@ -237,9 +237,9 @@ void CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, run)(const F32Ar
 
 }  // namespace
 
-const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_lut27r16_16x1, avx512) = {
-    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_lut27r16_16x1, avx512), "lut27r16", 16, geometry,
-    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, xprep),
-    CPUKERN_UKERNEL_FN(ternary_gemv_f32_lut27r16_16x1, avx512, run)};
+const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_f32_lut27r16_16x1, avx512) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_f32_lut27r16_16x1, avx512), "lut27r16", 16, geometry,
+    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_lut27r16_16x1, avx512, xprep),
+    CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_lut27r16_16x1, avx512, run)};
 
 }  // namespace cpukern::ternary

@@ -5,6 +5,6 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_t2p16x4_1x1__neon(const Call& c) { t2p16_neon::fused(c); }
+void widely_linear_f32_f32_t2p16x4_1x1__neon(const Call& c) { t2p16_neon::fused(c); }
 
 }  // namespace cpukern::widely_linear

@@ -5,6 +5,6 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_t2p16x4_gemv_4x1__neon(const Call& c) { t2p16_neon::gemv(c); }
+void widely_linear_f32_f32_t2p16x4_gemv_4x1__neon(const Call& c) { t2p16_neon::gemv(c); }
 
 }  // namespace cpukern::widely_linear

@@ -19,7 +19,7 @@ F32Geometry geometry(int64_t m, int64_t k) { return word_geometry(k, 64); }
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 15) / 16 * words_for(k) * 64; }
 
-void CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, xprep)(
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2, xprep)(
     const float* x, const F32Geometry* geo, void* dst) {
   xprep_padded(x, geo, dst);
 }
@@ -78,7 +78,7 @@ __attribute__((always_inline)) inline void tiles_loop(const F32Args* a, const fl
   }
 }
 
-void CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, run)(const F32Args* a) {
+void CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2, run)(const F32Args* a) {
   const int64_t x_floats = a->geo->x_bytes >> 2;
   const float* x = static_cast<const float*>(a->xp);
   float* y = a->y;
@@ -98,9 +98,9 @@ void CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, run)(const 
 
 }  // namespace
 
-const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2) = {
-    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2), "t2p16r16", 16, geometry,
-    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, xprep),
-    CPUKERN_UKERNEL_FN(ternary_gemv_f32_t2p16r16_16x1, avx512_bmi2, run)};
+const F32Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2) = {
+    CPUKERN_UKERNEL_NAME(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2), "t2p16r16", 16, geometry,
+    packed_size, CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2, xprep),
+    CPUKERN_UKERNEL_FN(ternary_gemv_f32_f32_t2p16r16_16x1, avx512_bmi2, run)};
 
 }  // namespace cpukern::ternary

@@ -33,7 +33,7 @@ F32Geometry geometry(int64_t m, int64_t k) {
 
 int64_t packed_size(int64_t m, int64_t k) { return (m + 7) / 8 * geometry(m, k).tile_bytes; }
 
-void ternary_gemv_f32_lut3r8_8x1__avx2_xprep(const float* x, const F32Geometry* geo, void* dst) {
+void ternary_gemv_f32_f32_lut3r8_8x1__avx2_xprep(const float* x, const F32Geometry* geo, void* dst) {
   float* t = static_cast<float*>(dst);
   const int64_t k = geo->p1;
   const int64_t ngroups = geo->p0 * kGroups;
@@ -168,7 +168,7 @@ __attribute__((always_inline)) inline void tiles_outer(const F32Args* a) {
   }
 }
 
-void ternary_gemv_f32_lut3r8_8x1__avx2_run(const F32Args* a) {
+void ternary_gemv_f32_f32_lut3r8_8x1__avx2_run(const F32Args* a) {
   if (a->batch == 1) return tiles_outer<4, 1>(a);
   if (a->batch == 2) return tiles_outer<2, 2>(a);
   const int64_t nblk_all = a->geo->p0;
@@ -196,8 +196,8 @@ void ternary_gemv_f32_lut3r8_8x1__avx2_run(const F32Args* a) {
 
 }  // namespace
 
-const F32Ukernel ternary_gemv_f32_lut3r8_8x1__avx2 = {
-    "ternary_gemv_f32_lut3r8_8x1__avx2", "lut3r8", 8, geometry, packed_size,
-    ternary_gemv_f32_lut3r8_8x1__avx2_xprep, ternary_gemv_f32_lut3r8_8x1__avx2_run};
+const F32Ukernel ternary_gemv_f32_f32_lut3r8_8x1__avx2 = {
+    "ternary_gemv_f32_f32_lut3r8_8x1__avx2", "lut3r8", 8, geometry, packed_size,
+    ternary_gemv_f32_f32_lut3r8_8x1__avx2_xprep, ternary_gemv_f32_f32_lut3r8_8x1__avx2_run};
 
 }  // namespace cpukern::ternary

@@ -26,7 +26,7 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_t2p16_1x1__scalar = {
-    "ternary_gemv_i8_t2p16_1x1__scalar", "t2p16", 1, packed_size, row_bytes, run};
+const I8Ukernel ternary_gemv_f32_qd8_t2p16_1x1__scalar = {
+    "ternary_gemv_f32_qd8_t2p16_1x1__scalar", "t2p16", 1, packed_size, row_bytes, run};
 
 }  // namespace cpukern::ternary

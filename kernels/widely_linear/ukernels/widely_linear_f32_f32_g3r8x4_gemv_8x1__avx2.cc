@@ -4,6 +4,6 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_g3r8x4_gemv_8x1__avx2(const Call& c) { lookup_impl::gemv<G3R8Avx2>(c); }
+void widely_linear_f32_f32_g3r8x4_gemv_8x1__avx2(const Call& c) { lookup_impl::gemv<G3R8Avx2>(c); }
 
 }  // namespace cpukern::widely_linear

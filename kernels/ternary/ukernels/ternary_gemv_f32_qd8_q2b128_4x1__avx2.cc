@@ -3,7 +3,7 @@
 
 namespace cpukern::ternary {
 
-const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_i8_q2b128_4x1, avx2) =
-    q2b_ukernel<Int8x32, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_i8_q2b128_4x1, avx2));
+const I8Ukernel CPUKERN_UKERNEL(ternary_gemv_f32_qd8_q2b128_4x1, avx2) =
+    q2b_ukernel<Int8x32, false>(CPUKERN_UKERNEL_NAME(ternary_gemv_f32_qd8_q2b128_4x1, avx2));
 
 }  // namespace cpukern::ternary

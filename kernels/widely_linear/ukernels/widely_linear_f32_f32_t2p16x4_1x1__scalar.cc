@@ -8,7 +8,7 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_t2p16x4_1x1__scalar(const Call& c) {
+void widely_linear_f32_f32_t2p16x4_1x1__scalar(const Call& c) {
   const char* row = static_cast<const char*>(c.loc.w);
   for (int64_t i = 0; i < c.rows; ++i, row += c.loc.tile_stride) {
     const uint32_t* planes[4];

@@ -88,7 +88,7 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_b3p5c160_4x1__neon_dotprod = {
-    "ternary_gemv_i8_b3p5c160_4x1__neon_dotprod", "b3p5c160", 4, packed_size, row_bytes, run};
+const I8Ukernel ternary_gemv_f32_qd8_b3p5c160_4x1__neon_dotprod = {
+    "ternary_gemv_f32_qd8_b3p5c160_4x1__neon_dotprod", "b3p5c160", 4, packed_size, row_bytes, run};
 
 }  // namespace cpukern::ternary

@@ -81,8 +81,8 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_q2b128_4x1__neon = {
-    "ternary_gemv_i8_q2b128_4x1__neon", "q2b128", 4, q2b_neon::packed_size, q2b_neon::row_bytes,
+const I8Ukernel ternary_gemv_f32_qd8_q2b128_4x1__neon = {
+    "ternary_gemv_f32_qd8_q2b128_4x1__neon", "q2b128", 4, q2b_neon::packed_size, q2b_neon::row_bytes,
     run};
 
 }  // namespace cpukern::ternary

@@ -5,7 +5,7 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_t2p16x4_gemv_1x1__scalar(const Call& c) {
+void widely_linear_f32_f32_t2p16x4_gemv_1x1__scalar(const Call& c) {
   const int s = kSubSrc[c.k];
   const char* row = static_cast<const char*>(c.loc.w);
   for (int64_t i = 0; i < c.rows; ++i, row += c.loc.tile_stride) {

@@ -34,7 +34,7 @@ void run(const I8Args* a) {
 
 }  // namespace
 
-const I8Ukernel ternary_gemv_i8_b3p5c160_1x1__scalar = {
-    "ternary_gemv_i8_b3p5c160_1x1__scalar", "b3p5c160", 1, packed_size, row_bytes, run};
+const I8Ukernel ternary_gemv_f32_qd8_b3p5c160_1x1__scalar = {
+    "ternary_gemv_f32_qd8_b3p5c160_1x1__scalar", "b3p5c160", 1, packed_size, row_bytes, run};
 
 }  // namespace cpukern::ternary

@@ -6,6 +6,6 @@
 
 namespace cpukern::widely_linear {
 
-void widely_linear_f32_g3r8x4_8x1__avx2(const Call& c) { lookup_impl::fused<G3R8Avx2>(c); }
+void widely_linear_f32_f32_g3r8x4_8x1__avx2(const Call& c) { lookup_impl::fused<G3R8Avx2>(c); }
 
 }  // namespace cpukern::widely_linear
