@@ -123,11 +123,16 @@ void run_bench(benchmark::State& state, const Variant* v, Shape sh, int64_t batc
 // a layer too big for any L3 (32768x14336, a 128k-vocabulary head shape).
 const Shape kColdShapes[] = {{4096, 14336}, {14336, 4096}, {32768, 14336}};
 
+// BitNet b1.58 2B-4T's decode layers (q/o, k/v, gate/up, down), batch 1, hot and cold, in the
+// modes its decode runs: fp32 and act="int8_bitnet" (per-token int8, BitNet's rule).
+const Shape kBitNetShapes[] = {{2560, 2560}, {640, 2560}, {6912, 2560}, {2560, 6912}};
+
 const bool registered = [] {
   bench::add_machine_context();
   const int all = get_num_threads();
   auto add = [&](const Variant* v, Shape sh, Act act, int64_t batch, int threads, bool cold) {
-    const std::string name = std::string(v->name) + "/" + (act == Act::kF32 ? "fp32" : "int8") +
+    const char* mode = act == Act::kF32 ? "fp32" : act == Act::kInt8 ? "int8" : "int8_bitnet";
+    const std::string name = std::string(v->name) + "/" + mode +
                              "/" + std::to_string(sh.m) + "x" + std::to_string(sh.k) + "/B" +
                              std::to_string(batch) + "/T" + std::to_string(threads) +
                              (cold ? "/cold" : "/hot");
@@ -158,6 +163,13 @@ const bool registered = [] {
             if (all == 1) break;
           }
     }
+    for (const Shape& sh : kBitNetShapes)
+      for (Act act : {Act::kF32, Act::kInt8BitNet})
+        for (bool cold : {false, true})
+          for (int threads : {1, all}) {
+            add(v, sh, act, 1, threads, cold);
+            if (all == 1) break;
+          }
   }
   return true;
 }();
