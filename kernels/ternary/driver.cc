@@ -331,7 +331,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       int8_t* q = xq + b * stride;
       int32_t sum = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const float t = std::nearbyint((xb[j] * pre) * qs);
+        const float t = act_bitnet::round_half_even_small((xb[j] * pre) * qs);  // |t| <= 127
         q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
         sum += q[j];
       }

@@ -70,11 +70,17 @@ __attribute__((always_inline)) inline void tiles(const uint32_t* w, int64_t tile
                                                  const XBlocks& xb, int64_t nblk,
                                                  const Table& tab, const int32_t* xsum,
                                                  int32_t* y, int64_t ldy, int64_t valid) {
-  __m512i acc[NT][NB];
+  // Fewer than 8 (tile, row) chains leave vpdpbusd's latency exposed (a 640-row layer split
+  // into 4-6 tiles per task ran at half speed on Zen 4): the groups alternate over NA
+  // accumulators per chain (int32 sums are exact: the split changes no bit).
+  constexpr int NA = NT * NB >= 8 ? 1 : NT * NB >= 4 ? 2 : 3;
+  __m512i acc[NT][NB][NA];
 CPUKERN_UNROLL_BY(8)
   for (int t = 0; t < NT; ++t)
 CPUKERN_UNROLL_BY(4)
-    for (int b = 0; b < NB; ++b) acc[t][b] = _mm512_setzero_si512();
+    for (int b = 0; b < NB; ++b)
+CPUKERN_UNROLL_BY(3)
+      for (int i = 0; i < NA; ++i) acc[t][b][i] = _mm512_setzero_si512();
   // One block: its NT tiles' codes x the NB rows' activations at xp[b].
   auto block = [&](int64_t blk, const int8_t* const* xp) __attribute__((always_inline)) {
     __m512i ix[NT];
@@ -93,7 +99,8 @@ CPUKERN_UNROLL_BY(8)
       for (int t = 0; t < NT; ++t) {
         const __m512i u = _mm512_permutex2var_epi32(tab.lo, ix[t], tab.hi);
 CPUKERN_UNROLL_BY(4)
-        for (int b = 0; b < NB; ++b) acc[t][b] = _mm512_dpbusd_epi32(acc[t][b], u, xv[b]);
+        for (int b = 0; b < NB; ++b)
+          acc[t][b][g % NA] = _mm512_dpbusd_epi32(acc[t][b][g % NA], u, xv[b]);
         if (g + 1 < kGroups) ix[t] = cpukern_srli_epi32(ix[t], 5);
       }
     }
@@ -113,7 +120,9 @@ CPUKERN_UNROLL_BY(4)
     const __m512i s = _mm512_set1_epi32(xsum[b]);
     for (int t = 0; t < NT; ++t) {
       alignas(64) int32_t out[kRows];
-      _mm512_store_si512(out, _mm512_sub_epi32(acc[t][b], s));
+      __m512i sum = acc[t][b][0];
+      for (int i = 1; i < NA; ++i) sum = _mm512_add_epi32(sum, acc[t][b][i]);
+      _mm512_store_si512(out, _mm512_sub_epi32(sum, s));
       const int64_t n = std::min<int64_t>(kRows, valid - t * kRows);
       for (int64_t r = 0; r < n; ++r) y[b * ldy + t * kRows + r] = out[r];
     }
@@ -143,6 +152,18 @@ void rows_loop(const I8Args* a, int64_t b0, const Table& tab) {
   int64_t r = 0;
   for (; r + NT * kRows <= a->rows; r += NT * kRows, w += NT * tile_words)
     tiles<NT, NB>(w, tile_words, xb, nblk, tab, xsum, y + r, a->ldy, NT * kRows);
+  if constexpr (NT > 4) {  // the last < NT tiles: 4, 2, then 1 at a time
+    if (r + 4 * kRows <= a->rows) {
+      tiles<4, NB>(w, tile_words, xb, nblk, tab, xsum, y + r, a->ldy, 4 * kRows);
+      r += 4 * kRows, w += 4 * tile_words;
+    }
+  }
+  if constexpr (NT > 2) {
+    if (r + 2 * kRows <= a->rows) {
+      tiles<2, NB>(w, tile_words, xb, nblk, tab, xsum, y + r, a->ldy, 2 * kRows);
+      r += 2 * kRows, w += 2 * tile_words;
+    }
+  }
   for (; r < a->rows; r += kRows, w += tile_words)
     tiles<1, NB>(w, tile_words, xb, nblk, tab, xsum, y + r, a->ldy, a->rows - r);
 }

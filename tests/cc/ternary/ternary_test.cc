@@ -185,8 +185,9 @@ TEST_P(VariantTest, BitwiseEqualToReferenceOnExactInputs) {
   std::mt19937 rng(99);
   // k = 255, 256, 320, 14336: the b3p5 kernels' last block reaches past the zero-padded
   // activations (a multiple of 256) and reads a local copy.
+  // m = 115: 7 whole 16-row tiles and a ragged one (the 4-, 2- and 1-tile paths).
   for (int64_t k : {1, 17, 33, 255, 256, 320, 4096 + 7, 14336})
-    for (int64_t m : {1, 9, 33}) {
+    for (int64_t m : {1, 9, 33, 115}) {
       const auto w = make_weights(m, k, Fill::kRandom, rng);
       const auto p = pack_weights(w, m, k);
       const auto pw = prep(p, m, k, nullptr);
@@ -307,6 +308,40 @@ TEST_P(VariantTest, Int8BitNetRule) {
     }
   }
   EXPECT_TRUE(differs_on_tiny_rows) << "rows below the 1e-5 floor should quantise differently";
+}
+
+// Both int8 rules round half to even (std::nearbyint, torch.round): with max|x| = 127 the
+// scale is exactly 1, so half-integer activations are ties and y is the exact integer sum of
+// w * nearbyint(x), bit for bit, on every ragged k.
+TEST_P(VariantTest, Int8RoundsHalfToEven) {
+  std::mt19937 rng(8);
+  const int64_t m = 21, batch = 3;
+  for (int64_t k : {1, 2, 15, 16, 17, 47, 300, 2560 + 3}) {
+    const auto w = make_weights(m, k, Fill::kRandom, rng);
+    const auto pw = prep(pack_weights(w, m, k), m, k, nullptr);
+    std::vector<float> x(size_t(batch * k));
+    std::uniform_int_distribution<int> half(-127, 126), kind(0, 2);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = 0; j < k; ++j) {
+        const int c = kind(rng);
+        x[size_t(b * k + j)] = c == 0   ? float(half(rng)) + 0.5f
+                               : c == 1 ? float(half(rng))
+                                        : std::uniform_real_distribution<float>(-127.0f, 127.0f)(rng);
+      }
+    for (int64_t b = 0; b < batch; ++b) x[size_t(b * k + (b * 7) % k)] = b % 2 ? -127.0f : 127.0f;
+    for (Act act : {Act::kInt8, Act::kInt8BitNet}) {
+      std::vector<float> y(size_t(batch * m), NAN);
+      gemv(*pw, x.data(), batch, nullptr, 0, act, 2, y.data());
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t r = 0; r < m; ++r) {
+          int64_t acc = 0;
+          for (int64_t j = 0; j < k; ++j)
+            acc += w[size_t(r * k + j)] * int64_t(std::nearbyint(x[size_t(b * k + j)]));
+          ASSERT_EQ(y[size_t(b * m + r)], float(acc))
+              << "k=" << k << " act=" << int(act) << " b=" << b << " r=" << r;
+        }
+    }
+  }
 }
 
 // Group scales (grouped.h): one scale per row and group of G columns. Exact inputs (small
