@@ -239,12 +239,17 @@ void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
 }
 
 void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, int64_t batch,
-                       int64_t m, const float* scale, int64_t scale_len, float* y) {
+                       int64_t m, int64_t r0, int64_t r1, const float* scale, int64_t scale_len,
+                       float* y) {
   for (int64_t b = 0; b < batch; ++b) {
     const double d = double(dq[b]), p = double(post[b]);
-    for (int64_t r = 0; r < m; ++r) {
-      const double s = scale_len == 0 ? 1.0 : scale_len == 1 ? scale[0] : scale[r];
-      y[b * m + r] = float(double(acc[b * m + r]) * d * s * p);
+    const int32_t* ab = acc + b * m;
+    float* yb = y + b * m;
+    if (scale_len == m) {
+      for (int64_t r = r0; r < r1; ++r) yb[r] = float(double(ab[r]) * d * double(scale[r]) * p);
+    } else {
+      const double s = scale_len == 0 ? 1.0 : double(scale[0]);
+      for (int64_t r = r0; r < r1; ++r) yb[r] = float(double(ab[r]) * d * s * p);
     }
   }
 }
@@ -344,6 +349,7 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
     }
     if (k == 0) {
       std::memset(acc, 0, size_t(batch * m * 4));
+      scale_epilogue_i8(acc, dq, post, batch, m, 0, m, scale, scale_len, y);
     } else {
       const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
       const char* wbase = static_cast<const char*>(w.i8_data(nthreads));
@@ -352,9 +358,9 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
         const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
         I8Args a{wbase + r0 * rb, r1 - r0, k, xq, stride, xsum, batch, acc + r0, m};
         uk.run(&a);
+        scale_epilogue_i8(acc, dq, post, batch, m, r0, r1, scale, scale_len, y);
       });
     }
-    scale_epilogue_i8(acc, dq, post, batch, m, scale, scale_len, y);
     return;
   }
 

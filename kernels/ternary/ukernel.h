@@ -164,9 +164,11 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
 // run pre-scaled by 2**-e (exps[b] = e > 0, prescale.h) gets float(double(y) * s(r) * 2**e).
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,
                         int64_t scale_len, const int* exps);
-// y[b, r] = float(double(acc[b, r]) * dq[b] * s(r) * post[b]): one fp32 rounding, and nothing
+// y[b, r] = float(double(acc[b, r]) * dq[b] * s(r) * post[b]) for rows r in [r0, r1) (each
+// row task scales its own rows while they are in cache): one fp32 rounding, and nothing
 // overflows in double (|acc| < 2**31, dq and s fp32, post a power of two).
 void scale_epilogue_i8(const int32_t* acc, const float* dq, const float* post, int64_t batch,
-                       int64_t m, const float* scale, int64_t scale_len, float* y);
+                       int64_t m, int64_t r0, int64_t r1, const float* scale, int64_t scale_len,
+                       float* y);
 
 }  // namespace cpukern::ternary

@@ -88,7 +88,7 @@ CPUKERN_UNROLL_BY(8)
     for (int t = 0; t < NT; ++t) {
       const uint32_t* p = w + t * tile_words + blk * 16;
       ix[t] = _mm512_loadu_si512(p);
-      prefetch_ahead(p);
+      prefetch_ahead_grouped(p, blk * 64, tile_words * 4, NT);
     }
 CPUKERN_UNROLL_BY(6)
     for (int g = 0; g < kGroups; ++g) {
