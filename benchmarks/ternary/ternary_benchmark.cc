@@ -1,5 +1,6 @@
 // Ternary GEMV benchmarks, registered from the registry (the kernel list): every row this CPU runs,
-// fp32 and int8 modes, real layer shapes (M x K), batch 1/4/16, 1 thread and all threads.
+// fp32 and int8 modes, real layer shapes (M x K), batch 1/4/16, 1 thread and all threads; plus
+// BitNet b1.58 2B-4T's decode layers at batch 1 in fp32 and int8_bitnet (its decode's mode).
 // Every name ends in /hot or /cold:
 //   hot:  the same prepared weights every call (cached where they fit in the L3);
 //   cold: calls rotate over distinct prepared copies spanning >= 3x the L3 (sysfs), so every
