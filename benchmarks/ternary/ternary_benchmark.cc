@@ -128,6 +128,10 @@ const Shape kColdShapes[] = {{4096, 14336}, {14336, 4096}, {32768, 14336}};
 // modes its decode runs: fp32 and act="int8_bitnet" (per-token int8, BitNet's rule).
 const Shape kBitNetShapes[] = {{2560, 2560}, {640, 2560}, {6912, 2560}, {2560, 6912}};
 
+// A call with almost no work (two 64-row tasks): its time is the driver's and the thread
+// pool's per-call cost (all threads against 1: the wake-up and the barrier).
+const Shape kDispatchShape = {128, 256};
+
 const bool registered = [] {
   bench::add_machine_context();
   const int all = get_num_threads();
@@ -171,6 +175,10 @@ const bool registered = [] {
             add(v, sh, act, 1, threads, cold);
             if (all == 1) break;
           }
+    for (int threads : {1, all}) {
+      add(v, kDispatchShape, Act::kInt8BitNet, 1, threads, false);
+      if (all == 1) break;
+    }
   }
   return true;
 }();
