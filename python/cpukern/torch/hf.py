@@ -30,6 +30,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from cpukern.torch.attention import use_decode_attention
 from cpukern.torch.families import SUPPORTED, family_for  # noqa: F401 - SUPPORTED re-exported
 from cpukern.torch.families.common import MoEExperts, PatchReport, options
 
@@ -64,6 +65,7 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     report = PatchReport()
     steps, report.left = family.plan(model, opts)
     family.apply(model, steps, opts, report, keep_plain_weights)
+    use_decode_attention(model)
     model.cpukern_report = report
     return report
 
