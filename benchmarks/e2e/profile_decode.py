@@ -41,6 +41,11 @@ import run as R  # noqa: E402
 import weights as W  # noqa: E402
 
 MATMUL_OPS = set(R.MATMUL_OPS)
+# The decode step's attention (query x cached keys, softmax, x cached values): torch's SDPA op,
+# or the batched matmuls and softmax of cpukern.torch.attention (the step's only bmm), eager or
+# inside inductor's fused kernels (named after the ops they hold).
+ATTENTION_OPS = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::bmm",
+                 "aten::_softmax", "aten::softmax"}
 
 
 def shapes_key(args) -> str:
@@ -153,10 +158,12 @@ def pool_cost(threads: list[int], rows: int = 2) -> dict:
 def classify(key: str) -> str:
     if key.startswith("cpukern::"):
         return "cpukern kernels"
+    if key in ATTENTION_OPS or ("cpp_fused" in key and "softmax" in key):
+        return "attention (SDPA, or bmm + softmax)"
     if key in MATMUL_OPS:
-        return "torch matmul / attention"
+        return "torch matmul"
     if "cpp_fused" in key or key.startswith("graph_"):
-        return "inductor fused kernels (norms, RoPE, residuals, softmax)"
+        return "inductor fused kernels (norms, RoPE, residuals)"
     if key.startswith("aten::"):
         return "other torch ops"
     return "wrappers (compiled region, record_function)"
@@ -171,10 +178,13 @@ def worker(cfg: dict) -> dict:
     import cpukern.torch as ct
     R.lift_accelerate_check()
     model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, threads=threads)
+    if cfg["attention"] == "stock":
+        R.stock_attention(model)
     model.eval()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (1, R.PROMPT), generator=g)
-    res = {"threads": threads, "compiled": cfg["compiled"]}
+    res = {"threads": threads, "compiled": cfg["compiled"],
+           "attention": model.config._attn_implementation}
     with torch.inference_mode():
         for n in (32, 48):
             w = model(ids[:, :n], use_cache=True, logits_to_keep=1)
@@ -235,7 +245,8 @@ def report(results: list[dict], probe: dict) -> str:
     for r in results:
         t = r["threads"]
         step = r["profiled_step_us"]
-        out.append(f"\n### {t} thread(s): {r['step_us'] / 1e3:.1f} ms a step timed "
+        out.append(f"\n### {t} thread(s), attention {r.get('attention', '?')}: "
+                   f"{r['step_us'] / 1e3:.1f} ms a step timed "
                    f"({1e6 / r['step_us']:.2f} tok/s), {step / 1e3:.1f} ms profiled\n")
         kinds: dict[str, float] = defaultdict(float)
         for o in r["ops"]:
@@ -284,6 +295,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=32, help="timed decode steps")
     ap.add_argument("--profile", type=int, default=8, help="profiled decode steps")
     ap.add_argument("--steps-mode", default="auto", choices=("auto", "compiled", "eager"))
+    ap.add_argument("--attention", default="cpukern",
+                    help="attention at one token: cpukern (cpukern.torch.attention, what patch "
+                         "sets) and/or stock (transformers' sdpa / eager): a process for each, "
+                         "per thread count, interleaved")
+    ap.add_argument("--no-replay", action="store_true", help="skip the kernel and pool replays")
     ap.add_argument("--probe", help="benchmarks/bandwidth binary")
     ap.add_argument("--json", help="also write the raw results here (after every process)")
     ap.add_argument("--report", help="print the tables of a --json file and stop")
@@ -299,21 +315,26 @@ def main() -> None:
     spec.ensure(R.log, gguf_types=())
     compiled = args.steps_mode == "compiled" or (args.steps_mode == "auto" and args.model == "bitnet")
     threads = [int(t) for t in args.threads.split(",")]
+    attentions = args.attention.split(",")
+    if set(attentions) - {"cpukern", "stock"}:
+        raise SystemExit(f"--attention: expected cpukern and/or stock, got {args.attention!r}")
     probe = R.probe(args.probe)
     print(f"machine: {probe.get('cpu', '?')}; read probe GB/s by threads: "
           f"{probe.get('read_GB_s', 'not run')}", flush=True)
     results = []
     for t in threads:
-        R.log(f"{args.model}: profiling on {t} thread(s)")
-        last = t == threads[-1]  # the replays run once, in the last process
-        r = run_worker({"hf_dir": spec.hf_dir, "threads": t, "compiled": compiled,
-                        "steps": args.steps, "profile": args.profile,
-                        "replay_threads": threads if last else []})
-        r["ops_steps"] = args.profile
-        results.append(r)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"probe": probe, "results": results}, f)
+        for a in attentions:
+            R.log(f"{args.model}: profiling on {t} thread(s), {a} attention")
+            # the replays run once, in the last process
+            last = t == threads[-1] and a == attentions[-1] and not args.no_replay
+            r = run_worker({"hf_dir": spec.hf_dir, "threads": t, "compiled": compiled,
+                            "steps": args.steps, "profile": args.profile, "attention": a,
+                            "replay_threads": threads if last else []})
+            r["ops_steps"] = args.profile
+            results.append(r)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"probe": probe, "results": results}, f)
     print(report(results, probe))
 
 

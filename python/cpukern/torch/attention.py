@@ -40,8 +40,12 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     that shape; sinks None or (Hq,): one more logit per head that takes part in the softmax and
     adds nothing to the output. Float32 inside; returns (B, 1, Hq, D) in query's dtype (the
     layout transformers' attention functions return)."""
-    b, hq, _, d = query.shape
+    b, hq, tokens, d = query.shape
     hkv, length = key.shape[1], key.shape[2]
+    if tokens != 1 or hq % hkv or key.shape != value.shape or key.shape[::3] != query.shape[::3]:
+        raise ValueError(f"query, key, value: expected (B, Hq, 1, D), (B, Hkv, L, D) twice with "
+                         f"Hq a multiple of Hkv, got {tuple(query.shape)}, {tuple(key.shape)}, "
+                         f"{tuple(value.shape)}")
     groups = hq // hkv
     q = query.reshape(b, hkv, groups, d).float()
     scores = torch.matmul(q, key.float().transpose(-1, -2)) * scaling  # (B, Hkv, G, L)
