@@ -41,9 +41,10 @@ import run as R  # noqa: E402
 import weights as W  # noqa: E402
 
 MATMUL_OPS = set(R.MATMUL_OPS)
-# The decode step's attention (query x cached keys, softmax, x cached values): torch's SDPA op,
-# or the batched matmuls and softmax of cpukern.torch.attention (the step's only bmm), eager or
-# inside inductor's fused kernels (named after the ops they hold).
+# The decode step's attention (query x cached keys, softmax, x cached values): torch's SDPA op
+# and the inductor kernel fused with it (the repeated KV heads), or the batched matmuls and
+# softmax of cpukern.torch.attention (the step's only bmm), eager or inside inductor's fused
+# kernels (named after the ops they hold). The cache update, fused with RoPE, is not counted.
 ATTENTION_OPS = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::bmm",
                  "aten::_softmax", "aten::softmax"}
 
@@ -158,7 +159,7 @@ def pool_cost(threads: list[int], rows: int = 2) -> dict:
 def classify(key: str) -> str:
     if key.startswith("cpukern::"):
         return "cpukern kernels"
-    if key in ATTENTION_OPS or ("cpp_fused" in key and "softmax" in key):
+    if key in ATTENTION_OPS or ("cpp_fused" in key and ("softmax" in key or "scaled_dot" in key)):
         return "attention (SDPA, or bmm + softmax)"
     if key in MATMUL_OPS:
         return "torch matmul"

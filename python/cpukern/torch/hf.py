@@ -6,7 +6,12 @@ loads checkpoints stored with BitNet's or MXFP4's own quantization config. Needs
 ``transformers`` (the ``hf`` extra; tested with 5.22.2).
 
 What each family hands to cpukern is its adapter's (cpukern.torch.families: bitnet, gpt_oss,
-qwen3_moe); everything else stays in torch: attention, norms, RoPE, routing, embeddings.
+qwen3_moe); everything else stays in torch: attention, norms, RoPE, routing, embeddings. The
+model's attention at one query token (decode) goes to cpukern.torch.attention ("sdpa" ->
+"cpukern_sdpa", "eager" -> "cpukern_eager", registered with transformers' AttentionInterface):
+grouped float32 attention in torch ops instead of torch's bf16 flash-attention CPU kernel, which
+runs one token with scalar code on CPUs without AMX. ``model.set_attn_implementation("sdpa")``
+goes back to transformers' own.
 Every family: each other ``nn.Linear`` with bf16 weights (attention projections, the LM head)
 -> ``cpukern.torch.Linear`` (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16
 out, torch's own arithmetic up to the summation order), or W8A8 with ``dense="int8"`` (faster,
