@@ -301,7 +301,7 @@ def report(results: list[dict], probe: dict) -> str:
                    f"({1e6 / r['step_us']:.2f} tok/s), {step / 1e3:.1f} ms profiled\n")
         kinds: dict[str, float] = defaultdict(float)
         for o in r["ops"]:
-            kinds[o["kind"]] += o["self_us"]
+            kinds[classify(o["key"])] += o["self_us"]
         kinds["unattributed (Python, dispatch, profiler)"] = r["unattributed_us"]
         out.append("| where | ms a step | share |\n|---|---|---|")
         for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
