@@ -115,11 +115,12 @@ def _register() -> None:
 def use_decode_attention(model: nn.Module) -> Optional[str]:
     """Sets a transformers model's attention implementation from "sdpa" / "eager" to
     "cpukern_sdpa" / "cpukern_eager" (module docstring) and returns the new name; other
-    implementations stay (returns None)."""
+    implementations, and models that cannot switch, stay as they are (returns None)."""
     config = getattr(model, "config", None)
     name = IMPLEMENTATIONS.get(getattr(config, "_attn_implementation", None))
     if name is None or not hasattr(model, "set_attn_implementation"):
         return None
     _register()
     model.set_attn_implementation(name)
-    return name
+    # a model whose attention layers do not go through AttentionInterface keeps its own
+    return name if model.config._attn_implementation == name else None
