@@ -41,6 +41,12 @@ import run as R  # noqa: E402
 import weights as W  # noqa: E402
 
 MATMUL_OPS = set(R.MATMUL_OPS)
+# The decode step's attention (query x cached keys, softmax, x cached values): torch's SDPA op
+# and the inductor kernel fused with it (the repeated KV heads), or the batched matmuls and
+# softmax of cpukern.torch.attention (the step's only bmm), eager or inside inductor's fused
+# kernels (named after the ops they hold). The cache update, fused with RoPE, is not counted.
+ATTENTION_OPS = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::bmm",
+                 "aten::_softmax", "aten::softmax"}
 
 
 def shapes_key(args) -> str:
@@ -153,10 +159,12 @@ def pool_cost(threads: list[int], rows: int = 2) -> dict:
 def classify(key: str) -> str:
     if key.startswith("cpukern::"):
         return "cpukern kernels"
+    if key in ATTENTION_OPS or ("cpp_fused" in key and ("softmax" in key or "scaled_dot" in key)):
+        return "attention (SDPA, or bmm + softmax)"
     if key in MATMUL_OPS:
-        return "torch matmul / attention"
+        return "torch matmul"
     if "cpp_fused" in key or key.startswith("graph_"):
-        return "inductor fused kernels (norms, RoPE, residuals, softmax)"
+        return "inductor fused kernels (norms, RoPE, residuals)"
     if key.startswith("aten::"):
         return "other torch ops"
     return "wrappers (compiled region, record_function)"
@@ -171,10 +179,13 @@ def worker(cfg: dict) -> dict:
     import cpukern.torch as ct
     R.lift_accelerate_check()
     model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, threads=threads)
+    if cfg["attention"] == "stock":
+        R.stock_attention(model)
     model.eval()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (1, R.PROMPT), generator=g)
-    res = {"threads": threads, "compiled": cfg["compiled"]}
+    res = {"threads": threads, "compiled": cfg["compiled"],
+           "attention": model.config._attn_implementation}
     with torch.inference_mode():
         for n in (32, 48):
             w = model(ids[:, :n], use_cache=True, logits_to_keep=1)
@@ -212,6 +223,56 @@ def worker(cfg: dict) -> dict:
     return res
 
 
+def interleaved_worker(cfg: dict) -> dict:
+    """Decode step times of both attentions in one process: one model, a compiled step (its own
+    StaticCache) for each attention implementation, then turns of cfg["interleave"] steps of
+    each, cfg["rounds"] times (a shared machine's load drifts alike over both)."""
+    import torch
+    threads = cfg["threads"]
+    torch.set_num_threads(threads)
+    import cpukern.torch as ct
+    R.lift_accelerate_check()
+    model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, threads=threads)
+    model.eval()
+    names = {"cpukern": model.config._attn_implementation}
+    R.stock_attention(model)
+    names["stock"] = model.config._attn_implementation
+    ids = torch.randint(0, model.config.vocab_size, (1, R.PROMPT),
+                        generator=torch.Generator().manual_seed(1))
+    steps, toks, times = {}, {}, {a: [] for a in names}
+    with torch.inference_mode():
+        for n in (32, 48):
+            w = model(ids[:, :n], use_cache=True, logits_to_keep=1)
+        del w
+        torch.set_num_threads(1)
+        for a, name in names.items():  # compiles one graph per implementation, untimed
+            model.set_attn_implementation(name)
+            steps[a] = R.decode_step(model, cfg["compiled"], ids)
+            toks[a] = steps[a].prompt(ids)
+        for _ in range(cfg["rounds"]):
+            for a, name in names.items():
+                model.set_attn_implementation(name)
+                t0 = time.perf_counter()
+                for _ in range(cfg["interleave"]):
+                    toks[a] = steps[a](toks[a])
+                times[a].append((time.perf_counter() - t0) / cfg["interleave"] * 1e6)
+    return {"threads": threads, "names": names, "step_us": times}
+
+
+def interleaved_report(results: list[dict]) -> str:
+    out = ["| threads | stock attention: ms a step (tok/s) | cpukern attention: ms a step (tok/s) "
+           "| speed-up, of the medians | speed-up per turn: median (min-max) |",
+           "|---|---|---|---|---|"]
+    for r in results:
+        st, ck = r["step_us"]["stock"], r["step_us"]["cpukern"]
+        ms, mc = statistics.median(st), statistics.median(ck)
+        per = [a / b for a, b in zip(st, ck)]
+        out.append(f"| {r['threads']} | {ms / 1e3:.1f} ({1e6 / ms:.2f}) | {mc / 1e3:.1f} "
+                   f"({1e6 / mc:.2f}) | {ms / mc:.2f}x | {statistics.median(per):.2f}x "
+                   f"({min(per):.2f}-{max(per):.2f}) |")
+    return "\n".join(out)
+
+
 def run_worker(cfg: dict) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]))
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
@@ -235,11 +296,12 @@ def report(results: list[dict], probe: dict) -> str:
     for r in results:
         t = r["threads"]
         step = r["profiled_step_us"]
-        out.append(f"\n### {t} thread(s): {r['step_us'] / 1e3:.1f} ms a step timed "
+        out.append(f"\n### {t} thread(s), attention {r.get('attention', '?')}: "
+                   f"{r['step_us'] / 1e3:.1f} ms a step timed "
                    f"({1e6 / r['step_us']:.2f} tok/s), {step / 1e3:.1f} ms profiled\n")
         kinds: dict[str, float] = defaultdict(float)
         for o in r["ops"]:
-            kinds[o["kind"]] += o["self_us"]
+            kinds[classify(o["key"])] += o["self_us"]
         kinds["unattributed (Python, dispatch, profiler)"] = r["unattributed_us"]
         out.append("| where | ms a step | share |\n|---|---|---|")
         for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
@@ -284,12 +346,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=32, help="timed decode steps")
     ap.add_argument("--profile", type=int, default=8, help="profiled decode steps")
     ap.add_argument("--steps-mode", default="auto", choices=("auto", "compiled", "eager"))
+    ap.add_argument("--attention", default="cpukern",
+                    help="attention at one token: cpukern (cpukern.torch.attention, what patch "
+                         "sets) and/or stock (transformers' sdpa / eager): a process for each, "
+                         "per thread count, interleaved")
+    ap.add_argument("--no-replay", action="store_true", help="skip the kernel and pool replays")
+    ap.add_argument("--interleave", type=int, default=0,
+                    help="instead of the profile: step times of stock and cpukern attention in "
+                         "one process per thread count, turns of this many steps each "
+                         "(--rounds turns; rounds x interleave <= 140)")
+    ap.add_argument("--rounds", type=int, default=16, help="turns of each with --interleave")
     ap.add_argument("--probe", help="benchmarks/bandwidth binary")
     ap.add_argument("--json", help="also write the raw results here (after every process)")
     ap.add_argument("--report", help="print the tables of a --json file and stop")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))), flush=True)
+        cfg = json.loads(args.worker)
+        fn = interleaved_worker if cfg.get("interleave") else worker
+        print(json.dumps(fn(cfg)), flush=True)
         return
     if args.report:
         saved = json.load(open(args.report))
@@ -299,21 +373,37 @@ def main() -> None:
     spec.ensure(R.log, gguf_types=())
     compiled = args.steps_mode == "compiled" or (args.steps_mode == "auto" and args.model == "bitnet")
     threads = [int(t) for t in args.threads.split(",")]
+    attentions = args.attention.split(",")
+    if set(attentions) - {"cpukern", "stock"}:
+        raise SystemExit(f"--attention: expected cpukern and/or stock, got {args.attention!r}")
     probe = R.probe(args.probe)
     print(f"machine: {probe.get('cpu', '?')}; read probe GB/s by threads: "
           f"{probe.get('read_GB_s', 'not run')}", flush=True)
     results = []
+    if args.interleave:
+        if args.rounds * args.interleave > R.DECODE + 12:
+            raise SystemExit(f"--rounds x --interleave: at most {R.DECODE + 12} steps (the "
+                             f"static cache), got {args.rounds * args.interleave}")
+        for t in threads:
+            R.log(f"{args.model}: stock and cpukern attention, interleaved, {t} thread(s)")
+            results.append(run_worker({"hf_dir": spec.hf_dir, "threads": t, "compiled": compiled,
+                                       "interleave": args.interleave, "rounds": args.rounds}))
+            R.log(json.dumps(results[-1]))
+        print(interleaved_report(results))
+        return
     for t in threads:
-        R.log(f"{args.model}: profiling on {t} thread(s)")
-        last = t == threads[-1]  # the replays run once, in the last process
-        r = run_worker({"hf_dir": spec.hf_dir, "threads": t, "compiled": compiled,
-                        "steps": args.steps, "profile": args.profile,
-                        "replay_threads": threads if last else []})
-        r["ops_steps"] = args.profile
-        results.append(r)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"probe": probe, "results": results}, f)
+        for a in attentions:
+            R.log(f"{args.model}: profiling on {t} thread(s), {a} attention")
+            # the replays run once, in the last process
+            last = t == threads[-1] and a == attentions[-1] and not args.no_replay
+            r = run_worker({"hf_dir": spec.hf_dir, "threads": t, "compiled": compiled,
+                            "steps": args.steps, "profile": args.profile, "attention": a,
+                            "replay_threads": threads if last else []})
+            r["ops_steps"] = args.profile
+            results.append(r)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"probe": probe, "results": results}, f)
     print(report(results, probe))
 
 

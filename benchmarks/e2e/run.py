@@ -245,6 +245,15 @@ def lift_accelerate_check() -> None:
     quantizer_bitnet.BitNetHfQuantizer.validate_environment = lambda self, *a, **k: None
 
 
+def stock_attention(model) -> None:
+    """Back to the attention implementation transformers chose ("sdpa" / "eager") from
+    cpukern's one-token decode attention (cpukern.torch.attention)."""
+    from cpukern.torch.attention import IMPLEMENTATIONS
+    stock = {v: k for k, v in IMPLEMENTATIONS.items()}
+    model.set_attn_implementation(stock.get(model.config._attn_implementation,
+                                            model.config._attn_implementation))
+
+
 def worker(cfg: dict) -> dict[str, Any]:
     """One engine on one model at one thread count, in this (fresh) process."""
     import torch
@@ -273,6 +282,9 @@ def worker(cfg: dict) -> dict[str, Any]:
             return {**res, "skip": "cpukern.torch.from_pretrained not available"}
         model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **kw)
         res["patched"] = str(model.cpukern_report)[:300]
+        if cfg.get("attention") == "stock":  # transformers' own attention at decode too
+            stock_attention(model)
+        res["attention"] = model.config._attn_implementation
     else:
         extra = {}
         if mxfp4:  # what transformers does on a CPU anyway, without asking for accelerate
@@ -382,9 +394,10 @@ def profile_decode(step: decode_step, tok, steps: int) -> dict[str, float]:
 
 
 def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[str] = None,
-           fmt: str = "", compiled: bool = False, decode: int = 0) -> dict[str, Any]:
+           fmt: str = "", compiled: bool = False, decode: int = 0,
+           attention: str = "cpukern") -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
-           "profile": args.profile_steps, "compile": compiled,
+           "profile": args.profile_steps, "compile": compiled, "attention": attention,
            "experts": list(spec.experts), "isa": args.isa, "lm_head": args.lm_head,
            "lengths": (PREFILL, PROMPT, decode or DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -496,6 +509,10 @@ def main() -> None:
                          "compiled for BitNet, eager for the MoE models (gpt-oss's sliding-window "
                          "cache makes transformers' mask guard on the position: it recompiles "
                          "every step)")
+    ap.add_argument("--cpukern-attention", default="cpukern",
+                    help="cpukern rows' attention at one token: cpukern (cpukern.torch.attention, "
+                         "what patch sets) and/or stock (transformers' sdpa / eager, as loaded): "
+                         "one row per value")
     ap.add_argument("--profile-steps", type=int, default=4,
                     help="decode steps profiled after the timed ones (0: none): the last column")
     ap.add_argument("--prefill", type=int, default=PREFILL, help="prefill tokens (512)")
@@ -521,6 +538,10 @@ def main() -> None:
     if args.cpukern_steps != "auto" and set(args.cpukern_steps.split(",")) - {"compiled", "eager"}:
         raise SystemExit(f"--cpukern-steps: expected auto, or compiled and/or eager, got "
                          f"{args.cpukern_steps!r}")
+    attentions = args.cpukern_attention.split(",")
+    if set(attentions) - {"cpukern", "stock"}:
+        raise SystemExit(f"--cpukern-attention: expected cpukern and/or stock, got "
+                         f"{args.cpukern_attention!r}")
     specs = model_specs(args)
     for s in specs.values():  # GGUF files only where llama.cpp runs
         s.ensure(log, gguf_types=llama_types(s, args) if "llama.cpp" in engines or
@@ -576,11 +597,12 @@ def main() -> None:
                                 spec, n, t, args, stock_dir, fmt=f, compiled=m == "compiled")))
                     elif e == "cpukern":
                         fmts = args.gpt_oss_formats.split(",") if key == "gpt-oss" else [""]
-                        names = {(f, m): " ".join(filter(None, ("cpukern", f, m)))
-                                 for f in fmts for m in modes}
-                        jobs = [(n, lambda f=f, m=m, n=n: run_hf(spec, n, t, args, fmt=f,
-                                                                 compiled=m == "compiled"))
-                                for (f, m), n in names.items()]
+                        names = {(f, m, a): " ".join(filter(None, ("cpukern", f, m))) +
+                                 (", stock attention" if a == "stock" else "")
+                                 for f in fmts for m in modes for a in attentions}
+                        jobs = [(n, lambda f=f, m=m, a=a, n=n: run_hf(
+                                    spec, n, t, args, fmt=f, compiled=m == "compiled", attention=a))
+                                for (f, m, a), n in names.items()]
                     for name, job in jobs:
                         log(f"{key} threads={t} round {rnd + 1}: {name}")
                         r = job()

@@ -238,8 +238,13 @@ def test_patch_matches_stock(checkpoints, kind, isa):
         assert any(n == "lm_head" for n, _, _ in report.left), str(report)
     else:
         assert isinstance(model.lm_head, ct.Linear) and model.lm_head.plain_weights_dropped
+    # one-token attention on cpukern.torch.attention (stock SDPA / eager otherwise)
+    assert model.config._attn_implementation == ATTENTION[kind], model.config._attn_implementation
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
     check_against_stock(kind, ref, model, BOUND[(kind, fmt)])
+
+
+ATTENTION = {"bitnet": "cpukern_sdpa", "gpt_oss": "cpukern_eager", "qwen3_moe": "cpukern_sdpa"}
 
 
 @pytest.mark.parametrize("kind,isa", CASES)
@@ -247,6 +252,7 @@ def test_from_pretrained_matches_stock(checkpoints, kind, isa):
     ref = stock(checkpoints[kind])
     model = ct.from_pretrained(checkpoints[kind], isa=isa)
     assert model.cpukern_report.replaced
+    assert model.config._attn_implementation == ATTENTION[kind], model.config._attn_implementation
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
     check_against_stock(kind, ref, model, BOUND[(kind, fmt)])
     # Nothing left on the meta device, and the quantised weights kept their format.

@@ -6,8 +6,10 @@ torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops)
 transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
 quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
 as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
-from_pretrained for Hugging Face transformers models), ``packed`` (PackedWeightsTensor, the
-one torch holder of prepared weights), ``_weight_cache`` (the raw-weight ops' cache below).
+from_pretrained for Hugging Face transformers models), ``attention`` (one-token decode attention
+registered with transformers' AttentionInterface, set by patch / the quantizer), ``packed``
+(PackedWeightsTensor, the one torch holder of prepared weights), ``_weight_cache`` (the
+raw-weight ops' cache below).
 
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
 trace them without graph breaks; no autograd: inference only):

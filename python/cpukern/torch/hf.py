@@ -6,7 +6,12 @@ loads checkpoints stored with BitNet's or MXFP4's own quantization config. Needs
 ``transformers`` (the ``hf`` extra; tested with 5.22.2).
 
 What each family hands to cpukern is its adapter's (cpukern.torch.families: bitnet, gpt_oss,
-qwen3_moe); everything else stays in torch: attention, norms, RoPE, routing, embeddings.
+qwen3_moe); everything else stays in torch: attention, norms, RoPE, routing, embeddings. The
+model's attention at one query token (decode) goes to cpukern.torch.attention ("sdpa" ->
+"cpukern_sdpa", "eager" -> "cpukern_eager", registered with transformers' AttentionInterface):
+grouped float32 attention in torch ops instead of torch's bf16 flash-attention CPU kernel, which
+runs one token with scalar code on CPUs without AMX. ``model.set_attn_implementation("sdpa")``
+goes back to transformers' own.
 Every family: each other ``nn.Linear`` with bf16 weights (attention projections, the LM head)
 -> ``cpukern.torch.Linear`` (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16
 out, torch's own arithmetic up to the summation order), or W8A8 with ``dense="int8"`` (faster,
@@ -30,6 +35,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from cpukern.torch.attention import use_decode_attention
 from cpukern.torch.families import SUPPORTED, family_for  # noqa: F401 - SUPPORTED re-exported
 from cpukern.torch.families.common import MoEExperts, PatchReport, options
 
@@ -64,6 +70,7 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     report = PatchReport()
     steps, report.left = family.plan(model, opts)
     family.apply(model, steps, opts, report, keep_plain_weights)
+    use_decode_attention(model)
     model.cpukern_report = report
     return report
 

@@ -37,6 +37,7 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from cpukern._arrays import bool_arg
 from cpukern.torch._pages import drop_mapped_pages
+from cpukern.torch.attention import use_decode_attention
 from cpukern.torch.families import family_for
 from cpukern.torch.families.common import PatchReport, check_checkpoint, options, safetensors_header
 from cpukern.torch.families.saved import adopt_loaded, build_skeletons, describe
@@ -199,6 +200,7 @@ class CpukernHfQuantizer(HfQuantizer):
                                 for n, d in prepared.items()]
         steps, report.left = self._family.plan(model, self._options)
         self._family.apply(model, steps, self._options, report, qc.keep_plain_weights)
+        use_decode_attention(model)
         prepared.update({s.name: describe(model.get_submodule(s.name)) for s in steps})
         # What save_pretrained writes: these options and the modules as they are now (the
         # caller's CpukernConfig object is left as it was).
