@@ -53,6 +53,7 @@
 
 #include "kernels/moe/activations.h"
 #include "kernels/moe/int8.h"
+#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
@@ -69,6 +70,27 @@ struct TileDefaults {
   using W = bf16_t;
 };
 
+// An MXFP4 tile over a bf16 tile Base: the same register tile, its k step one 32-k block per
+// column, kBlockBytes bytes per panel and k step.
+template <class Base, int kBlockBytes>
+struct Mxfp4TileOver : Base {
+  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock, kStepW = kBlockBytes;
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
+  using W = uint8_t;
+  // Prefill (decoded_gemm, Decoded = a bf16 tile over k pairs): nk blocks of one panel -> the
+  // bf16 tile's pair words, store(s, kk, d) writing k pair kk of source s's current block as
+  // Base::kNR words at d.
+  template <class Src, class Store>
+  static void decode_pairs(const uint8_t* src, int64_t nk, bf16_t* dst, Store&& store) {
+    Src s(src);
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.block(b);
+      for (int kk = 0; kk < mxfp4::kBlock / 2; ++kk) store(s, kk, d + (b * 16 + kk) * Base::kNR);
+    }
+  }
+};
+
 // Weight elements per (panel, k step).
 template <class T>
 constexpr int64_t step_w() {
@@ -81,6 +103,16 @@ inline void tile_rows(int64_t mb, Args... args) {
     if (mb != M) return tile_rows<T, M + 1>(mb, args...);
   }
   T::template tile<M>(args...);
+}
+
+// The panels [j, np) of one tile call, G per register tile, the rest Rest per register tile
+// (default: G/2, then G/4, ...; Rest = 1: one at a time): call(std::integral_constant<int, g>{},
+// j0) covers panels [j0, j0 + g).
+template <int G, int Rest = G / 2, class F>
+inline void panel_groups(int np, F&& call, int j = 0) {
+  for (; j + G <= np; j += G) call(std::integral_constant<int, G>{}, j);
+  if constexpr (G > 1)
+    if (j < np) panel_groups<Rest, Rest / 2>(np, call, j);
 }
 
 // T::Scope, or nothing.
