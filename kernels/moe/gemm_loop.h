@@ -53,6 +53,7 @@
 
 #include "kernels/moe/activations.h"
 #include "kernels/moe/int8.h"
+#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {
@@ -69,6 +70,27 @@ struct TileDefaults {
   using W = bf16_t;
 };
 
+// An MXFP4 tile over a bf16 tile Base: the same register tile, its k step one 32-k block per
+// column, kBlockBytes bytes per panel and k step.
+template <class Base, int kBlockBytes>
+struct Mxfp4TileOver : Base {
+  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock, kStepW = kBlockBytes;
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
+  using W = uint8_t;
+  // Prefill (decoded_gemm, Decoded = a bf16 tile over k pairs): nk blocks of one panel -> the
+  // bf16 tile's pair words, store(s, kk, d) writing k pair kk of source s's current block as
+  // Base::kNR words at d.
+  template <class Src, class Store>
+  static void decode_pairs(const uint8_t* src, int64_t nk, bf16_t* dst, Store&& store) {
+    Src s(src);
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t b = 0; b < nk; ++b) {
+      s.block(b);
+      for (int kk = 0; kk < mxfp4::kBlock / 2; ++kk) store(s, kk, d + (b * 16 + kk) * Base::kNR);
+    }
+  }
+};
+
 // Weight elements per (panel, k step).
 template <class T>
 constexpr int64_t step_w() {
@@ -81,6 +103,16 @@ inline void tile_rows(int64_t mb, Args... args) {
     if (mb != M) return tile_rows<T, M + 1>(mb, args...);
   }
   T::template tile<M>(args...);
+}
+
+// The panels [j, np) of one tile call, G per register tile, the rest Rest per register tile
+// (default: G/2, then G/4, ...; Rest = 1: one at a time): call(std::integral_constant<int, g>{},
+// j0) covers panels [j0, j0 + g).
+template <int G, int Rest = G / 2, class F>
+inline void panel_groups(int np, F&& call, int j = 0) {
+  for (; j + G <= np; j += G) call(std::integral_constant<int, G>{}, j);
+  if constexpr (G > 1)
+    if (j < np) panel_groups<Rest, Rest / 2>(np, call, j);
 }
 
 // T::Scope, or nothing.
@@ -286,9 +318,39 @@ void int8_pack_a(const bf16_t* a, int64_t lda, const int32_t* rows, int64_t m, i
   for (int64_t r = m; r < round_up(m, 16); ++r) sa[r] = 0.0f;
 }
 
-// C (= or +=) float(double(acc) * double(sa) * double(sw)), written once for every int8 tile
-// (int8.h: why double). No product is fused with the accumulating add: the only fp32 value is
-// the rounded epilogue, and a conversion separates it from any multiply.
+// The panel loop of the int8 and W4A8 tiles, written once: per group of up to T::kNP panels
+// (pb bytes apart, each led by its T::kNR fp32 column scales sw), per row block of T::rows(),
+// tile(r, mb, wp, np, acc, ncol) leaves the block's exact sums in acc[mb][ncol] (Acc: int32
+// or fp32) and C (= or +=) float(double(acc) * double(sa) * double(sw)) (int8.h: why double).
+// No product is fused with the accumulating add: the only fp32 value is the rounded epilogue,
+// and a conversion separates it from any multiply.
+template <class T, class Acc, class Tile>
+inline void scaled_panels(int64_t m, const float* sa, const char* wb, int64_t pb, int64_t p0,
+                          int64_t p1, float* c, int64_t ldc, bool accumulate, Tile&& tile) {
+  alignas(64) Acc acc[T::kMR * T::kNP * T::kNR];
+  alignas(64) float sw[T::kNP * T::kNR];
+  for (int64_t p = p0; p < p1; p += T::kNP) {
+    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
+    const char* wp = wb + p * pb;
+    const int64_t ncol = int64_t(np) * T::kNR;
+    float* cp = c + (p - p0) * T::kNR;
+    for (int j = 0; j < np; ++j)  // the panels' column scales
+      std::memcpy(sw + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
+    for (int64_t r = 0, mb; r < m; r += mb) {
+      mb = T::rows(m - r);
+      tile(r, mb, wp, np, acc, ncol);
+      for (int64_t rr = 0; rr < mb; ++rr) {
+        float* cr = cp + (r + rr) * ldc;
+        const double s = double(sa[r + rr]);
+        for (int64_t col = 0; col < ncol; ++col) {
+          const float v = float(double(acc[rr * ncol + col]) * s * double(sw[col]));
+          cr[col] = accumulate ? cr[col] + v : v;
+        }
+      }
+    }
+  }
+}
+
 template <class T>
 void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_t p0, int64_t p1,
                float* c, int64_t ldc, bool accumulate) {
@@ -297,34 +359,14 @@ void int8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
                                                          int8_a_header(m));
   const int64_t ks = round_up(k, T::kKR) / T::kKR, lda = T::a_stride(k);
   const int64_t pb = int8_panel_bytes<T>(k);
-  const char* wb = static_cast<const char*>(w);
-  alignas(64) int32_t acc[T::kMR * T::kNP * T::kNR];
-  alignas(64) float swf[T::kNP * T::kNR];
-  alignas(64) double sw[T::kNP * T::kNR];
   [[maybe_unused]] const typename scope_of<T>::type scope;
-  for (int64_t p = p0; p < p1; p += T::kNP) {
-    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
-    const char* wp = wb + p * pb;
-    const int64_t ncol = int64_t(np) * T::kNR;
-    float* cp = c + (p - p0) * T::kNR;
-    for (int j = 0; j < np; ++j)  // the panels' column scales
-      std::memcpy(swf + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
-    for (int64_t col = 0; col < ncol; ++col) sw[col] = double(swf[col]);
-    for (int64_t r = 0, mb; r < m; r += mb) {
-      mb = T::rows(m - r);
-      tile_rows<T>(mb, a + r * lda, lda, ks,
-                   reinterpret_cast<const int8_t*>(wp + T::kNR * sizeof(float)), pb, np, acc,
-                   ncol);
-      for (int64_t rr = 0; rr < mb; ++rr) {
-        float* cr = cp + (r + rr) * ldc;
-        const double s = double(sa[r + rr]);
-        for (int64_t col = 0; col < ncol; ++col) {
-          const float v = float(double(acc[rr * ncol + col]) * s * sw[col]);
-          cr[col] = accumulate ? cr[col] + v : v;
-        }
-      }
-    }
-  }
+  scaled_panels<T, int32_t>(
+      m, sa, static_cast<const char*>(w), pb, p0, p1, c, ldc, accumulate,
+      [&](int64_t r, int64_t mb, const char* wp, int np, int32_t* acc, int64_t ncol) {
+        tile_rows<T>(mb, a + r * lda, lda, ks,
+                     reinterpret_cast<const int8_t*>(wp + T::kNR * sizeof(float)), pb, np, acc,
+                     ncol);
+      });
 }
 
 template <class T>

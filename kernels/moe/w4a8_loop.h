@@ -83,11 +83,6 @@ inline float w4a8_mult(uint8_t rel) {
   return f;
 }
 
-// Step 6, the one rounding of the exact product.
-inline float w4a8_scale(float acc, float sa, float ws) {
-  return float(double(acc) * double(sa) * double(ws));
-}
-
 }  // namespace
 
 template <class T>
@@ -181,30 +176,14 @@ void w4a8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
   const auto* a = reinterpret_cast<const typename T::A*>(base + int8_a_header(m) +
                                                          w4a8_corr_bytes<T>(m, k));
   const int64_t pb = w4a8_panel_bytes<T>(k), coff = w4a8_codes_offset<T>(nb);
-  const uint8_t* wb = static_cast<const uint8_t*>(w);
-  alignas(64) float acc[T::kMR * T::kNP * T::kNR];
-  alignas(64) float ws[T::kNP * T::kNR];
-  for (int64_t p = p0; p < p1; p += T::kNP) {
-    const int np = int(std::min<int64_t>(T::kNP, p1 - p));
-    const uint8_t* wp = wb + p * pb;
-    const int64_t ncol = int64_t(np) * T::kNR;
-    float* cp = c + (p - p0) * T::kNR;
-    for (int j = 0; j < np; ++j)  // the panels' column multipliers
-      std::memcpy(ws + j * T::kNR, wp + j * pb, T::kNR * sizeof(float));
-    for (int64_t r = 0, mb; r < m; r += mb) {
-      mb = T::rows(m - r);
-      tile_rows<T>(mb, a + r * lda, lda, corr + r * nb, nb, nb,
-                   wp + T::kNR * sizeof(float), wp + coff, pb, np, acc, ncol);
-      for (int64_t rr = 0; rr < mb; ++rr) {
-        float* cr = cp + (r + rr) * ldc;
-        const float s = sa[r + rr];
-        for (int64_t col = 0; col < ncol; ++col) {
-          const float v = w4a8_scale(acc[rr * ncol + col], s, ws[col]);
-          cr[col] = accumulate ? cr[col] + v : v;
-        }
-      }
-    }
-  }
+  // Step 6 is scaled_panels' epilogue.
+  scaled_panels<T, float>(
+      m, sa, static_cast<const char*>(w), pb, p0, p1, c, ldc, accumulate,
+      [&](int64_t r, int64_t mb, const char* wp, int np, float* acc, int64_t ncol) {
+        const uint8_t* wu = reinterpret_cast<const uint8_t*>(wp);
+        tile_rows<T>(mb, a + r * lda, lda, corr + r * nb, nb, nb, wu + T::kNR * sizeof(float),
+                     wu + coff, pb, np, acc, ncol);
+      });
 }
 
 // The Ukernel of W4A8 tile traits T.

@@ -142,15 +142,10 @@ inline void fma_tile(const float* a, int64_t kp, int64_t kh, Src* src, float* c,
 template <int M, int G, bool PF, class Src, class WT>
 inline void fma_panels(const float* a, int64_t kp, int64_t kh, const WT* w, int64_t panel,
                        int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-  int j = 0;
-  for (; j + G <= np; j += G) {
-    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<G>());
-    fma_tile<M, G, PF>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
-  }
-  if constexpr (G > 1)
-    if (j < np)
-      fma_panels<M, G / 2, PF, Src>(a, kp, kh, w + j * panel, panel, np - j, c + j * kNR, ldc,
-                                    accumulate, pf);
+  panel_groups<G>(np, [&](auto g, int j) {
+    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<g>());
+    fma_tile<M, g, PF>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
+  });
 }
 
 // Tile traits over a weight source: the bf16 kernel (Src = Bf16Src, k step = a k pair) and the

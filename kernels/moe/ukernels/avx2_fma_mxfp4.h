@@ -325,24 +325,16 @@ struct Mxfp4Gemv {
   template <int M, int G, bool PF>
   static void panels(const float* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
                      int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-    int j = 0;
-    for (; j + G <= np; j += G)
-      mxfp4_gemv_tile<M, G, PF>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate,
+    panel_groups<G>(np, [&](auto g, int j) {
+      mxfp4_gemv_tile<M, g, PF>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc, accumulate,
                                 pf);
-    if constexpr (G > 1)
-      if (j < np)
-        panels<M, G / 2, PF>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc,
-                             accumulate, pf);
+    });
   }
 };
 
 // The MXFP4 tile: the bf16 tile over Mxfp4Src, whose FastGemv (Mxfp4Gemv) runs the calls
 // whose rows it admits.
-struct Mxfp4Tile : Tile<Mxfp4Src> {
-  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock;
-  static constexpr int kStepW = Mxfp4Src::kBlockBytes;
-  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
-  using W = uint8_t;
+struct Mxfp4Tile : Mxfp4TileOver<Tile<Mxfp4Src>, Mxfp4Src::kBlockBytes> {
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the exact fp32 weights in
   // F32Src's order, so the row blocks' FMAs take them as memory operands (the bf16 tile would
   // widen every k pair again in each row block). Per two k pairs of 16 columns (128 weights):

@@ -99,15 +99,10 @@ inline void dp_tile(const bf16_t* a, int64_t kp, int64_t kh, Src* src, float* c,
 template <int M, int G, class Src, class WT>
 inline void dp_panels(const bf16_t* a, int64_t kp, int64_t kh, const WT* w, int64_t panel,
                       int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-  int j = 0;
-  for (; j + G <= np; j += G) {
-    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<G>());
-    dp_tile<M, G>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
-  }
-  if constexpr (G > 1)
-    if (j < np)
-      dp_panels<M, G / 2, Src>(a, kp, kh, w + j * panel, panel, np - j, c + j * kNR, ldc,
-                               accumulate, pf);
+  panel_groups<G>(np, [&](auto g, int j) {
+    auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<g>());
+    dp_tile<M, g>(a, kp, kh, src.data(), c + j * kNR, ldc, accumulate, pf);
+  });
 }
 
 template <class Src>

@@ -388,38 +388,25 @@ struct Mxfp4Gemv {
   template <int M, int G>
   static void panels(const bf16_t* a, int64_t kp, int64_t nb, const uint8_t* w, int64_t panel,
                      int np, float* c, int64_t ldc, bool accumulate, int64_t pf) {
-    int j = 0;
-    for (; j + G <= np; j += G)
-      mxfp4_fast::tile<M, G, Layout>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc,
+    panel_groups<G>(np, [&](auto g, int j) {
+      mxfp4_fast::tile<M, g, Layout>(a, kp, nb, w + j * panel, panel, c + j * kNR, ldc,
                                      accumulate, pf);
-    if constexpr (G > 1)
-      if (j < np)
-        panels<M, G / 2>(a, kp, nb, w + j * panel, panel, np - j, c + j * kNR, ldc, accumulate,
-                         pf);
+    });
   }
 };
 
 // The MXFP4 tile over a packing's source Src (Mxfp4Src, Mxfp4x8Src).
 template <class Src>
-struct Mxfp4TileOf : Tile<Src> {
-  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock;
-  static constexpr int kStepW = Src::kBlockBytes;
-  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
-  using W = uint8_t;
+struct Mxfp4TileOf : Mxfp4TileOver<Tile<Src>, Src::kBlockBytes> {
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words.
   using Decoded = Tile<Bf16Src>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
-    Src s(src);
-    auto* d = reinterpret_cast<uint32_t*>(dst);
-    for (int64_t b = 0; b < nk; ++b) {
-      s.block(b);
-      for (int kk = 0; kk < 16; ++kk) {
-        __m512i w0, w1;
-        s.pair(kk, w0, w1);
-        _mm512_storeu_si512(d + (b * 16 + kk) * kNR, w0);
-        _mm512_storeu_si512(d + (b * 16 + kk) * kNR + 16, w1);
-      }
-    }
+    Mxfp4TileOf::template decode_pairs<Src>(src, nk, dst, [](const Src& s, int kk, uint32_t* d) {
+      __m512i w0, w1;
+      s.pair(kk, w0, w1);
+      _mm512_storeu_si512(d, w0);
+      _mm512_storeu_si512(d + 16, w1);
+    });
   }
   static constexpr auto pack_mxfp4 = Src::pack;
 };

@@ -14,27 +14,14 @@ void pack(const bf16_t* w, int64_t o, int64_t i, void* dst) {
   std::memcpy(dst, w, size_t(o * i) * 2);
 }
 
-struct Tile : TileDefaults {
-  // Four columns per call for instruction-level parallelism; each sum stays sequential in k.
-  static constexpr int kMR = 1, kNR = 1, kKR = 1, kNP = 4, kAStep = 1, kActW = 4;
-  using A = float;
-  static int64_t a_stride(int64_t k) { return k; }
-  static int64_t rows(int64_t) { return 1; }
+struct Bf16Columns {
+  using W = bf16_t;
+  static constexpr int kKR = 1, kStepW = 1;
+  static float value(const bf16_t* step, int) { return bf16_to_f32(*step); }
+};
+
+struct Tile : ScalarColumnsTile<Bf16Columns> {
   static constexpr auto pack = moe::pack;
-  static constexpr auto pack_a = pack_a_f32<1>;
-  template <int M>
-  static void tile(const float* a, int64_t, int64_t k, const bf16_t* w, int64_t, int np,
-                   float* c, int64_t, bool accumulate, int64_t) {
-    if (np == 4) return columns<4>(a, k, w, c, accumulate);
-    for (int j = 0; j < np; ++j) columns<1>(a, k, w + j * k, c + j, accumulate);
-  }
-  template <int N>
-  static void columns(const float* a, int64_t k, const bf16_t* w, float* c, bool accumulate) {
-    float s[N] = {};
-    for (int64_t q = 0; q < k; ++q)
-      for (int j = 0; j < N; ++j) s[j] += a[q] * bf16_to_f32(w[j * k + q]);
-    for (int j = 0; j < N; ++j) c[j] = accumulate ? c[j] + s[j] : s[j];
-  }
 };
 
 }  // namespace

@@ -23,34 +23,18 @@ void pack(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i, vo
   }
 }
 
-struct Tile : TileDefaults {
-  static constexpr int kMR = 1, kNR = 1, kKR = mxfp4::kBlock, kNP = 4, kAStep = mxfp4::kBlock;
-  static constexpr int kActW = 4, kStepW = kStep;
-  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
-  using A = float;
+// A column's k step is one 32-k block, [scale][16 bytes of e2m1].
+struct Mxfp4Columns {
   using W = uint8_t;
-  static int64_t a_stride(int64_t k) { return k; }
-  static int64_t rows(int64_t) { return 1; }
+  static constexpr int kKR = mxfp4::kBlock, kStepW = kStep;
+  static float value(const uint8_t* step, int q) {
+    return mxfp4::value(mxfp4::code_at(step + 1, q), step[0]);
+  }
+};
+
+struct Tile : ScalarColumnsTile<Mxfp4Columns> {
+  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
   static constexpr auto pack_mxfp4 = moe::pack;
-  static constexpr auto pack_a = pack_a_f32<1>;
-  template <int M>
-  static void tile(const float* a, int64_t, int64_t nb, const uint8_t* w, int64_t panel, int np,
-                   float* c, int64_t, bool accumulate, int64_t) {
-    if (np == 4) return columns<4>(a, nb, w, panel, c, accumulate);
-    for (int j = 0; j < np; ++j) columns<1>(a, nb, w + j * panel, panel, c + j, accumulate);
-  }
-  template <int N>
-  static void columns(const float* a, int64_t nb, const uint8_t* w, int64_t panel, float* c,
-                      bool accumulate) {
-    float s[N] = {};
-    for (int64_t b = 0; b < nb; ++b)
-      for (int q = 0; q < mxfp4::kBlock; ++q)
-        for (int j = 0; j < N; ++j) {
-          const uint8_t* blk = w + j * panel + b * kStep;
-          s[j] += a[b * mxfp4::kBlock + q] * mxfp4::value(mxfp4::code_at(blk + 1, q), blk[0]);
-        }
-    for (int j = 0; j < N; ++j) c[j] = accumulate ? c[j] + s[j] : s[j];
-  }
 };
 
 }  // namespace

@@ -68,9 +68,9 @@ struct Tile : Int8TileDefaults {
   static void tile(const int8_t* a, int64_t lda, int64_t ks, const int8_t* w, int64_t panel,
                    int np, int32_t* acc, int64_t ldacc) {
     constexpr int G = M == 1 ? 4 : M == 2 ? 2 : 1;  // panels per register tile
-    int j = 0;
-    for (; j + G <= np; j += G) sdot_tile<M, G>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
-    for (; j < np; ++j) sdot_tile<M, 1>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
+    panel_groups<G, 1>(np, [&](auto g, int j) {
+      sdot_tile<M, g>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
+    });
   }
 };
 

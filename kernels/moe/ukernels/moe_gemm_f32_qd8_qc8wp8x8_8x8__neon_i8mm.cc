@@ -67,9 +67,9 @@ struct Tile : Int8TileDefaults {
                    int np, int32_t* acc, int64_t ldacc) {
     constexpr int RP = (M + 1) / 2;                   // only the pairs packed A holds
     constexpr int G = RP == 1 ? 4 : RP == 2 ? 2 : 1;  // panels per register tile
-    int j = 0;
-    for (; j + G <= np; j += G) smmla_tile<RP, G>(a, lda, ks, w + j * panel, panel, acc + j * 8, ldacc);
-    for (; j < np; ++j) smmla_tile<RP, 1>(a, lda, ks, w + j * panel, panel, acc + j * 8, ldacc);
+    panel_groups<G, 1>(np, [&](auto g, int j) {
+      smmla_tile<RP, g>(a, lda, ks, w + j * panel, panel, acc + j * 8, ldacc);
+    });
   }
 };
 

@@ -109,17 +109,11 @@ struct Tile : KpairsTile<kNR> {
   static void tile(const float* a, int64_t lda, int64_t nk, const WT* w, int64_t panel, int np,
                    float* c, int64_t ldc, bool accumulate, int64_t) {
     const int64_t kh = nk * (Src::kPairsPerBlock ? Src::kPairsPerBlock : 1);
-    int j = 0;
-    if constexpr (M == 1) {  // two panels per call: 8 independent chains
-      for (; j + 2 <= np; j += 2) {
-        auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<2>());
-        fma_tile<M, 2>(a, lda, kh, src.data(), c + j * kNR, ldc, accumulate);
-      }
-    }
-    for (; j < np; ++j) {
-      Src src[1] = {Src(w + j * panel)};
-      fma_tile<M, 1>(a, lda, kh, src, c + j * kNR, ldc, accumulate);
-    }
+    constexpr int G = M == 1 ? 2 : 1;  // 1 row: two panels per call, 8 independent chains
+    panel_groups<G, 1>(np, [&](auto g, int j) {
+      auto src = sources<Src>(w + j * panel, panel, std::make_index_sequence<g>());
+      fma_tile<M, g>(a, lda, kh, src.data(), c + j * kNR, ldc, accumulate);
+    });
   }
 };
 

@@ -52,27 +52,18 @@ struct Mxfp4Src {
   }
 };
 
-struct Mxfp4Tile : Tile<Mxfp4Src> {
-  static constexpr int kKR = mxfp4::kBlock, kAStep = mxfp4::kBlock;
-  static constexpr int kStepW = Mxfp4Src::kBlockBytes;
-  static constexpr WeightFormat kFormat = WeightFormat::kMxfp4;
-  using W = uint8_t;
+struct Mxfp4Tile : Mxfp4TileOver<Tile<Mxfp4Src>, Mxfp4Src::kBlockBytes> {
   // Prefill (gemm_loop.h decoded_gemm): nk blocks of one panel -> the bf16 kernel's pair words
   // (the exact fp32 weights' high halves: odd k's kept, even k's shifted in below).
   using Decoded = Tile<Bf16Src>;
   static void decode_block(const uint8_t* src, int64_t nk, bf16_t* dst) {
-    Mxfp4Src s(src);
-    auto* d = reinterpret_cast<uint32_t*>(dst);
-    for (int64_t b = 0; b < nk; ++b) {
-      s.block(b);
-      for (int kk = 0; kk < 16; ++kk) {
-        float32x4_t lo[4], hi[4];
-        s.pair(kk, lo, hi);
-        CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
-          vst1q_u32(d + (b * 16 + kk) * kNR + 4 * q,
-                    vsriq_n_u32(vreinterpretq_u32_f32(hi[q]), vreinterpretq_u32_f32(lo[q]), 16));
-      }
-    }
+    decode_pairs<Mxfp4Src>(src, nk, dst, [](const Mxfp4Src& s, int kk, uint32_t* d) {
+      float32x4_t lo[4], hi[4];
+      s.pair(kk, lo, hi);
+      CPUKERN_UNROLL for (int q = 0; q < 4; ++q)
+        vst1q_u32(d + 4 * q,
+                  vsriq_n_u32(vreinterpretq_u32_f32(hi[q]), vreinterpretq_u32_f32(lo[q]), 16));
+    });
   }
   static void pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
                          void* dst) {  // code byte j of a column: row j of the panel

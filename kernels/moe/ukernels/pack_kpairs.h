@@ -67,5 +67,36 @@ struct KpairsTile : TileDefaults {
   static constexpr auto pack = pack_kpairs<NR>;
 };
 
+// Tile traits of the fp32 scalar oracles (one per weight format Wt): A rows widened to fp32,
+// one output column per panel, four columns per call for instruction-level parallelism, each
+// C element one sequential fp32 sum over k (multiply, then add). Wt gives W, kKR (k per step),
+// kStepW (W per column k step) and value(step, q): the exact fp32 value of weight q of the
+// column's k step at `step`.
+template <class Wt>
+struct ScalarColumnsTile : TileDefaults {
+  static constexpr int kMR = 1, kNR = 1, kNP = 4, kActW = 4;
+  static constexpr int kKR = Wt::kKR, kAStep = Wt::kKR, kStepW = Wt::kStepW;
+  using A = float;
+  using W = typename Wt::W;
+  static int64_t a_stride(int64_t k) { return k; }
+  static int64_t rows(int64_t) { return 1; }
+  static constexpr auto pack_a = pack_a_f32<1>;
+  template <int M>
+  static void tile(const float* a, int64_t, int64_t nk, const W* w, int64_t panel, int np,
+                   float* c, int64_t, bool accumulate, int64_t) {
+    if (np == 4) return columns<4>(a, nk, w, panel, c, accumulate);
+    for (int j = 0; j < np; ++j) columns<1>(a, nk, w + j * panel, panel, c + j, accumulate);
+  }
+  template <int N>
+  static void columns(const float* a, int64_t nk, const W* w, int64_t panel, float* c,
+                      bool accumulate) {
+    float s[N] = {};
+    for (int64_t b = 0; b < nk; ++b, a += kKR, w += kStepW)
+      for (int q = 0; q < kKR; ++q)
+        for (int j = 0; j < N; ++j) s[j] += a[q] * Wt::value(w + j * panel, q);
+    for (int j = 0; j < N; ++j) c[j] = accumulate ? c[j] + s[j] : s[j];
+  }
+};
+
 }  // namespace
 }  // namespace cpukern::moe

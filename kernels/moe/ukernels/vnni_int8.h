@@ -107,10 +107,9 @@ struct Int8Tile : Int8TileDefaults {
   static void tile(const uint8_t* a, int64_t lda, int64_t ks, const int8_t* w, int64_t panel,
                    int np, int32_t* acc, int64_t ldacc) {
     constexpr int G = V::kLanes == 16 ? (M == 1 ? 4 : M <= 4 ? 2 : 1) : (M == 1 ? 2 : 1);
-    int j = 0;
-    for (; j + G <= np; j += G)
-      int8_tile<V, M, G>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
-    for (; j < np; ++j) int8_tile<V, M, 1>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
+    panel_groups<G, 1>(np, [&](auto g, int j) {
+      int8_tile<V, M, g>(a, lda, ks, w + j * panel, panel, acc + j * 16, ldacc);
+    });
   }
 };
 

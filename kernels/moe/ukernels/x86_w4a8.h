@@ -220,13 +220,10 @@ struct Tile : W4a8TileDefaults {
                    const uint8_t* rel, const uint8_t* codes, int64_t panel, int np, float* acc,
                    int64_t ldacc) {
     constexpr int G = V::kLanes == 16 ? (M == 1 ? 4 : M == 2 ? 2 : 1) : (M == 1 ? 2 : 1);
-    int j = 0;
-    for (; j + G <= np; j += G)
-      x86_w4a8::tile<V, M, G>(a, lda, corr, ldcorr, nb, rel + j * panel, codes + j * panel, panel,
+    panel_groups<G, 1>(np, [&](auto g, int j) {
+      x86_w4a8::tile<V, M, g>(a, lda, corr, ldcorr, nb, rel + j * panel, codes + j * panel, panel,
                               acc + j * 16, ldacc);
-    for (; j < np; ++j)
-      x86_w4a8::tile<V, M, 1>(a, lda, corr, ldcorr, nb, rel + j * panel, codes + j * panel, panel,
-                              acc + j * 16, ldacc);
+    });
   }
 };
 

@@ -28,14 +28,12 @@ namespace cpukern::ternary {
 namespace {
 
 template <class Vec, bool kVnni>
-struct B3p5 {
-  using VI = typename Vec::V;
-  static constexpr int64_t kVB = Vec::kBits / 8;  // stored bytes per block = columns per digit
-  static constexpr int64_t kCols = 5 * kVB;      // columns per block
-  static constexpr int64_t kI16Blocks = 8;       // blocks summed in int16 before widening
+struct B3p5 : Int8Blocks<B3p5<Vec, kVnni>, Vec, 5, kVnni> {
+  using Base = Int8Blocks<B3p5, Vec, 5, kVnni>;
+  using typename Base::VI;
+  using Base::kCols, Base::kI16Blocks, Base::kVB;  // kVB: also columns per digit
 
   static int64_t row_bytes(int64_t k) { return layouts::b3p5_row_bytes(k, kCols); }
-  static int64_t packed_size(int64_t m, int64_t k) { return m * row_bytes(k); }
 
   // Where block `blk` of batch row b reads its activations.
   struct XBlocks {
@@ -142,33 +140,18 @@ struct B3p5 {
     }
     const int32_t* xsum = a->xsum + b0;
     int32_t* y = a->y + b0 * a->ldy;
-    int64_t r = 0;
-    if constexpr (DP) {
-      for (; r + R <= a->rows; r += R) rows_kernel_dp<R>(w + r * rb, rb, xb, xsum[0], y + r);
-      for (; r < a->rows; ++r) rows_kernel_dp<1>(w + r * rb, rb, xb, xsum[0], y + r);
-    } else {
-      for (; r + R <= a->rows; r += R) rows_kernel<R, NB>(w + r * rb, rb, xb, xsum, y + r, a->ldy);
-      for (; r < a->rows; ++r) rows_kernel<1, NB>(w + r * rb, rb, xb, xsum, y + r, a->ldy);
-    }
-  }
-
-  static void run(const I8Args* a) {
-    int64_t b = 0;
-    for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
-    switch (a->batch - b) {
-      case 3: rows_loop<2, 3>(a, b); break;
-      case 2: rows_loop<2, 2>(a, b); break;
-      case 1: rows_loop<4, 1, kVnni>(a, b); break;
-      default: break;
-    }
+    Base::template row_groups<R>(a->rows, [&](auto n, int64_t r) {
+      if constexpr (DP)
+        rows_kernel_dp<decltype(n)::value>(w + r * rb, rb, xb, xsum[0], y + r);
+      else
+        rows_kernel<decltype(n)::value, NB>(w + r * rb, rb, xb, xsum, y + r, a->ldy);
+    });
   }
 };
 
 template <class Vec, bool kVnni = false>
 constexpr I8Ukernel b3p5_ukernel(const char* name) {
-  using K = B3p5<Vec, kVnni>;
-  return {name, Vec::kBits == 512 ? "b3p5c320" : "b3p5c160", 4, K::packed_size, K::row_bytes,
-          K::run};
+  return B3p5<Vec, kVnni>::ukernel(name, Vec::kBits == 512 ? "b3p5c320" : "b3p5c160");
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
-// The x86 integer vector operations shared by the int8 ternary micro-kernels (q2b.h,
-// b3p5.h), as two traits: Int8x32 (AVX2, ymm) and Int8x64 (AVX-512BW, zmm). Internal
+// What the int8 ternary micro-kernels (q2b.h, b3p5.h) share: the x86 integer vector
+// operations, as two traits: Int8x32 (AVX2, ymm) and Int8x64 (AVX-512BW, zmm); and
+// Int8Blocks, their block geometry, row grouping, batch split and Ukernel entry. Internal
 // linkage: each micro-kernel file compiles its own copy with its ISA's flags.
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/simd_x86.h"
 #include "kernels/ternary/ukernels/stream_prefetch.h"
+#include "kernels/ternary/ukernels/ukernels.h"
 
 namespace cpukern::ternary {
 namespace {
@@ -82,6 +85,46 @@ struct Int8x64 {
   }
 };
 #endif
+
+// The frame of an int8 micro-kernel K (CRTP) on Vec: a block is one vector of stored bytes,
+// each byte holding kDigits columns, and kI16Blocks blocks are summed in int16 before vpmaddwd
+// widens them to int32. K supplies row_bytes(k) and rows_loop<R, NB, DP>(a, b0), which runs
+// batch rows [b0, b0 + NB) over all rows, R at a time (row_groups); DP: the VNNI batch-1 kernel.
+template <class K, class Vec, int kDigits, bool kVnni>
+struct Int8Blocks {
+  using VI = typename Vec::V;
+  static constexpr int64_t kVB = Vec::kBits / 8;   // stored bytes per block
+  static constexpr int64_t kCols = kDigits * kVB;  // columns per block
+  static constexpr int64_t kI16Blocks = 8;         // blocks summed in int16 before widening
+
+  static int64_t packed_size(int64_t m, int64_t k) { return m * K::row_bytes(k); }
+
+  // kernel(std::integral_constant<int, n>, r) for rows [r, r + n): n = R while R rows are
+  // left, then 1.
+  template <int R, class F>
+  static void row_groups(int64_t rows, F&& kernel) {
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) kernel(std::integral_constant<int, R>{}, r);
+    for (; r < rows; ++r) kernel(std::integral_constant<int, 1>{}, r);
+  }
+
+  // Batch rows 4 at a time (2 rows per kernel); the last 3 or 2 likewise; a single one with 4
+  // rows per kernel (VNNI's kernel if kVnni).
+  static void run(const I8Args* a) {
+    int64_t b = 0;
+    for (; b + 4 <= a->batch; b += 4) K::template rows_loop<2, 4>(a, b);
+    switch (a->batch - b) {
+      case 3: K::template rows_loop<2, 3>(a, b); break;
+      case 2: K::template rows_loop<2, 2>(a, b); break;
+      case 1: K::template rows_loop<4, 1, kVnni>(a, b); break;
+      default: break;
+    }
+  }
+
+  static constexpr I8Ukernel ukernel(const char* name, const char* layout) {
+    return {name, layout, 4, packed_size, K::row_bytes, run};
+  }
+};
 
 }  // namespace
 }  // namespace cpukern::ternary

@@ -22,14 +22,23 @@ namespace cpukern::ternary {
 namespace {
 
 template <class Vec, bool kVnni>
-struct Q2b {
-  using VI = typename Vec::V;
-  static constexpr int64_t kVB = Vec::kBits / 8;  // bytes per vector = packed bytes per block
-  static constexpr int64_t kCols = 4 * kVB;      // columns per block
-  static constexpr int64_t kI16Blocks = 8;       // blocks summed in int16 before widening
+struct Q2b : Int8Blocks<Q2b<Vec, kVnni>, Vec, 4, kVnni> {
+  using Base = Int8Blocks<Q2b, Vec, 4, kVnni>;
+  using typename Base::VI;
+  using Base::kCols, Base::kI16Blocks, Base::kVB;
 
   static int64_t row_bytes(int64_t k) { return layouts::q2b_row_bytes(k, kCols); }
-  static int64_t packed_size(int64_t m, int64_t k) { return m * row_bytes(k); }
+
+  // The four quarters (columns i, i + C/4, i + C/2, i + 3C/4 of byte i) of the block at p,
+  // each w + 1 in {0, 1, 2} per byte.
+  [[gnu::always_inline]] static inline void decode(const uint8_t* p, VI three, VI (&q)[4]) {
+    const VI v = Vec::load(p);
+    prefetch_ahead(p);
+    q[0] = Vec::and_(v, three);
+    q[1] = Vec::and_(Vec::srli16(v, 2), three);
+    q[2] = Vec::and_(Vec::srli16(v, 4), three);
+    q[3] = Vec::and_(Vec::srli16(v, 6), three);
+  }
 
   // VNNI: vpdpbusd(acc, u8 weights+1, s8 activations) sums 4 byte products straight into
   // int32 lanes (no int16 stage, no widening). Used for batch 1 only: measured on Zen 5
@@ -45,16 +54,14 @@ struct Q2b {
       for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = Vec::zero();
     for (int64_t blk = 0; blk < nblk; ++blk) {
       for (int r = 0; r < R; ++r) {
-        const VI v = Vec::load(w + r * rb + blk * kVB);
-        prefetch_ahead(w + r * rb + blk * kVB);
-        const VI q0 = Vec::and_(v, three), q1 = Vec::and_(Vec::srli16(v, 2), three);
-        const VI q2 = Vec::and_(Vec::srli16(v, 4), three), q3 = Vec::and_(Vec::srli16(v, 6), three);
+        VI q[4];
+        decode(w + r * rb + blk * kVB, three, q);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xb = x + b * a->xq_stride + blk * kCols;
-          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q0, Vec::load(xb));
-          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q1, Vec::load(xb + kVB));
-          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q2, Vec::load(xb + 2 * kVB));
-          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q3, Vec::load(xb + 3 * kVB));
+          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q[0], Vec::load(xb));
+          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q[1], Vec::load(xb + kVB));
+          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q[2], Vec::load(xb + 2 * kVB));
+          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q[3], Vec::load(xb + 3 * kVB));
         }
       }
     }
@@ -78,16 +85,14 @@ struct Q2b {
         for (int b = 0; b < NB; ++b) s[r][b] = Vec::zero();
       for (int64_t blk = b0; blk < b1; ++blk) {
         for (int r = 0; r < R; ++r) {
-          const VI v = Vec::load(w + r * rb + blk * kVB);
-          prefetch_ahead(w + r * rb + blk * kVB);
-          const VI q0 = Vec::and_(v, three), q1 = Vec::and_(Vec::srli16(v, 2), three);
-          const VI q2 = Vec::and_(Vec::srli16(v, 4), three), q3 = Vec::and_(Vec::srli16(v, 6), three);
+          VI q[4];
+          decode(w + r * rb + blk * kVB, three, q);
           for (int b = 0; b < NB; ++b) {
             const int8_t* xb = x + b * a->xq_stride + blk * kCols;
-            const VI p01 = Vec::add16(Vec::maddubs(q0, Vec::load(xb)),
-                                      Vec::maddubs(q1, Vec::load(xb + kVB)));
-            const VI p23 = Vec::add16(Vec::maddubs(q2, Vec::load(xb + 2 * kVB)),
-                                      Vec::maddubs(q3, Vec::load(xb + 3 * kVB)));
+            const VI p01 = Vec::add16(Vec::maddubs(q[0], Vec::load(xb)),
+                                      Vec::maddubs(q[1], Vec::load(xb + kVB)));
+            const VI p23 = Vec::add16(Vec::maddubs(q[2], Vec::load(xb + 2 * kVB)),
+                                      Vec::maddubs(q[3], Vec::load(xb + 3 * kVB)));
             s[r][b] = Vec::add16(s[r][b], Vec::add16(p01, p23));
           }
         }
@@ -104,35 +109,20 @@ struct Q2b {
     const int64_t rb = row_bytes(a->k);
     const uint8_t* w = static_cast<const uint8_t*>(a->w);
     const int8_t* x = a->xq + b0 * a->xq_stride;
+    const int32_t* xsum = a->xsum + b0;
     int32_t* y = a->y + b0 * a->ldy;
-    int64_t r = 0;
-    if constexpr (DP) {
-      for (; r + R <= a->rows; r += R)
-        rows_kernel_dp<R, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
-      for (; r < a->rows; ++r) rows_kernel_dp<1, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
-    } else {
-      for (; r + R <= a->rows; r += R)
-        rows_kernel<R, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
-      for (; r < a->rows; ++r) rows_kernel<1, NB>(a, w + r * rb, rb, x, a->xsum + b0, y + r);
-    }
-  }
-
-  static void run(const I8Args* a) {
-    int64_t b = 0;
-    for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
-    switch (a->batch - b) {
-      case 3: rows_loop<2, 3>(a, b); break;
-      case 2: rows_loop<2, 2>(a, b); break;
-      case 1: rows_loop<4, 1, kVnni>(a, b); break;
-      default: break;
-    }
+    Base::template row_groups<R>(a->rows, [&](auto n, int64_t r) {
+      if constexpr (DP)
+        rows_kernel_dp<decltype(n)::value, NB>(a, w + r * rb, rb, x, xsum, y + r);
+      else
+        rows_kernel<decltype(n)::value, NB>(a, w + r * rb, rb, x, xsum, y + r);
+    });
   }
 };
 
 template <class Vec, bool kVnni = false>
 constexpr I8Ukernel q2b_ukernel(const char* name) {
-  using K = Q2b<Vec, kVnni>;
-  return {name, Vec::kBits == 512 ? "q2b256" : "q2b128", 4, K::packed_size, K::row_bytes, K::run};
+  return Q2b<Vec, kVnni>::ukernel(name, Vec::kBits == 512 ? "q2b256" : "q2b128");
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // lanes, 3 columns per vpermps lookup, all 8 sub-GEMVs (O1-O4, see lookup_impl.h) for up to
 // 4 batch rows per pass. AVX2 + FMA only (no BMI2: the fast path for AMD Zen 1/2, whose pext
 // is microcoded); the packer is chosen at prepare time (ukernels.inc).
-#include "kernels/widely_linear/ukernels/g3r8_avx2.h"
+#include "kernels/widely_linear/ukernels/lookup_traits.h"
 
 namespace cpukern::widely_linear {
 

@@ -1,6 +1,6 @@
 // One sub-GEMV (plane . source table) of the naive unfused schedule over the g3r8x4 bytes,
 // summed in the fused kernel's order (identical results), up to 4 batch rows per pass.
-#include "kernels/widely_linear/ukernels/g3r8_avx2.h"
+#include "kernels/widely_linear/ukernels/lookup_traits.h"
 
 namespace cpukern::widely_linear {
 

@@ -1,6 +1,6 @@
 // Widely-linear micro-kernel for 2..4 batch rows, layout g3r8x4 (lookup_layout.h): signed
 // tables, one weight row per ymm (signed_impl.h), bitwise equal to the 1-row kernel; AVX2 + FMA.
-#include "kernels/widely_linear/ukernels/g3r8_avx2.h"
+#include "kernels/widely_linear/ukernels/lookup_traits.h"
 
 namespace cpukern::widely_linear {
 

@@ -2,7 +2,8 @@
 // per tile in the lanes, 4 columns per 16-entry vpermps lookup, all 8 sub-GEMVs (O1-O4, see
 // lookup_impl.h) for up to 4 batch rows per pass. No BMI2: the portable packer splits the
 // public words.
-#include "kernels/widely_linear/ukernels/g4r16_avx512.h"
+#include "kernels/widely_linear/ukernels/avx512.h"
+#include "kernels/widely_linear/ukernels/lookup_traits.h"
 
 namespace cpukern::widely_linear {
 

@@ -1,6 +1,7 @@
 // One sub-GEMV (plane . source table) of the naive unfused schedule over the g4r16x4 bytes,
 // AVX-512F, summed in the fused kernel's order (identical results), up to 4 batch rows.
-#include "kernels/widely_linear/ukernels/g4r16_avx512.h"
+#include "kernels/widely_linear/ukernels/avx512.h"
+#include "kernels/widely_linear/ukernels/lookup_traits.h"
 
 namespace cpukern::widely_linear {
 
