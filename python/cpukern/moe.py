@@ -108,31 +108,24 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     if act != FP32 and format != "mxfp4":
         raise ValueError(f"act: expected 'fp32' with format={format!r} (int8 activations only "
                          f"with format='mxfp4'), got {act!r}")
+    # Shapes (E, O, I >= 1, the scales' shape, MXFP4's 16-byte blocks) and values: checked by
+    # the extension and moe::prepack*.
     if format == "int8":
         if scales is None:
             raise ValueError("scales: required with format='int8' (float32 (E, O))")
         q = check_array(w, "w", "int8", (3,))
         sc = check_array(scales, "scales", "float32", (2,))
-        e, o, i = shape_of(q)
-        if min(e, o, i) < 1:
-            raise ValueError(f"w: expected int8 (E, O, I) with E, O, I >= 1, got {describe(w)}")
         return _logged(_ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa), isa)
     if format == "mxfp4":
         if scales is None:
             raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
         blocks = _u8(w, "w", (4,))
         sc = _u8(scales, "scales", (3,))
-        if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
-            raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
-                             f"{describe(w)}")
         return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
                                               W4A8 if act != FP32 else "mxfp4"), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
-    e, o, i = shape_of(wb)
-    if min(e, o, i) < 1:
-        raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
     return _logged(_ext.moe_prepack(native(wb, "w"), isa), isa)
 
 
@@ -167,7 +160,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
     MoE packings cannot be unpacked, prepare the experts again from their weights. Pickling,
     copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
-    return packed_weights.import_buffer(buf, "moe", verify, isa, None, name)[0]
+    return packed_weights.import_buffer(buf, ("moe",), verify, isa, None, name)
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
@@ -288,12 +281,7 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):
         check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
-    isa = isa_arg(isa)
-    if isa and isa != w13.isa:
-        raise ValueError(f"isa: expected None or '{w13.isa}' (the variant the weights were packed "
-                         f"for), got {isa!r}")
-    if w2.isa != w13.isa:
-        raise ValueError(f"w2: expected weights packed for '{w13.isa}' like w13, got '{w2.isa}'")
+    isa = isa_arg(isa)  # that the weights were packed for it: checked by the extension
     activation = str_arg(activation, "activation", ACTIVATIONS)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
@@ -309,7 +297,7 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     yb = bf16_bits(y, "out")
     _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
                        activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
-                       nthreads, native(yb, "out"))
+                       nthreads, native(yb, "out"), isa)
     return y
 
 

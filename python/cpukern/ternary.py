@@ -175,21 +175,18 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
+    isa = isa_arg(isa)  # for prepared weights, that they were prepared for it: checked by C++
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
-        isa = isa_arg(isa)
-        if isa and isa != weights.isa:
-            raise ValueError(f"isa: expected None or '{weights.isa}' (the variant the weights were "
-                             f"prepared for), got {isa!r}; prepare them again with isa={isa!r}")
         w = weights
     elif isinstance(weights, np.ndarray) or type(weights).__module__.split(".")[0] == "torch":
-        w = _prepare(weights, shape_of(x)[-1], None, isa, "weights")
+        w = _prepare(weights, shape_of(x)[-1], None, isa or None, "weights")
     else:
         raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
     m = w.shape[0]  # x's columns and the scale's length: checked by the extension
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))
+    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"), isa)
     return y
 
 
@@ -238,27 +235,11 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     another than `isa` is unpacked to the public ternary format and prepared again for this
     CPU (a copy; TernaryWeights.is_view is then False); widely-linear layouts other than the
     public one cannot be unpacked and raise ValueError instead."""
-    op = "widely_linear" if _op_of(buf) == "widely_linear" else "ternary"
-    w, _reprepared = import_buffer(buf, op, verify, isa, threads, name)
-    _log.selection("widely_linear" if op == "widely_linear" else "ternary_gemv", w.isa,
-                   isa_arg(isa) or None,
-                   _ext.widely_linear_variants if op == "widely_linear" else _ext.ternary_variants)
+    w = import_buffer(buf, _OPS, verify, isa, threads, name)
+    op = "widely_linear" if w.op == "widely_linear" else "ternary_gemv"
+    _log.selection(op, w.isa, isa_arg(isa) or None,
+                   _ext.widely_linear_variants if w.op == "widely_linear" else _ext.ternary_variants)
     return w
-
-
-_MAGIC = b"CPUKPREP"
-
-
-def _op_of(buf: Any) -> str:
-    """The op named in a prepared buffer's header ("" if it is not one: the extension then
-    reports what is wrong)."""
-    try:
-        head = bytes(np.asarray(buf[:32].numpy() if is_torch(buf) else buf[:32]).tobytes())
-    except (TypeError, IndexError, AttributeError):
-        return ""
-    if len(head) < 32 or head[:8] != _MAGIC:
-        return ""
-    return head[16:32].split(b"\0", 1)[0].decode("ascii", "replace")
 
 
 _aligned = aligned  # its former name here

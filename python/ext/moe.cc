@@ -67,12 +67,13 @@ void bind_moe(nb::module_& m) {
   // format "mxfp4" (act="fp32": exact) or "mxfp4_a8" (act="int8": W4A8).
   m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
                                 const std::string& format) {
-    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});
+    // The blocks are the weights: errors name them "w", as cpukern.moe.prepare does.
+    const auto* bp = in_ptr<uint8_t>(blocks, "w", {4});
     const auto* sp = in_ptr<uint8_t>(scales, "scales", {3});
     const int64_t e = int64_t(blocks.shape(0)), o = int64_t(blocks.shape(1)),
                   nb = int64_t(blocks.shape(2));
     if (blocks.shape(3) != 16)
-      throw_arg("blocks", "expected shape (E, O, I/32, 16), got " + describe_array(blocks));
+      throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(blocks));
     check_shape(scales, "scales", {e, o, nb});
     const moe::WeightFormat f = moe::parse_format(format);
     GilRelease release(double(blocks.size()) * 2.0);
@@ -165,9 +166,10 @@ void bind_moe(nb::module_& m) {
       [](const InArray& x, const PackedWeights& packed13, const PackedWeights& packed2,
          const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
-         int threads, const OutArray& out) {
+         int threads, const OutArray& out, const std::string& isa) {
         const PackedExperts& w13 = experts(packed13, "w13");
         const PackedExperts& w2 = experts(packed2, "w2");
+        w13.check_isa(isa);  // w2's variant: moe::fused_moe (w13's)
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
@@ -205,7 +207,7 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
       nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
-      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out"));
+      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out"), nb::arg("isa") = "");
 }
 
 }  // namespace cpukern::ext

@@ -55,14 +55,12 @@ auto import_buffer(const InArray& buf, const char* arg, Import&& import) {
 
 // An op's import options (Options: the op's ImportOptions) as the bindings pass them.
 template <class Options>
-Options import_options(bool verify, const std::string& isa, int threads, const char* arg,
-                       bool* reprepared) {
+Options import_options(bool verify, const std::string& isa, int threads, const char* arg) {
   Options o;
   o.verify = verify;
   o.isa = isa;
   o.threads = threads;
   o.arg = arg;
-  o.reprepared = reprepared;
   return o;
 }
 
