@@ -9,7 +9,6 @@
 // number of threads. linear (a dense layer: one expert, no routing) reuses the packing of rows,
 // the tiling and the tasks of stage 2.
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -136,17 +135,14 @@ static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, co
   const int64_t n = checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(q != nullptr, "w", "null pointer");
   check_arg(scales != nullptr, "scales", "null pointer");
-  if (const void* bad = std::memchr(q, 0x80, size_t(n))) {
-    const int64_t at = static_cast<const int8_t*>(bad) - q;
+  if (const int64_t at = int8::first_minus_128(q, n); at >= 0)
     throw_arg("w", "int8 weight -128 at expert " + std::to_string(at / (o * i)) + ", row " +
                        std::to_string(at / i % o) + ", column " + std::to_string(at % i) +
                        ": symmetric int8 weights must lie in [-127, 127]");
-  }
-  for (int64_t r = 0; r < e * o; ++r)
-    if (!(scales[r] >= 0.0f && scales[r] <= 3.4028235e38f))
-      throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
-                              std::to_string(r / o) + ", row " + std::to_string(r % o) +
-                              ": scales must be finite and >= 0");
+  if (const int64_t r = int8::first_bad_scale(scales, e * o); r >= 0)
+    throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
+                            std::to_string(r / o) + ", row " + std::to_string(r % o) +
+                            ": scales must be finite and >= 0");
   char* dst = nullptr;
   auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w", &dst);
   const Ukernel& uk = *p->ukernel;

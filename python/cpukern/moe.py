@@ -218,39 +218,22 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     (one fp32 product each: the weights the int8 kernels multiply by)."""
     format = str_arg(format, "format", ("mxfp4", "int8"))
     torch_in = is_torch(blocks)
+    # Shapes and values (prepare's rules): checked by the extension.
     if format == "int8":
         q = check_array(blocks, "blocks", "int8")
         sc = check_array(scales, "scales", "float32")
-        qn = q.numpy() if is_torch(q) else q
-        sn = sc.numpy() if is_torch(sc) else sc
-        if qn.ndim < 1 or qn.shape[:-1] != sn.shape:
-            raise ValueError(f"scales: expected shape {tuple(qn.shape[:-1])} (one per row of "
-                             f"blocks), got {describe(scales)}")
-        if not np.isfinite(sn).all() or (sn < 0).any():
-            raise ValueError("scales: int8 scales must be finite and >= 0")
-        if qn.size and (qn == -128).any():  # prepare's rule: symmetric int8
-            idx = tuple(int(v) for v in np.argwhere(qn == -128)[0])
-            raise ValueError(f"blocks: int8 weight -128 at index {list(idx)}: symmetric int8 "
-                             f"weights must lie in [-127, 127]")
-        out = qn.astype(np.float32) * sn[..., None]
-        if torch_in:
-            import torch
-
-            return torch.from_numpy(out)
-        return out
-    b = _u8(blocks, "blocks", tuple(range(2, 9)))
-    s = _u8(scales, "scales", tuple(range(1, 8)))
-    if b.shape[-1] != 16 or b.shape[:-1] != s.shape:
-        raise ValueError(f"blocks: expected shape scales.shape + (16,) = {tuple(s.shape) + (16,)}, "
-                         f"got {describe(blocks)}")
-    n = int(np.prod(shape_of(s)))
-    out = np.empty(tuple(s.shape[:-1]) + (s.shape[-1] * 32,), ml_dtypes.bfloat16)
-    _ext.moe_mxfp4_dequantize(native(b.reshape(n, 16), "blocks"), native(s.reshape(n), "scales"),
-                              out.view(np.uint16).reshape(n, 32))
+        out = np.empty(shape_of(q), np.float32)
+        _ext.moe_int8_dequantize(native(q, "blocks"), native(sc, "scales"), out)
+    else:
+        b = _u8(blocks, "blocks", tuple(range(2, 9)))
+        s = _u8(scales, "scales", tuple(range(1, 8)))
+        out = np.empty(shape_of(s)[:-1] + (shape_of(s)[-1] * 32,), ml_dtypes.bfloat16)
+        _ext.moe_mxfp4_dequantize(native(b, "blocks"), native(s, "scales"), out.view(np.uint16))
     if torch_in:
         import torch
 
-        return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(out) if format == "int8" else \
+            torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
     return out
 
 
