@@ -123,6 +123,19 @@ struct ImportOptions {
                                  // paths never prepare; MoE packings can never be unpacked)
 };
 
+// An op's ImportOptions (Options) with these fields set.
+template <class Options>
+Options import_options(bool verify, const std::string& isa, const std::string& arg,
+                       int threads = 0, bool allow_reprepare = true) {
+  Options o;
+  o.verify = verify;
+  o.isa = isa;
+  o.arg = arg;
+  o.threads = threads;
+  o.allow_reprepare = allow_reprepare;
+  return o;
+}
+
 // NUL-terminated name fields as strings.
 std::string name(const char (&field)[16]);
 std::string name(const char (&field)[32]);

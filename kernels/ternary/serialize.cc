@@ -73,10 +73,9 @@ void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned c
   w.serialize(out, size, {with_int8, threads});
 }
 
-std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
-                                                   std::shared_ptr<const void> owner,
-                                                   const ImportOptions& opts,
-                                                   const Registry<TernaryGemvUkernel>& rows) {
+std::shared_ptr<const PreparedWeights> from_buffer(
+    const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
+    const ImportOptions& opts, const Registry<TernaryGemvUkernel>& rows) {
   const std::string& arg = opts.arg;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t m = h.dims[kM], k = h.dims[kK], g = h.dims[kGroup], has_scale = h.dims[kHasScale];

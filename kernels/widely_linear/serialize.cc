@@ -41,10 +41,9 @@ void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
   layer.serialize(out, size);
 }
 
-std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner,
-                                                 const ImportOptions& opts,
-                                                 const Registry<Ukernel>& rows) {
+std::shared_ptr<const PreparedLayer> from_buffer(
+    const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
+    const ImportOptions& opts, const Registry<Ukernel>& rows) {
   const std::string& arg = opts.arg;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t stages = h.dims[kStages], n = h.dims[kN], m = h.dims[kM];

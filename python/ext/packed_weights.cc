@@ -130,14 +130,14 @@ void bind_packed_weights(nb::module_& m) {
                                            -> std::shared_ptr<const PackedWeights> {
           const std::string op = op_of(p, size, ops);
           if (op == moe::kBlobFormat.op)
-            return moe::from_buffer(p, size, owner, import_options<moe::ImportOptions>(
-                                                        verify, isa, threads, arg));
+            return moe::from_buffer(
+                p, size, owner, blob::import_options<moe::ImportOptions>(verify, isa, arg, threads));
           if (op == widely_linear::kBlobFormat.op)
             return widely_linear::from_buffer(
                 p, size, owner,
-                import_options<widely_linear::ImportOptions>(verify, isa, threads, arg));
-          return ternary::from_buffer(p, size, owner, import_options<ternary::ImportOptions>(
-                                                          verify, isa, threads, arg));
+                blob::import_options<widely_linear::ImportOptions>(verify, isa, arg, threads));
+          return ternary::from_buffer(
+              p, size, owner, blob::import_options<ternary::ImportOptions>(verify, isa, arg, threads));
         });
       },
       nb::arg("buffer"), nb::arg("ops"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"),

@@ -59,12 +59,8 @@ std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int6
 std::shared_ptr<const PackedExperts> import(const unsigned char* p, int64_t size, bool verify,
                                             const std::string& isa, const std::string& arg,
                                             bool with_simde = false) {
-  ImportOptions o;
-  o.verify = verify;
-  o.isa = isa;
-  o.arg = arg;
   // with_simde: the SIMDe rows too (a buffer one of them wrote imports as a view)
-  return from_buffer(p, size, nullptr, o,
+  return from_buffer(p, size, nullptr, blob::import_options<ImportOptions>(verify, isa, arg),
                      blob::testing::import_registry(registry(), simde_variants(), with_simde));
 }
 

@@ -54,12 +54,8 @@ AlignedBuffer to_buffer(const PreparedLayer& l) {
 std::shared_ptr<const PreparedLayer> import(const unsigned char* p, int64_t size, bool verify,
                                             const std::string& isa, bool allow_reprepare = true,
                                             bool with_simde = false) {
-  ImportOptions o;
-  o.verify = verify;
-  o.isa = isa;
-  o.allow_reprepare = allow_reprepare;
-  // with_simde: the SIMDe rows too (a buffer one of them wrote imports as a view)
-  return from_buffer(p, size, nullptr, o,
+  const auto o = blob::import_options<ImportOptions>(verify, isa, "buffer", 0, allow_reprepare);
+  return from_buffer(p, size, nullptr, o,  // with_simde: a SIMDe row's buffer is a view of it
                      blob::testing::import_registry(registry(), simde_variants(), with_simde));
 }
 
