@@ -264,7 +264,7 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):
         check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
-    isa = isa_arg(isa)  # that the weights were packed for it: checked by the extension
+    _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
     activation = str_arg(activation, "activation", ACTIVATIONS)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
@@ -280,7 +280,7 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     yb = bf16_bits(y, "out")
     _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
                        activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
-                       nthreads, native(yb, "out"), isa)
+                       nthreads, native(yb, "out"))
     return y
 
 

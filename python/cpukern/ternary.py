@@ -175,18 +175,18 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
-    isa = isa_arg(isa)  # for prepared weights, that they were prepared for it: checked by C++
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
+        _ext.packed_check_isa(weights, isa_arg(isa))  # "" or the variant they were prepared for
         w = weights
     elif isinstance(weights, np.ndarray) or type(weights).__module__.split(".")[0] == "torch":
-        w = _prepare(weights, shape_of(x)[-1], None, isa or None, "weights")
+        w = _prepare(weights, shape_of(x)[-1], None, isa, "weights")
     else:
         raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
     m = w.shape[0]  # x's columns and the scale's length: checked by the extension
     out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"), isa)
+    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))
     return y
 
 

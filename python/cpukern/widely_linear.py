@@ -93,12 +93,12 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     """
     x = check_array(x, "x", "float32", (1, 2))
     fused = bool_arg(fused, "fused")
-    isa = isa_arg(isa)  # for a prepared layer, that it was prepared for it: checked by C++
     nthreads = threads_arg(threads)
     if isinstance(planes, PackedWeights) and planes.op == "widely_linear":
         if scales is not None:
             raise ValueError("scales: expected None (the prepared layer carries its scales), got "
                              f"{type(scales).__name__}")
+        _ext.packed_check_isa(planes, isa_arg(isa))  # "" or the variant it was prepared for
         layer = planes
     elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:
@@ -107,7 +107,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
         if cols % 2 or cols == 0:
             raise ValueError(f"x: expected an even number 2m >= 2 of columns [x_re | x_im], got "
                              f"{describe(x)}")
-        layer = prepare(planes, scales, cols // 2, isa=isa or None)
+        layer = prepare(planes, scales, cols // 2, isa=isa)
     else:
         got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
                else type(planes).__name__)
@@ -115,5 +115,5 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     rows = layer.shape[0]  # x's columns: checked by the extension
     out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
     y = out_or_new(out, x, out_shape, "float32")
-    _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"), isa)
+    _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"))
     return y

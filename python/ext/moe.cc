@@ -219,10 +219,9 @@ void bind_moe(nb::module_& m) {
       [](const InArray& x, const PackedWeights& packed13, const PackedWeights& packed2,
          const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
-         int threads, const OutArray& out, const std::string& isa) {
+         int threads, const OutArray& out) {
         const PackedExperts& w13 = experts(packed13, "w13");
         const PackedExperts& w2 = experts(packed2, "w2");
-        w13.check_isa(isa);  // w2's variant: moe::fused_moe (w13's)
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
@@ -260,7 +259,7 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
       nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
-      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out"), nb::arg("isa") = "");
+      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out"));
 }
 
 }  // namespace cpukern::ext

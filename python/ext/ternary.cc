@@ -79,9 +79,8 @@ void bind_ternary(nb::module_& m) {
   m.def(
       "ternary_gemv",
       [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
-         const std::string& act, int threads, const OutArray& out, const std::string& isa) {
+         const std::string& act, int threads, const OutArray& out) {
         const PreparedWeights& w = ternary_weights(packed);
-        w.check_isa(isa);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         ternary::check_x_columns(w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -97,7 +96,7 @@ void bind_ternary(nb::module_& m) {
         ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
-      nb::arg("threads"), nb::arg("out"), nb::arg("isa") = "");
+      nb::arg("threads"), nb::arg("out"));
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
   // header is validated per call (O(1)); no object outlives the call, nothing is cached.

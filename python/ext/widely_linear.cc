@@ -122,10 +122,9 @@ void bind_widely_linear(nb::module_& m) {
         });
 
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
-                                int threads, const OutArray& out, const std::string& isa) {
+                                int threads, const OutArray& out) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
         packed, "planes", "WidelyLinearWeights from cpukern.widely_linear.prepare");
-    layer.check_isa(isa);
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -137,8 +136,7 @@ void bind_widely_linear(nb::module_& m) {
     GilRelease release(double(batch) * double(layer.stages) * 8.0 * double(layer.n) *
                        double(layer.m));
     widely_linear::run(layer, xp, batch, fused, threads, yp);
-  }, nb::arg("layer"), nb::arg("x"), nb::arg("fused"), nb::arg("threads"), nb::arg("out"),
-     nb::arg("isa") = "");
+  });
 }
 
 }  // namespace cpukern::ext
