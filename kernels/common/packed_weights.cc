@@ -19,6 +19,12 @@ void* PackedWeights::own_section(int i, int64_t bytes, bool for_overwrite) {
   return b.data();
 }
 
+void PackedWeights::check_isa(const std::string& isa_arg) const {
+  check_arg(isa_arg.empty() || isa_arg == isa, "isa",
+            "expected none or '" + isa + "' (the variant the weights were packed for), got '" +
+                isa_arg + "'; prepare them again for it");
+}
+
 void PackedWeights::check_disjoint_from(const void* out, int64_t bytes, const char* out_arg,
                                         const char* weights_arg) const {
   check_disjoint(out, bytes, out_arg, {{buffer.p, buffer.size, weights_arg}});

@@ -223,12 +223,14 @@ std::string name(const char (&field)[16]) { return get_name(field); }
 std::string name(const char (&field)[32]) { return get_name(field); }
 std::string name(const char (&field)[96]) { return get_name(field); }
 
-void check_reprepare_allowed(bool allowed, const std::string& arg, const std::string& variant,
-                             const std::string& layout, bool made_by, const std::string& then) {
-  check_arg(allowed, arg,
-            "was prepared for variant '" + variant + "' (layout '" + layout + "')" +
-                (made_by ? ", not the variant asked for" : ", which this CPU cannot run") +
-                "; " + then);
+void check_can_prepare_again(const Header& h, const std::string& arg, bool allow_reprepare,
+                             bool made_by, bool unpackable, const std::string& instead) {
+  const std::string what = "prepared for variant '" + name(h.variant) + "' (layout '" +
+                           name(h.layout) + "'), " +
+                           (made_by ? "not the variant asked for" : "which this CPU cannot run");
+  check_arg(allow_reprepare, arg,
+            "was " + what + "; import it once with from_buffer (it prepares again for this CPU)");
+  check_arg(unpackable, arg, what + ", and that layout cannot be unpacked; " + instead);
 }
 
 }  // namespace cpukern::blob

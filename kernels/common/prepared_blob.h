@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/common/errors.h"
+
 namespace cpukern::blob {
 
 inline constexpr char kMagic[8] = {'C', 'P', 'U', 'K', 'P', 'R', 'E', 'P'};
@@ -110,6 +112,7 @@ const unsigned char* section(const Header& h, const unsigned char* buf, int i, i
                              const std::string& arg, const char* what);
 
 // How an import treats a buffer (every op's from_buffer takes one; Row: the op's Variant).
+// Whether it prepared again: the result's is_view() is false.
 template <class Row>
 struct ImportOptions {
   bool verify = false;           // verify the checksum (header and payload): O(bytes)
@@ -118,41 +121,41 @@ struct ImportOptions {
   std::string arg = "buffer";    // the argument errors name
   bool allow_reprepare = true;   // false: a buffer of another variant is an error (per-call
                                  // paths never prepare; MoE packings can never be unpacked)
-  bool* reprepared = nullptr;    // set to whether it prepared again
-  const std::vector<Row>* extra_rows = nullptr;  // rows besides the registry's (tests: SIMDe)
 };
+
+// An op's ImportOptions (Options) with these fields set.
+template <class Options>
+Options import_options(bool verify, const std::string& isa, const std::string& arg,
+                       int threads = 0, bool allow_reprepare = true) {
+  Options o;
+  o.verify = verify;
+  o.isa = isa;
+  o.arg = arg;
+  o.threads = threads;
+  o.allow_reprepare = allow_reprepare;
+  return o;
+}
 
 // NUL-terminated name fields as strings.
 std::string name(const char (&field)[16]);
 std::string name(const char (&field)[32]);
 std::string name(const char (&field)[96]);
 
-// The rows an import chooses between: made_by, the registry row (shipped or catalogue, or one
-// of `extra`) named by the header whose micro-kernel and layout match (same_kernel(row,
-// ukernel, layout)) and that this CPU runs, or nullptr; want, the row to use: made_by unless `isa` forces one (a row of
-// `extra` by name, else registry.select(isa), which throws naming "isa") or made_by is null.
-template <class Row, class Registry, class SameKernel>
-std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& registry,
-                                              const std::vector<Row>* extra,
+// The rows an import chooses between, from `rows` (the op's registry: shipped rows, then the
+// catalogue): made_by, the row named by the header whose micro-kernel and layout match
+// (same_kernel(row, ukernel, layout)) and that this CPU runs, or nullptr; want, the row to use:
+// made_by unless `isa` forces one (rows.select(isa), which throws naming "isa") or made_by is
+// null.
+template <class Registry, class SameKernel, class Row = typename Registry::Row>
+std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& rows,
                                               const std::string& isa, SameKernel same_kernel) {
   const std::string variant = name(h.variant), ukernel = name(h.ukernel), layout = name(h.layout);
   const Row* made_by = nullptr;
-  auto consider = [&](const Row& r) {
-    if (!made_by && variant == r.name && same_kernel(r, ukernel, layout) && r.supported())
-      made_by = &r;
-  };
-  for (const Row& r : registry.variants()) consider(r);
-  for (const Row& r : registry.catalogue()) consider(r);  // a forced catalogue-only row's blob
-  if (extra)
-    for (const Row& r : *extra) consider(r);
-  const Row* want = made_by;
-  if (!isa.empty() || !made_by) {
-    want = nullptr;
-    if (extra && !isa.empty())
-      for (const Row& r : *extra)
-        if (isa == r.name) want = &r;
-    if (!want) want = &registry.select(isa);
-  }
+  for (const auto* table : {&rows.variants(), &rows.catalogue()})  // catalogue: a forced row's blob
+    for (const Row& r : *table)
+      if (!made_by && variant == r.name && same_kernel(r, ukernel, layout) && r.supported())
+        made_by = &r;
+  const Row* want = isa.empty() && made_by ? made_by : &rows.select(isa);
   return {made_by, want};
 }
 
@@ -165,9 +168,22 @@ Header parse_import(const unsigned char* buf, int64_t size, const OpFormat& fmt,
   return h;
 }
 
-// An import that would prepare again (want != made_by): ValueError naming `arg` unless
-// `allowed` (ImportOptions::allow_reprepare); `then` ends the message.
-void check_reprepare_allowed(bool allowed, const std::string& arg, const std::string& variant,
-                             const std::string& layout, bool made_by, const std::string& then);
+// An import whose buffer cannot be used as it is (made_by: whether its variant runs here; it is
+// not the one asked for, or it does not run) prepares the weights again from the buffer's
+// layout. Refused, naming `arg`: without allow_reprepare (ImportOptions), or when this build
+// cannot unpack that layout (`unpackable` false; `instead` ends that message).
+void check_can_prepare_again(const Header& h, const std::string& arg, bool allow_reprepare,
+                             bool made_by, bool unpackable, const std::string& instead);
+
+// Prepares the weights an imported layout holds (prepare() returns them): an InvalidArgument
+// of prepare's (weights it refuses) names the buffer, `arg`.
+template <class Prepare>
+auto prepare_again(const std::string& arg, Prepare prepare) -> decltype(prepare()) {
+  try {
+    return prepare();
+  } catch (const InvalidArgument& e) {
+    throw_arg(arg, std::string("the prepared layout holds invalid weights (") + e.what() + ")");
+  }
+}
 
 }  // namespace cpukern::blob

@@ -9,7 +9,6 @@
 // number of threads. linear (a dense layer: one expert, no routing) reuses the packing of rows,
 // the tiling and the tasks of stage 2.
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -87,6 +86,14 @@ void PackedExperts::identify(const Variant& row, WeightFormat f, int64_t experts
   i = in_features;
 }
 
+// Every format's experts: e matrices of (o, i), each extent >= 1. Errors name the weights "w"
+// (the argument of each prepack*, whatever the format's pointer is called).
+static void check_weight_shape(int64_t e, int64_t o, int64_t i) {
+  check_arg(e >= 1 && o >= 1 && i >= 1, "w",
+            "expected (E, O, I) experts with E, O, I >= 1, got (" + std::to_string(e) + ", " +
+                std::to_string(o) + ", " + std::to_string(i) + ")");
+}
+
 static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blocks,
                                                               const uint8_t* scales, int64_t e,
                                                               int64_t o, int64_t i,
@@ -94,9 +101,8 @@ static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blo
                                                               WeightFormat format) {
   check_arg(format == WeightFormat::kMxfp4 || format == WeightFormat::kMxfp4A8, "format",
             std::string("expected mxfp4 or mxfp4_a8 for MXFP4 blocks, got ") + format_name(format));
-  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
-  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
-  check_arg(i >= mxfp4::kBlock && i % mxfp4::kBlock == 0, "i",
+  check_weight_shape(e, o, i);
+  check_arg(i % mxfp4::kBlock == 0, "i",
             "MXFP4 in-features must be a positive multiple of 32, got " + std::to_string(i));
   const int64_t nscales = checked_mul(checked_mul(e, o, "blocks"), i / mxfp4::kBlock, "blocks");
   check_arg(blocks != nullptr, "blocks", "null pointer");
@@ -122,25 +128,21 @@ static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blo
 static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, const float* scales,
                                                              int64_t e, int64_t o, int64_t i,
                                                              const RowChoice& isa) {
-  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
-  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
-  check_arg(i >= 1 && i <= int8::kMaxK, "i",
+  check_weight_shape(e, o, i);
+  check_arg(i <= int8::kMaxK, "i",
             "int8 in-features must be in [1, " + std::to_string(int8::kMaxK) +
                 "] (K * 127 * 127 must fit the exact int32 sums), got " + std::to_string(i));
   const int64_t n = checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(q != nullptr, "w", "null pointer");
   check_arg(scales != nullptr, "scales", "null pointer");
-  if (const void* bad = std::memchr(q, 0x80, size_t(n))) {
-    const int64_t at = static_cast<const int8_t*>(bad) - q;
+  if (const int64_t at = int8::first_minus_128(q, n); at >= 0)
     throw_arg("w", "int8 weight -128 at expert " + std::to_string(at / (o * i)) + ", row " +
                        std::to_string(at / i % o) + ", column " + std::to_string(at % i) +
                        ": symmetric int8 weights must lie in [-127, 127]");
-  }
-  for (int64_t r = 0; r < e * o; ++r)
-    if (!(scales[r] >= 0.0f && scales[r] <= 3.4028235e38f))
-      throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
-                              std::to_string(r / o) + ", row " + std::to_string(r % o) +
-                              ": scales must be finite and >= 0");
+  if (const int64_t r = int8::first_bad_scale(scales, e * o); r >= 0)
+    throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
+                            std::to_string(r / o) + ", row " + std::to_string(r % o) +
+                            ": scales must be finite and >= 0");
   char* dst = nullptr;
   auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w", &dst);
   const Ukernel& uk = *p->ukernel;
@@ -153,9 +155,7 @@ static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, co
 
 static std::shared_ptr<const PackedExperts> prepack_for(const bf16_t* w, int64_t e, int64_t o,
                                                         int64_t i, const RowChoice& isa) {
-  check_arg(e >= 1, "e", "number of experts must be >= 1, got " + std::to_string(e));
-  check_arg(o >= 1, "o", "out-features must be >= 1, got " + std::to_string(o));
-  check_arg(i >= 1, "i", "in-features must be >= 1, got " + std::to_string(i));
+  check_weight_shape(e, o, i);
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
   char* dst = nullptr;
@@ -333,9 +333,9 @@ void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w
             "not a packed tensor");
   check_arg(w2.variant != nullptr && w2.ukernel != nullptr && w2.packed() != nullptr, "w2",
             "not a packed tensor");
-  check_arg(std::string(w13.variant->ukernel.layout) == w2.variant->ukernel.layout, "w2",
-            "packings from different kernel families cannot be mixed (w13 is '" + w13.isa +
-                "', w2 is '" + w2.isa + "')");
+  check_arg(w13.isa == w2.isa, "w2",
+            "packings of different variants cannot be mixed (w13 is '" + w13.isa + "', w2 is '" +
+                w2.isa + "'): prepare both with the same isa");
   check_arg(w2.e == w13.e, "w2",
             "expected " + std::to_string(w13.e) + " experts like w13, got " + std::to_string(w2.e));
   check_arg(w13.i == h, "w13",

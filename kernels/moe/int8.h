@@ -77,6 +77,20 @@ inline int64_t quantize_weights(const bf16_t* w, int64_t rows, int64_t k, int8_t
   return -1;
 }
 
+// The first of n weights that is -128 (symmetric int8 weights lie in [-127, 127]), or -1.
+inline int64_t first_minus_128(const int8_t* q, int64_t n) {
+  if (n <= 0) return -1;
+  const void* p = std::memchr(q, 0x80, size_t(n));
+  return p ? static_cast<const int8_t*>(p) - q : -1;
+}
+
+// The first of n scales that is not finite and >= 0, or -1.
+inline int64_t first_bad_scale(const float* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(s[i] >= 0.0f && s[i] <= 3.4028235e38f)) return i;
+  return -1;
+}
+
 // W = q * s (fp32), (rows, k).
 inline void dequantize(const int8_t* q, const float* s, int64_t rows, int64_t k, float* out) {
   for (int64_t r = 0; r < rows; ++r)

@@ -62,6 +62,8 @@ struct PackedExperts final : PackedWeights {
   BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 };
 
+// Every prepack*: e, o, i >= 1, else throws naming "w" (the weights, whatever their format);
+// isa "" (the default variant) or a variant this CPU runs (else throws naming "isa").
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa);
 // MXFP4 experts: blocks (e, o, i/32, 16), scales (e, o, i/32); i a multiple of 32 (throws
@@ -106,14 +108,14 @@ std::vector<VariantInfo> list_variants();
 
 // ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h; serialize.cc) ----------
 // Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a
-// buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error (allow_reprepare and
-// threads are not used): prepack again from the expert weights.
+// buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error
+// (allow_reprepare and threads are not used): prepare again from the expert weights.
 using ImportOptions = blob::ImportOptions<cpukern::Variant<Ukernel>>;
 int64_t serialized_size(const PackedExperts& w);
 void serialize(const PackedExperts& w, unsigned char* out, int64_t size);
 // O(1) header validation against `size` (InvalidArgument naming opts.arg), the checksum of
 // header and payload when opts.verify; the result views the buffer (zero-copy) and holds
-// `owner` until it is destroyed. opts.extra_rows: rows besides the registry's (tests: SIMDe).
+// `owner` until it is destroyed.
 std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
                                                  std::shared_ptr<const void> owner,
                                                  const ImportOptions& opts);

@@ -33,11 +33,10 @@ int64_t serialized_size(const PackedExperts& w) { return w.serialized_size(); }
 
 void serialize(const PackedExperts& w, unsigned char* out, int64_t size) { w.serialize(out, size); }
 
-std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner,
-                                                 const ImportOptions& opts) {
+std::shared_ptr<const PackedExperts> from_buffer(
+    const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
+    const ImportOptions& opts, const Registry<Ukernel>& rows) {
   const std::string& arg = opts.arg;
-  const std::string& isa = opts.isa;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t e = h.dims[0], o = h.dims[1], i = h.dims[2];
   check_arg(e >= 1 && o >= 1 && i >= 1 && e <= limits::kMaxElements && o <= limits::kMaxElements &&
@@ -54,28 +53,31 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
   check_arg((format != WeightFormat::kMxfp4 && format != WeightFormat::kMxfp4A8) || i % 32 == 0,
             arg, "corrupted header (MXFP4 I)");
   check_arg(format != WeightFormat::kInt8 || i <= int8::kMaxK, arg, "corrupted header (int8 I)");
-  const std::string variant = blob::name(h.variant), ukernel = blob::name(h.ukernel),
-                    layout = blob::name(h.layout);
   // The layout word too: a micro-kernel whose byte order changed carries a new one, so a
   // buffer of the old order is refused instead of misread. MoE packings are never unpacked:
-  // only the row that made it is looked up.
+  // only the row that made it is looked up, and it must be the one opts.isa asks for.
   const Variant* row = blob::import_rows(
-      h, registry(), opts.extra_rows, "",
+      h, rows, "",
       [format](const Variant& r, const std::string& uk, const std::string& lo) {
         const Ukernel& u = ukernel_for(r, format);
         return uk == u.name && lo == u.layout;
       }).first;
-  check_arg(row != nullptr && (isa.empty() || isa == variant), arg,
-            "prepared for variant '" + variant + "' (" + ukernel + ")" +
-                (row ? ", not the variant asked for ('" + isa + "')" : ", which this CPU cannot run") +
-                "; MoE packings cannot be unpacked: prepack the experts again from their weights");
+  if (!row || (!opts.isa.empty() && opts.isa != blob::name(h.variant)))
+    blob::check_can_prepare_again(h, arg, true, row != nullptr, false,
+                                  "MoE packings never can: prepare the experts again from their "
+                                  "weights");
   auto p = std::make_shared<PackedExperts>();
   p->identify(*row, format, e, o, i);
   const int64_t bytes = checked_mul(p->ukernel->packed_size(o, i), e, arg.c_str());
   const char* const what[1] = {"packed experts"};
   p->view_blob(h, buf, size, std::move(owner), &bytes, what, arg);
-  if (opts.reprepared) *opts.reprepared = false;
   return p;
+}
+
+std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts) {
+  return from_buffer(buf, size, std::move(owner), opts, registry());
 }
 
 }  // namespace cpukern::moe

@@ -108,6 +108,13 @@ inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
 // (ukernels/ukernels.inc).
 const Registry<Ukernel>& registry();
 
+// from_buffer (moe.h) looking the row up among `rows` instead of registry()'s (the serialize
+// tests pass a registry that also holds the SIMDe rows).
+std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts,
+                                                 const Registry<Ukernel>& rows);
+
 // prepack, prepack_mxfp4 and prepack_int8 (moe.h) for an explicit row (the tests' rows of the
 // kernel list); `v` must outlive the packed experts.
 std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,

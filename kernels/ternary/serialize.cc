@@ -73,9 +73,9 @@ void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned c
   w.serialize(out, size, {with_int8, threads});
 }
 
-std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
-                                                   std::shared_ptr<const void> owner,
-                                                   const ImportOptions& opts) {
+std::shared_ptr<const PreparedWeights> from_buffer(
+    const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
+    const ImportOptions& opts, const Registry<TernaryGemvUkernel>& rows) {
   const std::string& arg = opts.arg;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t m = h.dims[kM], k = h.dims[kK], g = h.dims[kGroup], has_scale = h.dims[kHasScale];
@@ -103,10 +103,8 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
   blob::section(h, buf, PreparedWeights::kI8Layout, i8_bytes, arg, "int8 layout");
 
   // The row that made it, if this build has it and this CPU runs it.
-  const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
   const auto [made_by, want] = blob::import_rows(
-      h, registry(), opts.extra_rows, opts.isa,
-      [](const Variant& r, const std::string& uk, const std::string& lo) {
+      h, rows, opts.isa, [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.f32.name && lo == r.ukernel.f32.layout;
       });
 
@@ -120,22 +118,17 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
                                  i8_bytes};  // the row's own int8 size: the same layout word
     const char* const what[3] = {"fp32 layout", "scales", "int8 layout"};
     w->view_blob(h, buf, size, std::move(owner), expected, what, arg);
-    if (opts.reprepared) *opts.reprepared = false;
     return w;
   }
 
-  // Prepared on another CPU (or another variant asked for): back to the public words.
-  blob::check_reprepare_allowed(opts.allow_reprepare, arg, variant, layout, made_by != nullptr,
-                                "import it once with from_buffer (it prepares again for this CPU)");
+  // Prepared on another CPU (or another variant asked for): back to the public words, with
+  // the packer of its layout (one this build has and whose size it knows).
+  const std::string layout = blob::name(h.layout);
   const Packer* from = unpacker_for(layout);
-  check_arg(from != nullptr, arg,
-            "prepared for variant '" + variant + "' (layout '" + layout +
-                "'), which this CPU cannot run and this build cannot unpack; prepare it again "
-                "from the packed weights");
   const layouts::SizeFn size_fn = layouts::size_fn(layout.c_str());
-  check_arg(size_fn != nullptr, arg,
-            "prepared for layout '" + layout + "', whose size this build does not know; prepare "
-            "it again from the packed weights");
+  blob::check_can_prepare_again(h, arg, opts.allow_reprepare, made_by != nullptr,
+                                from != nullptr && size_fn != nullptr,
+                                "prepare it again from the packed weights");
   const int64_t f32_bytes = layout_size(size_fn, m, k, g);
   const unsigned char* src = blob::section(h, buf, PreparedWeights::kF32Layout, f32_bytes, arg, "fp32 layout");
   const int64_t words = words_for(k);
@@ -155,12 +148,14 @@ std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int
       for (int64_t gi = 0; gi < groups; ++gi) row_major[size_t(r * groups + gi)] = sc[gi * m + r];
     sc = row_major.data();
   }
-  if (opts.reprepared) *opts.reprepared = true;
-  try {
-    return prepare_variant(*want, packed.data(), m, k, sc, opts.threads, g);
-  } catch (const InvalidArgument& e) {
-    throw_arg(arg, std::string("the prepared layout holds invalid weights (") + e.what() + ")");
-  }
+  return blob::prepare_again(
+      arg, [&] { return prepare_variant(*want, packed.data(), m, k, sc, opts.threads, g); });
+}
+
+std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
+                                                   std::shared_ptr<const void> owner,
+                                                   const ImportOptions& opts) {
+  return from_buffer(buf, size, std::move(owner), opts, registry());
 }
 
 }  // namespace cpukern::ternary

@@ -149,6 +149,13 @@ struct TernaryGemvUkernel {
 using Variant = cpukern::Variant<TernaryGemvUkernel>;
 const Registry<TernaryGemvUkernel>& registry();
 
+// from_buffer (ternary.h) choosing the rows among `rows` instead of registry()'s (the
+// serialize tests pass a registry that also holds the SIMDe rows).
+std::shared_ptr<const PreparedWeights> from_buffer(const unsigned char* buf, int64_t size,
+                                                   std::shared_ptr<const void> owner,
+                                                   const ImportOptions& opts,
+                                                   const Registry<TernaryGemvUkernel>& rows);
+
 // Weights of row v for (m, k, group_size), layout and scales not yet set (driver.cc).
 std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_t k,
                                              int64_t group_size);

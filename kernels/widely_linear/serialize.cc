@@ -41,9 +41,9 @@ void serialize(const PreparedLayer& layer, unsigned char* out, int64_t size) {
   layer.serialize(out, size);
 }
 
-std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
-                                                 std::shared_ptr<const void> owner,
-                                                 const ImportOptions& opts) {
+std::shared_ptr<const PreparedLayer> from_buffer(
+    const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
+    const ImportOptions& opts, const Registry<Ukernel>& rows) {
   const std::string& arg = opts.arg;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t stages = h.dims[kStages], n = h.dims[kN], m = h.dims[kM];
@@ -55,10 +55,8 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
   check_arg(blob::name(h.format).empty(), arg, "corrupted header (format '" + blob::name(h.format) + "')");
   const Dims d{stages, n, m, ternary_codes::words_for(m)};
 
-  const std::string variant = blob::name(h.variant), layout = blob::name(h.layout);
   const auto [made_by, want] = blob::import_rows(
-      h, registry(), opts.extra_rows, opts.isa,
-      [](const Variant& r, const std::string& uk, const std::string& lo) {
+      h, rows, opts.isa, [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.name && lo == r.ukernel.layout->name;
       });
   const int64_t scale_bytes = 4 * stages * 4 * n;
@@ -74,27 +72,26 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
     const int64_t expected[2] = {int64_t(v.ukernel.layout->packed_size(d)), scale_bytes};
     const char* const what[2] = {"layout", "scales"};
     layer->view_blob(h, buf, size, std::move(owner), expected, what, arg);
-    if (opts.reprepared) *opts.reprepared = false;
     return layer;
   }
-  blob::check_reprepare_allowed(opts.allow_reprepare, arg, variant, layout, made_by != nullptr,
-                                "import it once with from_buffer");
-  const Layout* from = layout_named(layout);
-  check_arg(from == &layouts::t2p16x4, arg,
-            "prepared for variant '" + variant + "' (layout '" + layout + "')" +
-                (made_by ? ", not the variant asked for," : ", which this CPU cannot run,") +
-                " and that layout cannot be unpacked (only the public layout t2p16x4 can); "
-                "prepare it again from the planes");
+  // Only the public layout can be unpacked: its planes are prepare's input.
+  const Layout* from = layout_named(blob::name(h.layout));
+  blob::check_can_prepare_again(h, arg, opts.allow_reprepare, made_by != nullptr,
+                                from == &layouts::t2p16x4,
+                                "only the public layout t2p16x4 can be: prepare it again from "
+                                "the planes");
   const auto* planes = reinterpret_cast<const uint32_t*>(
       blob::section(h, buf, PreparedLayer::kLayout, int64_t(from->packed_size(d)), arg, "layout"));
   const auto* scales =
       reinterpret_cast<const float*>(blob::section(h, buf, PreparedLayer::kScales, scale_bytes, arg, "scales"));
-  if (opts.reprepared) *opts.reprepared = true;
-  try {
-    return prepare_with(*want, planes, scales, true, stages, n, d.words, m);
-  } catch (const InvalidArgument& e) {
-    throw_arg(arg, std::string("the prepared layout holds invalid weights (") + e.what() + ")");
-  }
+  return blob::prepare_again(
+      arg, [&] { return prepare_with(*want, planes, scales, true, stages, n, d.words, m); });
+}
+
+std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts) {
+  return from_buffer(buf, size, std::move(owner), opts, registry());
 }
 
 }  // namespace cpukern::widely_linear

@@ -141,6 +141,13 @@ const std::vector<Packer>& packers();
 // The packer prepare() uses for `layout` on this CPU.
 const Packer& packer_for(const Layout& layout);
 
+// from_buffer (widely_linear.h) choosing the rows among `rows` instead of registry()'s (the
+// serialize tests pass a registry that also holds the SIMDe rows).
+std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64_t size,
+                                                 std::shared_ptr<const void> owner,
+                                                 const ImportOptions& opts,
+                                                 const Registry<Ukernel>& rows);
+
 // prepare() with an explicit row (prepare(), from_buffer, and the tests' rows of the kernel
 // list). `v` must outlive
 // the layer.

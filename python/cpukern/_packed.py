@@ -15,8 +15,8 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, int_arg, isa_arg,
-                             method_of, name_arg, native, threads_arg)
+from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, int_arg, isa_arg, method_of,
+                             name_arg, native, threads_arg)
 
 PackedWeights = _ext.PackedWeights
 
@@ -66,24 +66,23 @@ def to_bytes(weights: Any, *, int8: bool = False, threads: Optional[int] = None,
     nthreads = threads_arg(threads)
     if out is None:
         out = aligned_empty(size)
-    else:
+    else:  # its size and alignment: checked by the extension
         out = check_array(out, "out", "uint8", (1,), writeable=True)
-        check_shape(out, "out", (size,))
     _ext.packed_serialize(weights, _with_int8(weights, bool(int8)), nthreads, native(out, "out"))
     return out
 
 
-def import_buffer(buf: Any, op: str, verify: Any, isa: Any, threads: Any,
-                  name: Any) -> tuple[Any, bool]:
-    """(weights, whether they were prepared again) of a buffer written by to_bytes, of `op`
-    ("" = the op its header names); the arguments as the public from_buffer functions take
-    them."""
+def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads: Any,
+                  name: Any) -> Any:
+    """The weights of a buffer written by to_bytes whose header names one of `ops` (() = any
+    op; the extension reads and checks the header); the arguments as the public from_buffer
+    functions take them."""
     verify = bool_arg(verify, "verify")
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
     name = name_arg(name)
     buf = check_array(buf, name, "uint8", (1,))
-    return _ext.packed_from_buffer(native(buf, name), op, verify, isa, nthreads, name)
+    return _ext.packed_from_buffer(native(buf, name), list(ops), verify, isa, nthreads, name)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
@@ -94,7 +93,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     the checksum (one pass). A buffer for a variant this CPU cannot run (or not `isa`) is
     prepared again where the op can unpack its layout (ternary; widely_linear's public
     layout), else ValueError naming `buf` (MoE packings cannot be unpacked)."""
-    return import_buffer(buf, "", verify, isa, threads, name)[0]
+    return import_buffer(buf, (), verify, isa, threads, name)
 
 
 def aligned(buf: np.ndarray) -> np.ndarray:

@@ -108,31 +108,24 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     if act != FP32 and format != "mxfp4":
         raise ValueError(f"act: expected 'fp32' with format={format!r} (int8 activations only "
                          f"with format='mxfp4'), got {act!r}")
+    # Shapes (E, O, I >= 1, the scales' shape, MXFP4's 16-byte blocks) and values: checked by
+    # the extension and moe::prepack*.
     if format == "int8":
         if scales is None:
             raise ValueError("scales: required with format='int8' (float32 (E, O))")
         q = check_array(w, "w", "int8", (3,))
         sc = check_array(scales, "scales", "float32", (2,))
-        e, o, i = shape_of(q)
-        if min(e, o, i) < 1:
-            raise ValueError(f"w: expected int8 (E, O, I) with E, O, I >= 1, got {describe(w)}")
         return _logged(_ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa), isa)
     if format == "mxfp4":
         if scales is None:
             raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
         blocks = _u8(w, "w", (4,))
         sc = _u8(scales, "scales", (3,))
-        if min(blocks.shape[:3]) < 1 or blocks.shape[3] != 16:
-            raise ValueError(f"w: expected MXFP4 blocks (E, O, I/32, 16) with E, O, I/32 >= 1, got "
-                             f"{describe(w)}")
         return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
                                               W4A8 if act != FP32 else "mxfp4"), isa)
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
-    e, o, i = shape_of(wb)
-    if min(e, o, i) < 1:
-        raise ValueError(f"w: expected (E, O, I) with E, O, I >= 1, got {describe(w)}")
     return _logged(_ext.moe_prepack(native(wb, "w"), isa), isa)
 
 
@@ -167,7 +160,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
     MoE packings cannot be unpacked, prepare the experts again from their weights. Pickling,
     copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
-    return packed_weights.import_buffer(buf, "moe", verify, isa, None, name)[0]
+    return packed_weights.import_buffer(buf, ("moe",), verify, isa, None, name)
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
@@ -225,39 +218,22 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     (one fp32 product each: the weights the int8 kernels multiply by)."""
     format = str_arg(format, "format", ("mxfp4", "int8"))
     torch_in = is_torch(blocks)
+    # Shapes and values (prepare's rules): checked by the extension.
     if format == "int8":
         q = check_array(blocks, "blocks", "int8")
         sc = check_array(scales, "scales", "float32")
-        qn = q.numpy() if is_torch(q) else q
-        sn = sc.numpy() if is_torch(sc) else sc
-        if qn.ndim < 1 or qn.shape[:-1] != sn.shape:
-            raise ValueError(f"scales: expected shape {tuple(qn.shape[:-1])} (one per row of "
-                             f"blocks), got {describe(scales)}")
-        if not np.isfinite(sn).all() or (sn < 0).any():
-            raise ValueError("scales: int8 scales must be finite and >= 0")
-        if qn.size and (qn == -128).any():  # prepare's rule: symmetric int8
-            idx = tuple(int(v) for v in np.argwhere(qn == -128)[0])
-            raise ValueError(f"blocks: int8 weight -128 at index {list(idx)}: symmetric int8 "
-                             f"weights must lie in [-127, 127]")
-        out = qn.astype(np.float32) * sn[..., None]
-        if torch_in:
-            import torch
-
-            return torch.from_numpy(out)
-        return out
-    b = _u8(blocks, "blocks", tuple(range(2, 9)))
-    s = _u8(scales, "scales", tuple(range(1, 8)))
-    if b.shape[-1] != 16 or b.shape[:-1] != s.shape:
-        raise ValueError(f"blocks: expected shape scales.shape + (16,) = {tuple(s.shape) + (16,)}, "
-                         f"got {describe(blocks)}")
-    n = int(np.prod(shape_of(s)))
-    out = np.empty(tuple(s.shape[:-1]) + (s.shape[-1] * 32,), ml_dtypes.bfloat16)
-    _ext.moe_mxfp4_dequantize(native(b.reshape(n, 16), "blocks"), native(s.reshape(n), "scales"),
-                              out.view(np.uint16).reshape(n, 32))
+        out = np.empty(shape_of(q), np.float32)
+        _ext.moe_int8_dequantize(native(q, "blocks"), native(sc, "scales"), out)
+    else:
+        b = _u8(blocks, "blocks", tuple(range(2, 9)))
+        s = _u8(scales, "scales", tuple(range(1, 8)))
+        out = np.empty(shape_of(s)[:-1] + (shape_of(s)[-1] * 32,), ml_dtypes.bfloat16)
+        _ext.moe_mxfp4_dequantize(native(b, "blocks"), native(s, "scales"), out.view(np.uint16))
     if torch_in:
         import torch
 
-        return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(out) if format == "int8" else \
+            torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
     return out
 
 
@@ -288,12 +264,7 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):
         check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
-    isa = isa_arg(isa)
-    if isa and isa != w13.isa:
-        raise ValueError(f"isa: expected None or '{w13.isa}' (the variant the weights were packed "
-                         f"for), got {isa!r}")
-    if w2.isa != w13.isa:
-        raise ValueError(f"w2: expected weights packed for '{w13.isa}' like w13, got '{w2.isa}'")
+    _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
     activation = str_arg(activation, "activation", ACTIVATIONS)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)

@@ -176,10 +176,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
-        isa = isa_arg(isa)
-        if isa and isa != weights.isa:
-            raise ValueError(f"isa: expected None or '{weights.isa}' (the variant the weights were "
-                             f"prepared for), got {isa!r}; prepare them again with isa={isa!r}")
+        _ext.packed_check_isa(weights, isa_arg(isa))  # "" or the variant they were prepared for
         w = weights
     elif isinstance(weights, np.ndarray) or type(weights).__module__.split(".")[0] == "torch":
         w = _prepare(weights, shape_of(x)[-1], None, isa, "weights")
@@ -238,27 +235,11 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     another than `isa` is unpacked to the public ternary format and prepared again for this
     CPU (a copy; TernaryWeights.is_view is then False); widely-linear layouts other than the
     public one cannot be unpacked and raise ValueError instead."""
-    op = "widely_linear" if _op_of(buf) == "widely_linear" else "ternary"
-    w, _reprepared = import_buffer(buf, op, verify, isa, threads, name)
-    _log.selection("widely_linear" if op == "widely_linear" else "ternary_gemv", w.isa,
-                   isa_arg(isa) or None,
-                   _ext.widely_linear_variants if op == "widely_linear" else _ext.ternary_variants)
+    w = import_buffer(buf, _OPS, verify, isa, threads, name)
+    op = "widely_linear" if w.op == "widely_linear" else "ternary_gemv"
+    _log.selection(op, w.isa, isa_arg(isa) or None,
+                   _ext.widely_linear_variants if w.op == "widely_linear" else _ext.ternary_variants)
     return w
-
-
-_MAGIC = b"CPUKPREP"
-
-
-def _op_of(buf: Any) -> str:
-    """The op named in a prepared buffer's header ("" if it is not one: the extension then
-    reports what is wrong)."""
-    try:
-        head = bytes(np.asarray(buf[:32].numpy() if is_torch(buf) else buf[:32]).tobytes())
-    except (TypeError, IndexError, AttributeError):
-        return ""
-    if len(head) < 32 or head[:8] != _MAGIC:
-        return ""
-    return head[16:32].split(b"\0", 1)[0].decode("ascii", "replace")
 
 
 _aligned = aligned  # its former name here

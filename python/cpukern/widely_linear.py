@@ -98,10 +98,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
         if scales is not None:
             raise ValueError("scales: expected None (the prepared layer carries its scales), got "
                              f"{type(scales).__name__}")
-        isa = isa_arg(isa)
-        if isa and isa != planes.isa:
-            raise ValueError(f"isa: expected None or '{planes.isa}' (the variant the layer was "
-                             f"prepared for), got {isa!r}")
+        _ext.packed_check_isa(planes, isa_arg(isa))  # "" or the variant it was prepared for
         layer = planes
     elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:

@@ -6,6 +6,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <string>
+#include <vector>
+
 #include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/mxfp4.h"
@@ -21,6 +24,25 @@ namespace {
 
 const PackedExperts& experts(const PackedWeights& w, const char* arg) {
   return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepare");
+}
+
+template <class Array>
+std::vector<int64_t> shape_of(const Array& a) {
+  std::vector<int64_t> shape(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) shape[i] = int64_t(a.shape(i));
+  return shape;
+}
+
+// "[i, j, k]": the multi-index of flat index `flat` in an array of `shape`.
+std::string index_str(const std::vector<int64_t>& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  std::string s;
+  for (int64_t v : idx) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + s + "]";
 }
 
 }  // namespace
@@ -67,12 +89,13 @@ void bind_moe(nb::module_& m) {
   // format "mxfp4" (act="fp32": exact) or "mxfp4_a8" (act="int8": W4A8).
   m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
                                 const std::string& format) {
-    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {4});
+    // The blocks are the weights: errors name them "w", as cpukern.moe.prepare does.
+    const auto* bp = in_ptr<uint8_t>(blocks, "w", {4});
     const auto* sp = in_ptr<uint8_t>(scales, "scales", {3});
     const int64_t e = int64_t(blocks.shape(0)), o = int64_t(blocks.shape(1)),
                   nb = int64_t(blocks.shape(2));
     if (blocks.shape(3) != 16)
-      throw_arg("blocks", "expected shape (E, O, I/32, 16), got " + describe_array(blocks));
+      throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(blocks));
     check_shape(scales, "scales", {e, o, nb});
     const moe::WeightFormat f = moe::parse_format(format);
     GilRelease release(double(blocks.size()) * 2.0);
@@ -109,21 +132,52 @@ void bind_moe(nb::module_& m) {
                          std::to_string(bad % k) + ": int8 quantisation needs finite weights");
   });
 
+  // MXFP4 blocks uint8 (..., K/32, 16) and scales uint8 (..., K/32) -> out bf16 (..., K);
+  // errors name "blocks" and "scales" (cpukern.moe.dequantize's arguments).
   m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales, const OutArray& out) {
-    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {2});
-    const auto* sp = in_ptr<uint8_t>(scales, "scales", {1});
+    const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {2, 3, 4, 5, 6, 7, 8});
+    const auto* sp = in_ptr<uint8_t>(scales, "scales", {1, 2, 3, 4, 5, 6, 7});
+    std::vector<int64_t> want = shape_of(scales);
+    want.push_back(moe::mxfp4::kBlockBytes);
+    if (shape_of(blocks) != want)
+      throw_arg("blocks", "expected shape scales.shape + (16,) = " + shape_str(want.size(), want.data()) +
+                              ", got " + describe_array(blocks));
+    want.pop_back();
+    want.back() *= moe::mxfp4::kBlock;
+    if (shape_of(out) != want) throw_arg("out", "expected 32 values per scale");
     const int64_t n = int64_t(scales.size());
-    if (int64_t(blocks.size()) != 16 * n)
-      throw_arg("blocks", "expected 16 bytes per scale (" + std::to_string(16 * n) + "), got " +
-                              describe_array(blocks));
-    if (int64_t(out.size()) != 32 * n) throw_arg("out", "expected 32 values per scale");
     const int64_t bad = moe::mxfp4::first_nan_scale(sp, n);
     if (bad >= 0)
       throw_arg("scales", "e8m0 scale 255 (NaN) at flat index " + std::to_string(bad) +
                               ": NaN scales are refused");
-    auto* op = out_ptr<uint16_t>(out, "out", {2});
+    auto* op = out_ptr<uint16_t>(out, "out", {1, 2, 3, 4, 5, 6, 7});
     GilRelease release;
-    moe::mxfp4::dequantize(bp, sp, n, 32, op);
+    moe::mxfp4::dequantize(bp, sp, n, moe::mxfp4::kBlock, op);
+  });
+
+  // int8 weights q int8 (..., K) and scales float32 (...) -> out float32 (..., K) = q * s (the
+  // weights the int8 kernels multiply by); prepack_int8's rules (no -128, scales finite and
+  // >= 0), errors naming "blocks" and "scales" (cpukern.moe.dequantize's arguments).
+  m.def("moe_int8_dequantize", [](const InArray& q, const InArray& scales, const OutArray& out) {
+    const auto* qp = in_ptr<int8_t>(q, "blocks", {1, 2, 3, 4, 5, 6, 7, 8});
+    const auto* sp = in_ptr<float>(scales, "scales", {0, 1, 2, 3, 4, 5, 6, 7});
+    std::vector<int64_t> rows = shape_of(q);
+    const int64_t k = rows.back();
+    rows.pop_back();
+    if (shape_of(scales) != rows)
+      throw_arg("scales", "expected shape " + shape_str(rows.size(), rows.data()) +
+                              " (one per row of blocks), got " + describe_array(scales));
+    if (shape_of(out) != shape_of(q)) throw_arg("out", "expected the shape of blocks");
+    const int64_t n = int64_t(scales.size());
+    if (const int64_t r = moe::int8::first_bad_scale(sp, n); r >= 0)
+      throw_arg("scales", "scale " + std::to_string(sp[r]) + " at index " +
+                              index_str(rows, r) + ": int8 scales must be finite and >= 0");
+    if (const int64_t at = moe::int8::first_minus_128(qp, n * k); at >= 0)
+      throw_arg("blocks", "int8 weight -128 at index " + index_str(shape_of(q), at) +
+                              ": symmetric int8 weights must lie in [-127, 127]");
+    auto* op = out_ptr<float>(out, "out", {1, 2, 3, 4, 5, 6, 7, 8});
+    GilRelease release;
+    moe::int8::dequantize(qp, sp, n, k, op);
   });
 
   m.def("moe_mxfp4_quantize", [](const InArray& w, const OutArray& blocks, const OutArray& scales) {

@@ -1,10 +1,13 @@
 // Bindings of cpukern::PackedWeights (kernels/common/packed_weights.h): the one Python class of
 // packed weights of every op, its serialised form, and the import of any op's buffer.
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernels/common/packed_weights.h"
 #include "kernels/moe/moe.h"
@@ -41,13 +44,15 @@ std::string repr(const PackedWeights& w) {
          std::to_string(w.nbytes()) + ")";
 }
 
-// The op a prepared buffer's header names ("" when it is not one: the op's import then says
-// what is wrong).
-std::string op_of(const unsigned char* p, int64_t size) {
+// The op a prepared buffer's header names, if it is one of `ops` (any op when `ops` is empty);
+// else ops[0] (or "", when `ops` is empty), whose import then says what is wrong with it.
+std::string op_of(const unsigned char* p, int64_t size, const std::vector<std::string>& ops) {
+  const std::string fallback = ops.empty() ? "" : ops[0];
   if (size < int64_t(sizeof(blob::Header)) || std::memcmp(p, blob::kMagic, sizeof blob::kMagic))
-    return "";
+    return fallback;
   const auto* h = reinterpret_cast<const blob::Header*>(p);
-  return std::string(h->op, strnlen(h->op, sizeof h->op));
+  const std::string op(h->op, strnlen(h->op, sizeof h->op));
+  return ops.empty() || std::find(ops.begin(), ops.end(), op) != ops.end() ? op : fallback;
 }
 
 }  // namespace
@@ -101,6 +106,9 @@ void bind_packed_weights(nb::module_& m) {
       // that calls back into Python could be ended there by interpreter exit (gil.h).
       .def("__repr__", &repr);
 
+  // A call's isa= on these weights (PackedWeights::check_isa): "" or their own variant.
+  m.def("packed_check_isa", [](const PackedWeights& w, const std::string& isa) { w.check_isa(isa); },
+        nb::arg("weights"), nb::arg("isa"));
   m.def(
       "packed_serialized_size",
       [](const PackedWeights& w, bool int8) { return w.serialized_size({int8, 0}); },
@@ -115,29 +123,27 @@ void bind_packed_weights(nb::module_& m) {
         w.serialize(p, size, o);
       },
       nb::arg("weights"), nb::arg("int8"), nb::arg("threads"), nb::arg("out"));
-  // A buffer of `op` ("" = the op its header names); (weights, whether it was prepared again).
+  // The packed weights of a buffer whose header names one of `ops` (empty: any op); one that
+  // names another op is refused by ops[0]'s import, naming `arg`.
   m.def(
       "packed_from_buffer",
-      [](const InArray& buf, const std::string& expected_op, bool verify, const std::string& isa,
-         int threads, const char* arg) {
-        bool reprepared = false;
-        auto w = import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner)
-                                             -> std::shared_ptr<const PackedWeights> {
-          const std::string op = expected_op.empty() ? op_of(p, size) : expected_op;
+      [](const InArray& buf, const std::vector<std::string>& ops, bool verify,
+         const std::string& isa, int threads, const char* arg) {
+        return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner)
+                                           -> std::shared_ptr<const PackedWeights> {
+          const std::string op = op_of(p, size, ops);
           if (op == moe::kBlobFormat.op)
-            return moe::from_buffer(p, size, owner, import_options<moe::ImportOptions>(
-                                                        verify, isa, threads, arg, &reprepared));
+            return moe::from_buffer(
+                p, size, owner, blob::import_options<moe::ImportOptions>(verify, isa, arg, threads));
           if (op == widely_linear::kBlobFormat.op)
             return widely_linear::from_buffer(
                 p, size, owner,
-                import_options<widely_linear::ImportOptions>(verify, isa, threads, arg,
-                                                             &reprepared));
-          return ternary::from_buffer(p, size, owner, import_options<ternary::ImportOptions>(
-                                                          verify, isa, threads, arg, &reprepared));
+                blob::import_options<widely_linear::ImportOptions>(verify, isa, arg, threads));
+          return ternary::from_buffer(
+              p, size, owner, blob::import_options<ternary::ImportOptions>(verify, isa, arg, threads));
         });
-        return std::make_pair(w, reprepared);
       },
-      nb::arg("buffer"), nb::arg("op"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"),
+      nb::arg("buffer"), nb::arg("ops"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"),
       nb::arg("arg"));
 }
 

@@ -53,19 +53,6 @@ auto import_buffer(const InArray& buf, const char* arg, Import&& import) {
   return view;
 }
 
-// An op's import options (Options: the op's ImportOptions) as the bindings pass them.
-template <class Options>
-Options import_options(bool verify, const std::string& isa, int threads, const char* arg,
-                       bool* reprepared) {
-  Options o;
-  o.verify = verify;
-  o.isa = isa;
-  o.threads = threads;
-  o.arg = arg;
-  o.reprepared = reprepared;
-  return o;
-}
-
 // The packed weights of one op (T, the op's type, `expected` its Python name for the message);
 // TypeError (TypeMismatch) naming `arg` for another op's.
 template <class T>

@@ -539,7 +539,7 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
   for (bf16_t v : out) ASSERT_EQ(v, 0x1234) << "output written before validation finished";
   EXPECT_EQ(error_of([&] { prepack(w2r.data(), e, h, i, "no_such_isa"); }).rfind("isa:", 0), 0u);
-  EXPECT_EQ(error_of([&] { prepack(w2r.data(), 0, h, i, ""); }).rfind("e:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepack(w2r.data(), 0, h, i, ""); }).rfind("w:", 0), 0u);
   // A second family, when this CPU has one, must not mix with the reference packing.
   for (const auto& v : list_variants()) {
     if (!v.supported || v.name == "reference") continue;
@@ -1046,7 +1046,7 @@ TEST(Int8, QuantizeWeightsFormulaAndRoundTrip) {
 TEST(Int8, ValidationNamesTheArgument) {
   std::vector<int8_t> q(2 * 3 * 8, 5);
   std::vector<float> s(2 * 3, 0.5f);
-  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 0, ""); }).rfind("i:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 0, ""); }).rfind("w:", 0), 0u);
   {
     std::vector<int8_t> big(size_t(int8::kMaxK + 1), 1);
     std::vector<float> one(1, 1.0f);
@@ -1054,7 +1054,7 @@ TEST(Int8, ValidationNamesTheArgument) {
                   .rfind("i:", 0), 0u);
     EXPECT_NO_THROW(prepack_int8(big.data(), one.data(), 1, 1, int8::kMaxK, "reference"));
   }
-  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 0, 3, 8, ""); }).rfind("e:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 0, 3, 8, ""); }).rfind("w:", 0), 0u);
   q[11] = -128;
   std::string msg = error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 8, ""); });
   EXPECT_EQ(msg.rfind("w:", 0), 0u) << msg;
@@ -1233,7 +1233,7 @@ TEST(Mxfp4, ValidationNamesTheArgument) {
   EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 48, ""); })
                 .rfind("i:", 0), 0u);
   EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 0, ""); })
-                .rfind("i:", 0), 0u);
+                .rfind("w:", 0), 0u);
   scales[7] = 255;
   const std::string msg =
       error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference"); });

@@ -58,13 +58,10 @@ std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int6
 
 std::shared_ptr<const PackedExperts> import(const unsigned char* p, int64_t size, bool verify,
                                             const std::string& isa, const std::string& arg,
-                                            const std::vector<Variant>* extra = nullptr) {
-  ImportOptions o;
-  o.verify = verify;
-  o.isa = isa;
-  o.arg = arg;
-  o.extra_rows = extra;
-  return from_buffer(p, size, nullptr, o);
+                                            bool with_simde = false) {
+  // with_simde: the SIMDe rows too (a buffer one of them wrote imports as a view)
+  return from_buffer(p, size, nullptr, blob::import_options<ImportOptions>(verify, isa, arg),
+                     blob::testing::import_registry(registry(), simde_variants(), with_simde));
 }
 
 AlignedBuffer to_buffer(const PackedExperts& w) {
@@ -115,10 +112,8 @@ TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
       auto w13 = pack(*v, f, 2 * kI, kH, rng);
       auto w2 = pack(*v, f, kH, kI, rng);
       const AlignedBuffer b13 = to_buffer(*w13), b2 = to_buffer(*w2);
-      auto v13 = import(b13.data<unsigned char>(), int64_t(b13.size()), true, "",
-                             "w13", &simde_variants());
-      auto v2 = import(b2.data<unsigned char>(), int64_t(b2.size()), true, "", "w2",
-                            &simde_variants());
+      auto v13 = import(b13.data<unsigned char>(), int64_t(b13.size()), true, "", "w13", true);
+      auto v2 = import(b2.data<unsigned char>(), int64_t(b2.size()), true, "", "w2", true);
       EXPECT_EQ(static_cast<const void*>(v13->packed()), b13.data<unsigned char>() + 448);
       EXPECT_EQ(v13->format, f);
       const Routing r = routing(rng);
@@ -173,7 +168,7 @@ TEST(MoeBlob, EveryHeaderByteFlipIsRefusedOrHarmless) {
       const AlignedBuffer clean = to_buffer(*w13);
       const Routing r = routing(rng);
       auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
-        return import(p, n, verify, "", "w13", &simde_variants());
+        return import(p, n, verify, "", "w13", true);
       };
       auto run_w13 = [&](const PackedExperts& got) {
         // Another valid shape (no verify) cannot run with this w2: its header was read in bounds.
@@ -213,7 +208,7 @@ TEST(MoeBlob, FuzzedBuffersThrowOrComputeInBounds) {
           }
         }
         try {
-          auto got = import(p, n, false, "", "w13", &simde_variants());
+          auto got = import(p, n, false, "", "w13", true);
           if (got->o != 2 * kI || got->i != kH || got->e != kE) {  // a valid header, another shape
             ++ran;
             continue;

@@ -136,6 +136,22 @@ TEST(PackedWeights, OwnedSectionsRoundTripAsViews) {
     }
 }
 
+// A call's isa= on packed weights: none or their own variant; any other names "isa".
+TEST(PackedWeights, CheckIsaAcceptsNoneOrTheirOwnVariant) {
+  const auto w = make_unit(2, 3, false);
+  EXPECT_NO_THROW(w->check_isa(""));
+  EXPECT_NO_THROW(w->check_isa("unit_variant"));
+  for (const char* other : {"avx2", "unit_variant2", "unit"}) {
+    try {
+      w->check_isa(other);
+      ADD_FAILURE() << other << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("isa: ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'unit_variant'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PackedWeights, ViewKeepsItsOwnerAlive) {
   const auto w = make_unit(4, 9, true);
   bool released = false;

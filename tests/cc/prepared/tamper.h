@@ -21,6 +21,7 @@
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/prepared_blob.h"
+#include "kernels/common/registry.h"
 
 namespace cpukern::blob::testing {
 
@@ -184,7 +185,29 @@ void check_tampering(const AlignedBuffer& clean, int ndims, const Result& expect
   check_moved_sections(clean, import_raw, what);
 }
 
-// The rows a serialize test imports with: the registry's rows this CPU runs, then the SIMDe
+// The registry a serialize test imports with (the ops' from_buffer taking the rows): the
+// op's registry with the SIMDe rows (any host) added to its catalogue, reached by name as
+// forced rows are, so that a buffer a SIMDe row wrote imports as a view of that row. One per
+// op, built on first use.
+template <class Ukernel>
+const Registry<Ukernel>& with_simde_rows(const Registry<Ukernel>& registry,
+                                         const std::vector<Variant<Ukernel>>& simde) {
+  static const Registry<Ukernel> rows(registry.op(), registry.variants(), [&] {
+    std::vector<Variant<Ukernel>> catalogue = registry.catalogue();
+    catalogue.insert(catalogue.end(), simde.begin(), simde.end());
+    return catalogue;
+  }());
+  return rows;
+}
+// The registry itself, or with_simde_rows of it.
+template <class Ukernel>
+const Registry<Ukernel>& import_registry(const Registry<Ukernel>& registry,
+                                         const std::vector<Variant<Ukernel>>& simde,
+                                         bool with_simde) {
+  return with_simde ? with_simde_rows(registry, simde) : registry;
+}
+
+// The rows a serialize test prepares with: the registry's rows this CPU runs, then the SIMDe
 // rows (any host).
 template <class Registry, class Row>
 std::vector<const Row*> runnable_rows(const Registry& registry, const std::vector<Row>& simde) {

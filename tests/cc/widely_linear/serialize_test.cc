@@ -53,13 +53,10 @@ AlignedBuffer to_buffer(const PreparedLayer& l) {
 
 std::shared_ptr<const PreparedLayer> import(const unsigned char* p, int64_t size, bool verify,
                                             const std::string& isa, bool allow_reprepare = true,
-                                            const std::vector<Variant>* extra = nullptr) {
-  ImportOptions o;
-  o.verify = verify;
-  o.isa = isa;
-  o.allow_reprepare = allow_reprepare;
-  o.extra_rows = extra;
-  return from_buffer(p, size, nullptr, o);
+                                            bool with_simde = false) {
+  const auto o = blob::import_options<ImportOptions>(verify, isa, "buffer", 0, allow_reprepare);
+  return from_buffer(p, size, nullptr, o,  // with_simde: a SIMDe row's buffer is a view of it
+                     blob::testing::import_registry(registry(), simde_variants(), with_simde));
 }
 
 std::vector<float> run_layer(const PreparedLayer& l, const std::vector<float>& x, int64_t batch,
@@ -88,8 +85,7 @@ TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
       const Layer L = random_layer(stages, n, m, rng);
       auto l = prep(*v, L);
       const AlignedBuffer b = to_buffer(*l);
-      auto view = import(b.data<unsigned char>(), int64_t(b.size()), true, v->name, false,
-                         &simde_variants());
+      auto view = import(b.data<unsigned char>(), int64_t(b.size()), true, v->name, false, true);
       ASSERT_EQ(view->layout(), b.data<unsigned char>() + 448);
       for (int64_t batch : {1, 2, 5}) {
         const auto x = random_x(batch * 2 * m, rng);
@@ -156,7 +152,7 @@ TEST(WidelyLinearSerialize, EveryHeaderByteFlipIsRefusedOrHarmless) {
       return y;
     };
     auto import_raw = [&](const unsigned char* p, int64_t n, bool verify) {
-      return import(p, n, verify, verify ? "" : v->name, true, &simde_variants());
+      return import(p, n, verify, verify ? "" : v->name, true, true);
     };
     blob::testing::check_tampering(clean, 3, run_both(*l), run_both, import_raw, what);
   }
@@ -172,7 +168,7 @@ TEST(WidelyLinearSerialize, FuzzedBuffersThrowOrComputeInBounds) {
     const auto fill = [&](int t) { return t == 0 ? 0xFF : int(rng() % 256); };
     blob::testing::fuzz(clean, 120, 8, fill, rng, counts, [&](const AlignedBuffer& b, int) {
       auto got = import(b.data<unsigned char>(), int64_t(b.size()), false, v->name, true,
-                        &simde_variants());
+                        true);
       if (got->n * got->m > (int64_t(1) << 20)) return;  // a valid header, too large to run here
       for (int64_t batch : {1, 4}) {
         const auto x = random_x(batch * 2 * got->m, rng);
