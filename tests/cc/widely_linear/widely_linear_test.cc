@@ -475,7 +475,9 @@ TEST(Registry, TableAndSelection) {
   EXPECT_GT(prio.at("neon"), prio.at("reference"));
   for (const auto& v : vs) {
     if (v.name == "neon") {
-      if (!std::getenv("CPUKERN_ISA")) EXPECT_TRUE(v.selected);
+      if (!std::getenv("CPUKERN_ISA")) {
+        EXPECT_TRUE(v.selected);
+      }
       EXPECT_EQ(v.required, std::vector<std::string>{"neon"});
     }
   }
