@@ -45,7 +45,7 @@ float model_quantize_row(const bf16_t* x, int64_t k, int8_t* q) {
     amax = std::max(amax, v);
   }
   if (!finite || amax == 0.0f) {
-    std::fill(q, q + k, int8_t(0));
+    for (int64_t j = 0; j < k; ++j) q[j] = 0;  // std::fill: GCC 12 -O1 warns of a bound past SIZE_MAX
     return finite ? 0.0f : std::nanf("");
   }
   const float pre = amax < std::ldexp(1.0f, -64) ? std::ldexp(1.0f, 64) : 1.0f;
