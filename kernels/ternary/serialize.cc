@@ -103,10 +103,13 @@ std::shared_ptr<const PreparedWeights> from_buffer(
   blob::section(h, buf, PreparedWeights::kI8Layout, i8_bytes, arg, "int8 layout");
 
   // The row that made it, if this build has it and this CPU runs it.
-  const auto [made_by, want] = blob::import_rows(
+  // Plain variables, not a structured binding: lambdas below capture them (C++17).
+  const auto found = blob::import_rows(
       h, rows, opts.isa, [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.f32.name && lo == r.ukernel.f32.layout;
       });
+  const Variant* const made_by = found.first;
+  const Variant* const want = found.second;
 
   if (want == made_by) {  // zero-copy view
     const Variant& v = *made_by;

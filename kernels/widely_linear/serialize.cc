@@ -55,10 +55,13 @@ std::shared_ptr<const PreparedLayer> from_buffer(
   check_arg(blob::name(h.format).empty(), arg, "corrupted header (format '" + blob::name(h.format) + "')");
   const Dims d{stages, n, m, ternary_codes::words_for(m)};
 
-  const auto [made_by, want] = blob::import_rows(
+  // Plain variables, not a structured binding: lambdas below capture them (C++17).
+  const auto found = blob::import_rows(
       h, rows, opts.isa, [](const Variant& r, const std::string& uk, const std::string& lo) {
         return uk == r.ukernel.name && lo == r.ukernel.layout->name;
       });
+  const Variant* const made_by = found.first;
+  const Variant* const want = found.second;
   const int64_t scale_bytes = 4 * stages * 4 * n;
 
   if (want == made_by) {
