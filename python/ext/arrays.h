@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
@@ -32,10 +33,16 @@ std::string describe(const nb::dlpack::dtype& dt);
 std::string shape_str(size_t ndim, const int64_t* shape);
 
 template <class Array>
-std::string describe_array(const Array& a) {
+std::vector<int64_t> array_shape(const Array& a) {
   std::vector<int64_t> shape(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) shape[i] = int64_t(a.shape(i));
-  return describe(a.dtype()) + " array of shape " + shape_str(a.ndim(), shape.data());
+  return shape;
+}
+
+template <class Array>
+std::string describe_array(const Array& a) {
+  const std::vector<int64_t> shape = array_shape(a);
+  return describe(a.dtype()) + " array of shape " + shape_str(shape.size(), shape.data());
 }
 
 // numpy's rule: a zero-size array is contiguous whatever its strides (numpy gives (0, 0) to

@@ -26,13 +26,6 @@ const PackedExperts& experts(const PackedWeights& w, const char* arg) {
   return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepare");
 }
 
-template <class Array>
-std::vector<int64_t> shape_of(const Array& a) {
-  std::vector<int64_t> shape(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) shape[i] = int64_t(a.shape(i));
-  return shape;
-}
-
 // "[i, j, k]": the multi-index of flat index `flat` in an array of `shape`.
 std::string index_str(const std::vector<int64_t>& shape, int64_t flat) {
   std::vector<int64_t> idx(shape.size());
@@ -137,14 +130,14 @@ void bind_moe(nb::module_& m) {
   m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales, const OutArray& out) {
     const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {2, 3, 4, 5, 6, 7, 8});
     const auto* sp = in_ptr<uint8_t>(scales, "scales", {1, 2, 3, 4, 5, 6, 7});
-    std::vector<int64_t> want = shape_of(scales);
+    std::vector<int64_t> want = array_shape(scales);
     want.push_back(moe::mxfp4::kBlockBytes);
-    if (shape_of(blocks) != want)
+    if (array_shape(blocks) != want)
       throw_arg("blocks", "expected shape scales.shape + (16,) = " + shape_str(want.size(), want.data()) +
                               ", got " + describe_array(blocks));
     want.pop_back();
     want.back() *= moe::mxfp4::kBlock;
-    if (shape_of(out) != want) throw_arg("out", "expected 32 values per scale");
+    if (array_shape(out) != want) throw_arg("out", "expected 32 values per scale");
     const int64_t n = int64_t(scales.size());
     const int64_t bad = moe::mxfp4::first_nan_scale(sp, n);
     if (bad >= 0)
@@ -161,19 +154,19 @@ void bind_moe(nb::module_& m) {
   m.def("moe_int8_dequantize", [](const InArray& q, const InArray& scales, const OutArray& out) {
     const auto* qp = in_ptr<int8_t>(q, "blocks", {1, 2, 3, 4, 5, 6, 7, 8});
     const auto* sp = in_ptr<float>(scales, "scales", {0, 1, 2, 3, 4, 5, 6, 7});
-    std::vector<int64_t> rows = shape_of(q);
+    std::vector<int64_t> rows = array_shape(q);
     const int64_t k = rows.back();
     rows.pop_back();
-    if (shape_of(scales) != rows)
+    if (array_shape(scales) != rows)
       throw_arg("scales", "expected shape " + shape_str(rows.size(), rows.data()) +
                               " (one per row of blocks), got " + describe_array(scales));
-    if (shape_of(out) != shape_of(q)) throw_arg("out", "expected the shape of blocks");
+    if (array_shape(out) != array_shape(q)) throw_arg("out", "expected the shape of blocks");
     const int64_t n = int64_t(scales.size());
     if (const int64_t r = moe::int8::first_bad_scale(sp, n); r >= 0)
       throw_arg("scales", "scale " + std::to_string(sp[r]) + " at index " +
                               index_str(rows, r) + ": int8 scales must be finite and >= 0");
     if (const int64_t at = moe::int8::first_minus_128(qp, n * k); at >= 0)
-      throw_arg("blocks", "int8 weight -128 at index " + index_str(shape_of(q), at) +
+      throw_arg("blocks", "int8 weight -128 at index " + index_str(array_shape(q), at) +
                               ": symmetric int8 weights must lie in [-127, 127]");
     auto* op = out_ptr<float>(out, "out", {1, 2, 3, 4, 5, 6, 7, 8});
     GilRelease release;
