@@ -106,6 +106,18 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
 
 std::vector<VariantInfo> list_variants();
 
+// ---- linear: the dense layer as an op of its own ------------------------------------------
+// Its variants are the fused-MoE rows themselves (one kernel list, the same micro-kernels and
+// priorities) under the op name "linear": CPUKERN_ISA's "linear=<name>" forces them for the
+// dense layer alone, and errors and listings say "linear". Its weights are one expert
+// (PackedExperts with op "moe" and e == 1: the MoE packing, byte for byte, and its
+// serialised form), packed by prepack* for the row linear_isa names; linear() above runs them.
+std::vector<VariantInfo> list_linear_variants();
+// The name of the row a dense layer packs for: `isa` ("" = linear's default: CPUKERN_ISA if it
+// forces one for linear, else the best this CPU runs), else throws naming "isa" (unknown for
+// linear, or needing features this CPU lacks).
+std::string linear_isa(const std::string& isa);
+
 // ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h; serialize.cc) ----------
 // Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a
 // buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error

@@ -1,5 +1,6 @@
 // The fused-MoE registry (shipped rows and catalogue), from the kernel list
-// (kernels/common/op_registry.inc).
+// (kernels/common/op_registry.inc), and the dense layer's (op "linear"), of the same rows.
+#include <string>
 #include <vector>
 
 #include "kernels/moe/kernel_rows.h"
@@ -13,12 +14,25 @@ namespace cpukern::moe {
 #define CPUKERN_OP_ALIASES
 #include "kernels/common/op_registry.inc"
 
-std::vector<VariantInfo> list_variants() {
-  std::vector<VariantInfo> out = registry().info();
+// The dense layer's registry: fused_moe's rows, copied once under the op name "linear" (the
+// same kernel list; nothing about a row differs for one expert without routing).
+const Registry<Ukernel>& linear_registry() {
+  static const Registry<Ukernel> r("linear", registry().variants(), registry().catalogue());
+  return r;
+}
+
+// `r`'s listing, with the AMX rows' tiles_min_rows.
+static std::vector<VariantInfo> variants_of(const Registry<Ukernel>& r) {
+  std::vector<VariantInfo> out = r.info();
   for (auto& info : out)
-    for (const auto& v : registry().variants())
+    for (const auto& v : r.variants())
       if (info.name == v.name && v.ukernel.tiles) info.tiles_min_rows = v.ukernel.tiles_min_rows;
   return out;
 }
+
+std::vector<VariantInfo> list_variants() { return variants_of(registry()); }
+std::vector<VariantInfo> list_linear_variants() { return variants_of(linear_registry()); }
+
+std::string linear_isa(const std::string& isa) { return linear_registry().select(isa).name; }
 
 }  // namespace cpukern::moe

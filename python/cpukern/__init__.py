@@ -3,7 +3,7 @@
 The library picks the best variant of each op for the CPU it runs on; any variant can be
 forced with the `isa=` keyword or the CPUKERN_ISA environment variable
 ("avx2" forces that variant for every op that has it; "ternary_gemv=reference,fused_moe=avx2"
-forces per op).
+forces per op; "linear=avx2" the dense layer of cpukern.linear alone).
 
 logging.getLogger("cpukern") reports, at INFO, which variant each op selected and why (once
 per op and selection); CPUKERN_VERBOSE=1 prints those records to stderr.
@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 from cpukern import _ext, _log
-from cpukern import moe, ternary, widely_linear
+from cpukern import linear, moe, ternary, widely_linear
 from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
 from cpukern._packed import PackedWeights, from_buffer, to_bytes
 from cpukern._ext import get_num_threads
@@ -39,6 +39,7 @@ _OPS = {
     "ternary_gemv": _ext.ternary_variants,
     "widely_linear": _ext.widely_linear_variants,
     "fused_moe": _ext.moe_variants,
+    "linear": _ext.linear_variants,
 }
 
 
@@ -53,10 +54,11 @@ def kernels(op: str) -> list[dict[str, Any]]:
     CPUKERN_DISABLE_FEATURES, or refused by the OS, e.g. AMX tile data), whether this CPU can
     run it and whether it is the one selected by default. A fused_moe variant with AMX tiles
     also has "tiles_min_rows": calls with more (token, expert) rows per expert than that
-    (T * topk > tiles_min_rows * E; a dense layer: T > tiles_min_rows) run the tiles, the
-    others its AVX-512 tiles.
+    (T * topk > tiles_min_rows * E) run the tiles, the others its AVX-512 tiles; a linear
+    variant has it too (T > tiles_min_rows rows run the tiles).
 
-    op: "ternary_gemv", "widely_linear" or "fused_moe".
+    op: "ternary_gemv", "widely_linear", "fused_moe" or "linear" (the dense layer: fused_moe's
+    variants, selected and forced for it alone).
     """
     if not isinstance(op, str) or op not in _OPS:
         raise (ValueError if isinstance(op, str) else TypeError)(
@@ -155,6 +157,6 @@ _check_isa_env()
 _log.configure_from_env()
 
 __all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads",
-           "num_threads_is_set", "ternary", "widely_linear", "moe", "__version__",
+           "num_threads_is_set", "ternary", "widely_linear", "moe", "linear", "__version__",
            "PackedWeights", "to_bytes", "from_buffer",
            "MAX_ELEMS", "MAX_THREADS", "MAX_POOL_THREADS"]

@@ -103,6 +103,12 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     (PackedExperts.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
+    return _logged(_packed_for(w, format, scales, act, isa), isa)
+
+
+def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedExperts:
+    """prepare's packing for `isa` (checked: "" or a variant name), not logged (cpukern.linear
+    logs its own op's selection)."""
     format = str_arg(format, "format", FORMATS)
     act = act_arg(act, ACTS)
     if act != FP32 and format != "mxfp4":
@@ -115,18 +121,18 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
             raise ValueError("scales: required with format='int8' (float32 (E, O))")
         q = check_array(w, "w", "int8", (3,))
         sc = check_array(scales, "scales", "float32", (2,))
-        return _logged(_ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa), isa)
+        return _ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa)
     if format == "mxfp4":
         if scales is None:
             raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
         blocks = _u8(w, "w", (4,))
         sc = _u8(scales, "scales", (3,))
-        return _logged(_ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
-                                              W4A8 if act != FP32 else "mxfp4"), isa)
+        return _ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
+                                      W4A8 if act != FP32 else "mxfp4")
     if scales is not None:
         raise ValueError("scales: only with format='mxfp4' or format='int8'")
     wb = bf16_bits(w, "w", (3,))
-    return _logged(_ext.moe_prepack(native(wb, "w"), isa), isa)
+    return _ext.moe_prepack(native(wb, "w"), isa)
 
 
 # prepare's former name (ternary and widely_linear say prepare), kept for one release.
@@ -250,7 +256,7 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
     skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
     int8 experts: finite results need 127 * K * max|a| <= 3e38 per GEMM (module docstring).
-    bf16 / MXFP4 experts: each of the two GEMMs meets linear's bound, its underflow term
+    bf16 / MXFP4 experts: each of the two GEMMs meets cpukern.linear's bound, its underflow term
     included (on avx512_bf16, products below 2**-126 are flushed to zero).
     """
     return _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
@@ -281,36 +287,6 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
     _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
                        activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
                        nthreads, native(yb, "out"))
-    return y
-
-
-def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int] = None,
-           out: Any = None) -> Any:
-    """A dense layer on the fused-MoE micro-kernels: out = x @ W.T + bias, bf16 (T, O).
-
-    x bf16 (T, I); w one matrix (O, I) packed by prepare as one expert (E = 1, any format:
-    bf16, mxfp4, mxfp4 with act="int8", int8); bias None or bf16 (O,). fp32 accumulation,
-    rounded once to bf16 (what torch's bf16 nn.Linear computes, up to the summation order).
-    Each output is one full-K dot product: the result does not depend on the thread count or
-    on the other rows of x. threads as in fused_moe.
-
-    Bound (bf16 weights, K in-features, every variant), against the exact x @ W.T + bias of
-    the bf16 values:
-        |y - y_ref| <= 2**-8 |y_ref| + (K + 1) 2**-23 (sum_k |x_k w_k| + |bias|)
-                       + 2**-126 (2K + 2 + sum_k (|x_k| + |w_k|))
-    The last term is underflow: avx512_bf16's vdpbf16ps reads bf16 subnormals as zero and
-    flushes products and sums below 2**-126 (fp32's smallest normal) to zero, so an output
-    made of such products can be 0 where the exact value is a small normal float.
-    """
-    check_op(w, ("moe",), "w", "PackedExperts from cpukern.moe.prepare")
-    # w's E = 1 and x's columns: checked by moe::linear
-    nthreads = threads_arg(threads)
-    xb = bf16_bits(x, "x", (2,))
-    t, _ = shape_of(xb)
-    b = None if bias is None else bf16_bits(bias, "bias", (1,))
-    y = out_or_new(out, x, (t, w.shape[1]), "bfloat16", (2,))
-    yb = bf16_bits(y, "out")
-    _ext.moe_linear(native(xb, "x"), w, native(b, "bias"), nthreads, native(yb, "out"))
     return y
 
 
@@ -355,3 +331,7 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
                              f"{tuple(blocks.shape[:2])}, got {bias.dtype} {tuple(bias.shape)}")
         out[key + "_bias"] = bias
     return out
+
+
+# The dense layer's former home: cpukern.linear.linear (the op "linear"), kept for one release.
+from cpukern.linear import linear  # noqa: E402 (cpukern.linear reads this module's prepare)

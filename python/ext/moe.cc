@@ -42,6 +42,9 @@ std::string index_str(const std::vector<int64_t>& shape, int64_t flat) {
 
 void bind_moe(nb::module_& m) {
   m.def("moe_variants", [] { return variants_to_list(moe::list_variants()); });
+  // The dense layer's op "linear": fused_moe's rows under its own name (moe.h).
+  m.def("linear_variants", [] { return variants_to_list(moe::list_linear_variants()); });
+  m.def("linear_isa", [](const std::string& isa) { return moe::linear_isa(isa); }, nb::arg("isa"));
 
   // Returns new numpy arrays (topk_weights float32 (T, topk), topk_ids int32 (T, topk)),
   // allocated here once topk is known to be valid (moe::route checks it again, but only after

@@ -1,21 +1,31 @@
-"""Dense layers on the fused-MoE micro-kernels: cpukern.moe.linear, the torch ops
-cpukern::linear / linear_prepared and the cpukern.torch.Linear module, on every fused_moe
-variant this CPU runs, against a float64 model and against torch's bf16 nn.Linear; bad input
-names the argument. (Every variant and format, the SIMDe rows included, is also checked
-bitwise in tests/cc/moe/linear_test.cc.)"""
+"""The op "linear", a dense layer on the fused-MoE micro-kernels: cpukern.linear (prepare,
+linear), its former name cpukern.moe.linear, the torch ops cpukern::linear / linear_prepared
+and the cpukern.torch.Linear module, on every linear variant this CPU runs, against a float64
+model and against torch's bf16 nn.Linear; its listing (fused_moe's rows under its own name),
+selection and forcing; bad input names the argument. (Every variant and format, the SIMDe rows
+included, is also checked bitwise in tests/cc/moe/linear_test.cc.)"""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import cpukern
+from cpukern import linear as dense
 from cpukern import moe
-from variants import variant_params
+from variants import UNDER_QEMU, variant_params
 
-MOE = variant_params("fused_moe")
-SHAPES = [(1, 1, 32), (1, 37, 64), (4, 100, 96), (17, 129, 160), (0, 8, 32), (2, 33, 1), (3, 300, 2880)]
+LINEAR = variant_params("linear")
+# Ragged O and K against every tile, one row, one output, empty batches, K of one, a batch past
+# the AMX tiles' threshold and a large K (several K blocks).
+SHAPES = [(1, 1, 32), (1, 37, 64), (4, 100, 96), (17, 129, 160), (0, 8, 32), (2, 33, 1),
+          (3, 300, 2880), (70, 65, 544), (1, 1, 1)]
 
 
 def _bf16(a):
@@ -34,29 +44,37 @@ def _bound(x, w, b):
     return ref, np.abs(ref) * 2.0**-8 + (k + 1) * mag * 2.0**-23 + under
 
 
-@pytest.mark.parametrize("isa", MOE)
+@pytest.mark.parametrize("isa", LINEAR)
 @pytest.mark.parametrize("t,o,k", SHAPES)
 def test_linear_matches_float64_model(isa, t, o, k):
     rng = np.random.default_rng(t * 1000 + o + k)
     x, w = _bf16(rng.uniform(-2, 2, (t, k))), _bf16(rng.uniform(-1, 1, (o, k)))
     b = _bf16(rng.uniform(-1, 1, o)) if o % 2 else None
-    packed = moe.prepare(w[None], isa=isa)
-    y = moe.linear(x, packed, b)
+    packed = dense.prepare(w, isa=isa)
+    assert packed.isa == isa and packed.op == "moe" and tuple(packed.shape) == (1, o, k)
+    y = dense.linear(x, packed, b)
     assert y.dtype == ml_dtypes.bfloat16 and y.shape == (t, o)
     ref, bound = _bound(x, w, b)
     assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
     # Batch- and thread-invariant: each row alone, any thread count, the same bits. A variant
     # with AMX tiles runs them for more than tiles_min_rows rows: such a batch is compared
     # with chunks of min + 1 rows instead.
-    min_rows = next(v for v in cpukern.kernels("fused_moe") if v["name"] == isa).get("tiles_min_rows")
+    min_rows = next(v for v in cpukern.kernels("linear") if v["name"] == isa).get("tiles_min_rows")
     n = min_rows + 1 if min_rows and t > min_rows else 1
     for r in range(0, t, n):
         r0 = min(r, t - n)
-        assert np.array_equal(moe.linear(x[r0:r0 + n], packed, b, threads=2).view(np.uint16),
-                              y[r0:r0 + n].view(np.uint16))
+        for threads in (1, 2, 3):
+            assert np.array_equal(
+                dense.linear(x[r0:r0 + n], packed, b, threads=threads).view(np.uint16),
+                y[r0:r0 + n].view(np.uint16))
+    # out= is written and returned; the former name runs the same function
+    out = np.full((t, o), 7, ml_dtypes.bfloat16)
+    assert dense.linear(x, packed, b, out=out, isa=isa) is out
+    assert np.array_equal(out.view(np.uint16), y.view(np.uint16))
+    assert np.array_equal(moe.linear(x, packed, b).view(np.uint16), y.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", MOE)
+@pytest.mark.parametrize("isa", LINEAR)
 def test_linear_near_underflow_within_the_bound(isa):
     """Exact answers that are normal floats (40 * 2**-127, about 2.4e-37) made of products
     below 2**-126, or of bf16 subnormal activations: a flushing kernel (avx512_bf16) returns 0,
@@ -65,43 +83,191 @@ def test_linear_near_underflow_within_the_bound(isa):
     x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130),
                         np.where(np.arange(k) % 2, -2.0**-61, 1.5 * 2.0**-61)]))
     w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))
-    y = moe.linear(x, moe.prepare(w[None], isa=isa))
+    y = dense.linear(x, dense.prepare(w, isa=isa))
     ref, bound = _bound(x, w, None)
     assert ref[0, 0] == k * 2.0**-127
     assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
 
 
-@pytest.mark.parametrize("isa", MOE)
+@pytest.mark.parametrize("isa", LINEAR)
 def test_linear_int8_weights_quantise_activations_per_row(isa):
     rng = np.random.default_rng(3)
     x, w = _bf16(rng.uniform(-2, 2, (5, 96))), _bf16(rng.uniform(-1, 1, (40, 96)))
     q, s = moe.quantize(w, format="int8")
-    y = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
+    packed = dense.prepare(q, format="int8", scales=s, isa=isa)
+    assert packed.format == "int8"
+    y = dense.linear(x, packed)
     # int8 results are the same bits on every variant (the exact int32 sums, one rounding)
-    ref = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa="reference"))
+    ref = dense.linear(x, dense.prepare(q, format="int8", scales=s, isa="reference"))
     assert np.array_equal(y.view(np.uint16), ref.view(np.uint16))
     exact = x.astype(np.float64) @ w.astype(np.float64).T
     assert np.max(np.abs(y.astype(np.float64) - exact)) <= 0.02 * np.max(np.abs(exact))
+    # the same as the one-expert packing of cpukern.moe
+    via_moe = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
+    assert np.array_equal(via_moe.view(np.uint16), y.view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", LINEAR)
+def test_linear_mxfp4_weights_equal_their_dequantized_bf16(isa):
+    """MXFP4 (O, I/32, 16) blocks give the bits of bf16 weights dequantized from them; with
+    act="int8" (W4A8) the same bits on every variant."""
+    rng = np.random.default_rng(5)
+    x, w = _bf16(rng.uniform(-2, 2, (9, 160))), _bf16(rng.uniform(-1, 1, (37, 160)))
+    blocks, scales = moe.quantize(w)
+    packed = dense.prepare(blocks, format="mxfp4", scales=scales, isa=isa)
+    assert packed.format == "mxfp4" and tuple(packed.shape) == (1, 37, 160)
+    y = dense.linear(x, packed)
+    want = dense.linear(x, dense.prepare(moe.dequantize(blocks, scales), isa=isa))
+    assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
+    a8 = dense.linear(x, dense.prepare(blocks, format="mxfp4", scales=scales, act="int8", isa=isa))
+    a8_ref = dense.linear(x, dense.prepare(blocks, format="mxfp4", scales=scales, act="int8",
+                                           isa="reference"))
+    assert np.array_equal(a8.view(np.uint16), a8_ref.view(np.uint16))
+
+
+def test_linear_takes_torch_tensors_without_copies():
+    torch = pytest.importorskip("torch", reason="torch is not installed here (e.g. the aarch64 QEMU legs)")
+    rng = np.random.default_rng(6)
+    x, w, b = _bf16(rng.uniform(-2, 2, (3, 64))), _bf16(rng.uniform(-1, 1, (20, 64))), _bf16(rng.uniform(-1, 1, 20))
+    tb = lambda a: torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)  # noqa: E731
+    y = dense.linear(tb(x), dense.prepare(tb(w)), tb(b))
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and tuple(y.shape) == (3, 20)
+    want = dense.linear(x, dense.prepare(w), b)
+    assert np.array_equal(y.view(torch.int16).numpy().view(np.uint16), want.view(np.uint16))
+
+
+# --- the op: listing, selection, forcing, the former name, saved packings --------------------
+
+def test_kernels_lists_linear_as_fused_moe_rows_under_its_own_name():
+    dense_rows, moe_rows = cpukern.kernels("linear"), cpukern.kernels("fused_moe")
+    keys = ("name", "ukernel", "requires", "priority", "supported", "tiles_min_rows")
+    assert [{k: v.get(k) for k in keys} for v in dense_rows] == \
+        [{k: v.get(k) for k in keys} for v in moe_rows]
+    selected = [v for v in dense_rows if v["selected"]]
+    assert len(selected) == 1 and selected[0]["supported"]
+    best = max((v for v in dense_rows if v["supported"]), key=lambda v: v["priority"])
+    assert selected[0]["name"] == best["name"]
+    assert dense.prepare(_bf16(np.ones((4, 8)))).isa == best["name"]
+    assert "linear" in cpukern.__all__ and cpukern.linear is dense
+
+
+def test_former_name_is_the_same_function():
+    assert moe.linear is dense.linear
+
+
+def test_saved_one_expert_packings_run_as_they_are():
+    """A one-expert packing made by cpukern.moe.prepare and saved (cpukern.moe.to_bytes, the
+    format written before the op had its own name) loads and runs here bit for bit; several
+    experts are refused naming w."""
+    rng = np.random.default_rng(7)
+    x, w = _bf16(rng.uniform(-2, 2, (5, 96))), _bf16(rng.uniform(-1, 1, (24, 96)))
+    saved = moe.to_bytes(moe.prepare(w[None]))
+    loaded = cpukern.from_buffer(saved)
+    assert np.array_equal(dense.linear(x, loaded).view(np.uint16),
+                          dense.linear(x, dense.prepare(w, isa=loaded.isa)).view(np.uint16))
+    again = cpukern.from_buffer(cpukern.to_bytes(dense.prepare(w)))
+    assert np.array_equal(dense.linear(x, again).view(np.uint16),
+                          dense.linear(x, dense.prepare(w)).view(np.uint16))
+    with pytest.raises(ValueError, match=r"^w: expected one matrix"):
+        dense.linear(x, cpukern.from_buffer(moe.to_bytes(moe.prepare(np.stack([w, w])))))
+
+
+@pytest.mark.skipif(UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
+def test_cpukern_isa_forces_linear_alone():
+    code = textwrap.dedent("""
+        import numpy as np, ml_dtypes, cpukern
+        from cpukern import linear, moe
+        w = np.ones((4, 8), ml_dtypes.bfloat16)
+        sel = lambda op: next(v["name"] for v in cpukern.kernels(op) if v["selected"])
+        print(sel("linear"), linear.prepare(w).isa, sel("fused_moe"), moe.prepare(w[None]).isa)
+    """)
+    env = dict(os.environ, CPUKERN_ISA="linear=reference")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0 and "CPUKERN_ISA" not in out.stderr, out.stderr
+    lin, lin_packed, moe_sel, moe_packed = out.stdout.split()
+    best = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
+    assert (lin, lin_packed, moe_sel, moe_packed) == ("reference", "reference", best, best)
+    env = dict(os.environ, CPUKERN_ISA="linear=bogus")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode != 0 and "isa: unknown variant 'bogus' for linear" in out.stderr, out.stderr
 
 
 def test_linear_bad_input_names_the_argument():
+    call = dense.linear
     w = moe.prepare(_bf16(np.ones((2, 8, 16))))
-    one = moe.prepare(_bf16(np.ones((1, 8, 16))))
+    one = dense.prepare(_bf16(np.ones((8, 16))))
     x = _bf16(np.ones((3, 16)))
     with pytest.raises(ValueError, match=r"^w: expected one matrix"):
-        moe.linear(x, w)
-    with pytest.raises(TypeError, match=r"^w: expected PackedExperts"):
-        moe.linear(x, np.ones((8, 16)))
+        call(x, w)
+    with pytest.raises(TypeError, match=r"^w: expected PackedWeights"):
+        call(x, np.ones((8, 16)))
+    with pytest.raises(TypeError, match=r"^w: expected PackedWeights"):
+        call(x, cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((8, 16), np.int8)), 16))
     with pytest.raises(ValueError, match=r"^x: "):
-        moe.linear(_bf16(np.ones((3, 15))), one)
+        call(_bf16(np.ones((3, 15))), one)
+    with pytest.raises(ValueError, match=r"^x: "):
+        call(_bf16(np.ones(16)), one)
     with pytest.raises(TypeError, match=r"^x: "):
-        moe.linear(np.ones((3, 16), np.float32), one)
+        call(np.ones((3, 16), np.float32), one)
     with pytest.raises(ValueError, match=r"^bias: "):
-        moe.linear(x, one, _bf16(np.ones(7)))
+        call(x, one, _bf16(np.ones(7)))
+    with pytest.raises(TypeError, match=r"^bias: "):
+        call(x, one, np.ones(8, np.float32))
     with pytest.raises(ValueError, match=r"^out: "):
-        moe.linear(x, one, out=np.empty((3, 9), ml_dtypes.bfloat16))
+        call(x, one, out=np.empty((3, 9), ml_dtypes.bfloat16))
     with pytest.raises(ValueError, match=r"^threads: "):
-        moe.linear(x, one, threads=-1)
+        call(x, one, threads=-1)
+    other = next((v["name"] for v in cpukern.kernels("linear")
+                  if v["supported"] and v["name"] != one.isa), None)
+    if other is not None:
+        with pytest.raises(ValueError, match=r"^isa: "):
+            call(x, one, isa=other)
+    with pytest.raises(TypeError, match=r"^isa: "):
+        call(x, one, isa=3)
+
+
+def test_prepare_bad_input_names_the_argument():
+    w = _bf16(np.ones((8, 32)))
+    with pytest.raises(ValueError, match=r"^w: expected 2 dimensions"):
+        dense.prepare(w[None])  # a stack of experts is cpukern.moe's
+    with pytest.raises(ValueError, match=r"^w: expected one matrix \(O, I\) with O, I >= 1"):
+        dense.prepare(_bf16(np.ones((0, 32))))
+    with pytest.raises(ValueError, match=r"^w: expected one matrix"):
+        dense.prepare(_bf16(np.ones((8, 0))))
+    with pytest.raises(TypeError, match=r"^w: "):
+        dense.prepare(np.ones((8, 32), np.float32))
+    with pytest.raises(TypeError, match=r"^w: "):
+        dense.prepare([[1.0] * 32] * 8)
+    with pytest.raises(ValueError, match=r"^format: "):
+        dense.prepare(w, format="fp8")
+    with pytest.raises(ValueError, match=r"^act: "):
+        dense.prepare(w, act="int8")  # int8 activations only with MXFP4 weights
+    with pytest.raises(ValueError, match=r"^scales: "):
+        dense.prepare(w, scales=np.ones(8, np.float32))
+    with pytest.raises(ValueError, match=r"^isa: unknown variant 'nope' for linear"):
+        dense.prepare(w, isa="nope")
+    with pytest.raises(TypeError, match=r"^isa: "):
+        dense.prepare(w, isa=1)
+    q, s = moe.quantize(w, format="int8")
+    with pytest.raises(ValueError, match=r"^scales: required"):
+        dense.prepare(q, format="int8")
+    with pytest.raises(ValueError, match=r"^scales: expected 1 dimensions"):
+        dense.prepare(q, format="int8", scales=s[None])
+    with pytest.raises(ValueError, match=r"^scales: "):
+        dense.prepare(q, format="int8", scales=s[:4])
+    with pytest.raises(ValueError, match=r"^w: "):
+        dense.prepare(np.full((8, 32), -128, np.int8), format="int8", scales=s)
+    blocks, sc = moe.quantize(w)
+    with pytest.raises(ValueError, match=r"^w: expected 3 dimensions"):
+        dense.prepare(blocks[None], format="mxfp4", scales=sc)
+    with pytest.raises(ValueError, match=r"^scales: expected 2 dimensions"):
+        dense.prepare(blocks, format="mxfp4", scales=sc[0])
+    bad = sc.copy()
+    bad[1, 0] = 255
+    with pytest.raises(ValueError, match=r"^scales: .*255"):
+        dense.prepare(blocks, format="mxfp4", scales=bad)
 
 
 # --- torch ---------------------------------------------------------------------------------
@@ -111,7 +277,7 @@ torch = pytest.importorskip(
 import cpukern.torch as ct  # noqa: E402
 
 
-@pytest.mark.parametrize("isa", MOE)
+@pytest.mark.parametrize("isa", LINEAR)
 def test_module_matches_torch_bf16_linear(isa):
     torch.manual_seed(0)
     lin = torch.nn.Linear(160, 129).to(torch.bfloat16)
@@ -127,9 +293,9 @@ def test_module_matches_torch_bf16_linear(isa):
     assert mod(x.float()).dtype == torch.float32  # any float dtype in, its dtype out
 
 
-@pytest.mark.parametrize("isa", MOE)
+@pytest.mark.parametrize("isa", LINEAR)
 def test_module_near_underflow_within_the_bound(isa):
-    """cpukern.torch.Linear meets moe.linear's bound where products underflow."""
+    """cpukern.torch.Linear meets cpukern.linear's bound where products underflow."""
     k = 40
     x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130)]))
     w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))

@@ -43,7 +43,7 @@ activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
     checked per call), nothing packed.
 ``torch.ops.cpukern.linear(x, weight, bias=None, isa="", weight_scales=None) -> Tensor``
 ``torch.ops.cpukern.linear_prepared(x, prepared, out_features, bias=None) -> Tensor``
-    A dense layer on the fused-MoE micro-kernels (cpukern.moe.linear): x bf16 (T, I), weight
+    A dense layer on the fused-MoE micro-kernels (the op linear, cpukern.linear): x bf16 (T, I), weight
     bf16 (O, I) (or int8 with float32 per-channel scales, or MXFP4 blocks), bias bf16 (O,);
     returns bf16 (T, O). The prepared form holds the weight packed as one expert.
 ``torch.ops.cpukern.cpu_fused_moe_prepared(output, input, w13, w2, w13_bias, w2_bias,

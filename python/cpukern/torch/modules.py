@@ -783,8 +783,8 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
 
 
 class Linear(_PreparedBuffer, _WeightFormatsKept):
-    """A dense nn.Linear on cpukern's fused-MoE GEMM micro-kernels (cpukern.moe.linear: one
-    expert, no routing): bf16 activations in, fp32 accumulation, bf16 out, the arithmetic of
+    """A dense nn.Linear on cpukern's fused-MoE GEMM micro-kernels (the op "linear",
+    cpukern.linear: one expert, no routing): bf16 activations in, fp32 accumulation, bf16 out, the arithmetic of
     torch's bf16 nn.Linear up to the summation order. For the bf16 layers of a model that
     are not ternary or experts: attention projections, the LM head.
 
@@ -796,7 +796,7 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
     Bound (tested on K in-features, bf16 weights): against the exact x @ W.T + bias of the bf16
     values, |y - y_ref| <= 2**-8 * |y_ref| + (K + 1) * 2**-23 * (sum_k |x_k w_k| + |bias|)
     + 2**-126 * (2K + 2 + sum_k (|x_k| + |w_k|)) (the bf16 rounding of the output, the fp32
-    sums, and underflow: cpukern.moe.linear's bound).
+    sums, and underflow: cpukern.linear's bound).
     """
 
     _act_dtype = torch.bfloat16
@@ -848,7 +848,8 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         """``prepared``: the weight packed for this CPU (one expert)."""
         sc = self.weight_scales
         return PackedWeightsTensor(_ops.prepare_experts_tensor(
-            self.weight.unsqueeze(0), "weight", self.isa, None if sc is None else sc.unsqueeze(0)),
+            self.weight.unsqueeze(0), "weight", _ops.linear_isa(self.isa),
+            None if sc is None else sc.unsqueeze(0)),
             name=name, verify=False)
 
     def _check_fits(self, name: str, p: Any) -> None:

@@ -12,6 +12,7 @@ from torch import Tensor
 
 import cpukern as _cpukern
 from cpukern import _ext
+from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import native
@@ -40,18 +41,25 @@ _MOE_VARIANTS: list = []
 
 def _isa(isa: Optional[str], op: str = "ternary_gemv") -> Optional[str]:
     """A forced variant name (checked by the op itself, whose ValueError lists the known
-    names), or None for automatic selection: "" or "auto", and for op "fused_moe" vLLM's names
-    of VLLM_MOE_ISA_ALIASES for this architecture that are not fused_moe variants here."""
+    names), or None for automatic selection: "" or "auto", and for the ops on the MoE kernels
+    ("fused_moe", "linear") vLLM's names of VLLM_MOE_ISA_ALIASES for this architecture that are
+    not fused_moe variants here."""
     if isa is None or isa in AUTO_ISAS:
         return None
     if not isinstance(isa, str):
         raise TypeError(f"isa: expected a variant name (str), got {type(isa).__name__}")
-    if op == "fused_moe" and isa in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
+    if op in ("fused_moe", "linear") and isa in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
         if not _MOE_VARIANTS:
             _MOE_VARIANTS.extend(v["name"] for v in _ext.moe_variants() if v["supported"])
         if isa not in _MOE_VARIANTS:
             return None
     return isa
+
+
+def linear_isa(isa: Optional[str]) -> str:
+    """The variant a dense layer packs for: the forced one (as _isa reads it), else the op
+    "linear"'s default (CPUKERN_ISA="linear=<name>" included)."""
+    return _ext.linear_isa(_isa(isa, "linear") or "")
 
 
 def _threads() -> Optional[int]:
@@ -398,7 +406,7 @@ def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_b
     return torch.empty_like(x)
 
 
-# ---- dense layers on the MoE micro-kernels (cpukern.moe.linear) ---------------------------
+# ---- dense layers: the op "linear" on the MoE micro-kernels (cpukern.linear) --------------
 
 def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
                     bias: Optional[Tensor] = None) -> Tensor:
@@ -410,7 +418,7 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
     out = x.new_empty((x.shape[0], out_features))
-    _moe.linear(x, w, bias, threads=_threads(), out=out)
+    _dense.linear(x, w, bias, threads=_threads(), out=out)
     return out
 
 
@@ -430,15 +438,15 @@ def _(x, prepared, out_features, bias=None):
 @torch.library.custom_op("cpukern::linear", mutates_args=())
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, isa: str = "",
            weight_scales: Optional[Tensor] = None) -> Tensor:
-    """x bf16 (T, I) @ W.T + bias -> bf16 (T, O) (cpukern.moe.linear). weight: bf16 (O, I),
+    """x bf16 (T, I) @ W.T + bias -> bf16 (T, O) (cpukern.linear.linear). weight: bf16 (O, I),
     MXFP4 blocks uint8 (O, I/32, 16) with uint8 scales (O, I/32), or int8 (O, I) with float32
     per-channel scales (O,) in weight_scales. Packed once per weight tensor (the cache)."""
     if not isinstance(weight, Tensor) or weight.dim() not in (2, 3):
         raise TypeError("weight: expected a 2-D bf16 / int8 or 3-D uint8 (MXFP4 blocks) tensor")
-    w = prepared_experts(weight.unsqueeze(0), "weight", _isa(isa, "fused_moe"),
+    w = prepared_experts(weight.unsqueeze(0), "weight", linear_isa(isa),
                          None if weight_scales is None else weight_scales.unsqueeze(0))
     out = x.new_empty((x.shape[0], int(w.shape[1])))
-    _moe.linear(x, w, bias, threads=_threads(), out=out)
+    _dense.linear(x, w, bias, threads=_threads(), out=out)
     return out
 
 

@@ -4,6 +4,7 @@
 //   mxfp4: bitwise equal to bf16 on the dequantized weights (the format's contract);
 //   int8 / mxfp4_a8: bitwise equal to the reference variant (their contract);
 //   every format: the same bits for 1, 2 and 3 threads and for each row run alone;
+// the op "linear" (its registry holds fused_moe's rows under its own name);
 // and validation that names the argument and leaves the output alone.
 #include <gtest/gtest.h>
 
@@ -245,6 +246,42 @@ TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
       EXPECT_LE(std::fabs(bf16_to_f32(y[r * o + c]) - ref), bound)
           << "r=" << r << " c=" << c << " ref=" << ref << " got=" << bf16_to_f32(y[r * o + c]);
     }
+}
+
+// The op "linear": fused_moe's rows (names, features, priorities, micro-kernels, AMX
+// thresholds) under its own name; linear_isa resolves in it and names linear in its errors.
+TEST(LinearOp, HasTheFusedMoeRowsUnderItsOwnName) {
+  EXPECT_EQ(linear_registry().op(), "linear");
+  EXPECT_EQ(linear_registry().names(), registry().names());
+  const auto dense = list_linear_variants(), moe = list_variants();
+  ASSERT_EQ(dense.size(), moe.size());
+  ASSERT_FALSE(dense.empty());
+  for (size_t r = 0; r < dense.size(); ++r) {
+    EXPECT_EQ(dense[r].name, moe[r].name);
+    EXPECT_EQ(dense[r].ukernel, moe[r].ukernel);
+    EXPECT_EQ(dense[r].required, moe[r].required);
+    EXPECT_EQ(dense[r].priority, moe[r].priority);
+    EXPECT_EQ(dense[r].supported, moe[r].supported);
+    EXPECT_EQ(dense[r].tiles_min_rows, moe[r].tiles_min_rows);
+  }
+  EXPECT_EQ(linear_isa(""), linear_registry().default_variant().name);
+  EXPECT_EQ(linear_isa("reference"), "reference");
+  try {
+    linear_isa("no_such_variant");
+    ADD_FAILURE() << "no error for an unknown variant";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("isa:", 0), 0u) << what;
+    EXPECT_NE(what.find("for linear"), std::string::npos) << what;
+  }
+  // A dense layer packed for linear's row runs and reports that row.
+  const bf16_t w[2] = {f32_to_bf16(1.0f), f32_to_bf16(2.0f)};
+  const auto p = prepack(w, 1, 1, 2, linear_isa(""));
+  EXPECT_EQ(p->isa, linear_isa(""));
+  EXPECT_EQ(p->op, "moe");
+  bf16_t y = 0;
+  linear(w, 1, 2, *p, nullptr, 1, &y);
+  EXPECT_EQ(bf16_to_f32(y), 5.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(
