@@ -333,5 +333,12 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
     return out
 
 
-# The dense layer's former home: cpukern.linear.linear (the op "linear"), kept for one release.
-from cpukern.linear import linear  # noqa: E402 (cpukern.linear reads this module's prepare)
+
+def __getattr__(name: str) -> Any:
+    """cpukern.moe.linear: the dense layer's former name, cpukern.linear.linear (the op
+    "linear"), kept for one release (looked up on use: cpukern.linear imports this module)."""
+    if name == "linear":
+        from cpukern.linear import linear
+
+        return linear
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

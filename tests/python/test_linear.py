@@ -188,10 +188,20 @@ def test_cpukern_isa_forces_linear_alone():
     lin, lin_packed, moe_sel, moe_packed = out.stdout.split()
     best = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
     assert (lin, lin_packed, moe_sel, moe_packed) == ("reference", "reference", best, best)
+    # A name linear does not have: a warning at import, and linear's calls (only) raise.
+    code = textwrap.dedent("""
+        import numpy as np, ml_dtypes, cpukern
+        from cpukern import linear, moe
+        w = np.ones((4, 8), ml_dtypes.bfloat16)
+        print(moe.prepare(w[None]).isa)
+        linear.prepare(w)
+    """)
     env = dict(os.environ, CPUKERN_ISA="linear=bogus")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=240)
-    assert out.returncode != 0 and "isa: unknown variant 'bogus' for linear" in out.stderr, out.stderr
+    assert "CPUKERN_ISA: 'linear=bogus'" in out.stderr and out.stdout.split() == [best]
+    assert out.returncode != 0 and "ValueError: isa: unknown variant 'bogus' for linear" in out.stderr, \
+        out.stderr
 
 
 def test_linear_bad_input_names_the_argument():
