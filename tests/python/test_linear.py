@@ -7,6 +7,7 @@ included, is also checked bitwise in tests/cc/moe/linear_test.cc.)"""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -170,6 +171,18 @@ def test_saved_one_expert_packings_run_as_they_are():
                           dense.linear(x, dense.prepare(w)).view(np.uint16))
     with pytest.raises(ValueError, match=r"^w: expected one matrix"):
         dense.linear(x, cpukern.from_buffer(moe.to_bytes(moe.prepare(np.stack([w, w])))))
+
+
+def test_selection_is_logged_as_linear(caplog):
+    """The op's own name in the selection record, whether chosen or forced (the record is
+    written once per op and selection; this forced one is written by no other test)."""
+    caplog.set_level(logging.INFO, logger="cpukern")
+    w = _bf16(np.ones((3, 8)))
+    dense.prepare(w, isa="reference")
+    dense.prepare(w, isa="reference")
+    msgs = [r.getMessage() for r in caplog.records if r.name == "cpukern"]
+    assert len(msgs) == 1 and msgs[0].startswith("linear: variant 'reference'"), msgs
+    assert "forced by isa='reference'" in msgs[0], msgs
 
 
 @pytest.mark.skipif(UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
