@@ -34,8 +34,9 @@ from cpukern._packed import PackedWeights, check_op
 
 __all__ = ["prepare", "linear"]
 
-# Dimensions of one matrix's arrays per format: (weights, scales).
-_NDIMS = {"bf16": (2, None), "mxfp4": (3, 2), "int8": (2, 1)}
+# One matrix's arrays per format: the weights' dimensions, the scales' (None: no scales) and
+# what the scales are.
+_NDIMS = {"bf16": (2, None, ""), "mxfp4": (3, 2, "uint8 (O, I/32)"), "int8": (2, 1, "float32 (O,)")}
 
 
 def _one_expert(a: Any, name: str, ndim: int) -> Any:
@@ -58,10 +59,12 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     """
     isa = isa_arg(isa)
     format = str_arg(format, "format", moe.FORMATS)
-    w_ndim, scales_ndim = _NDIMS[format]
+    w_ndim, scales_ndim, scales_are = _NDIMS[format]
     w1 = _one_expert(w, "w", w_ndim)
     if 0 in shape_of(w1):
         raise ValueError(f"w: expected one matrix (O, I) with O, I >= 1, got {describe(w)}")
+    if scales is None and scales_ndim is not None:
+        raise ValueError(f"scales: required with format={format!r} ({scales_are})")
     s1 = None if scales is None or scales_ndim is None else _one_expert(scales, "scales",
                                                                          scales_ndim)
     row = _ext.linear_isa(isa)

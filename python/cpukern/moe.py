@@ -333,7 +333,6 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
     return out
 
 
-
 def __getattr__(name: str) -> Any:
     """cpukern.moe.linear: the dense layer's former name, cpukern.linear.linear (the op
     "linear"), kept for one release (looked up on use: cpukern.linear imports this module)."""

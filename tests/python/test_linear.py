@@ -274,7 +274,7 @@ def test_prepare_bad_input_names_the_argument():
     with pytest.raises(TypeError, match=r"^isa: "):
         dense.prepare(w, isa=1)
     q, s = moe.quantize(w, format="int8")
-    with pytest.raises(ValueError, match=r"^scales: required"):
+    with pytest.raises(ValueError, match=r"^scales: required with format='int8' \(float32 \(O,\)\)"):
         dense.prepare(q, format="int8")
     with pytest.raises(ValueError, match=r"^scales: expected 1 dimensions"):
         dense.prepare(q, format="int8", scales=s[None])
@@ -283,6 +283,8 @@ def test_prepare_bad_input_names_the_argument():
     with pytest.raises(ValueError, match=r"^w: "):
         dense.prepare(np.full((8, 32), -128, np.int8), format="int8", scales=s)
     blocks, sc = moe.quantize(w)
+    with pytest.raises(ValueError, match=r"^scales: required with format='mxfp4' \(uint8 \(O, I/32\)\)"):
+        dense.prepare(blocks, format="mxfp4")
     with pytest.raises(ValueError, match=r"^w: expected 3 dimensions"):
         dense.prepare(blocks[None], format="mxfp4", scales=sc)
     with pytest.raises(ValueError, match=r"^scales: expected 2 dimensions"):
