@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -150,6 +152,18 @@ def test_kernels_lists_linear_as_fused_moe_rows_under_its_own_name():
     assert selected[0]["name"] == best["name"]
     assert dense.prepare(_bf16(np.ones((4, 8)))).isa == best["name"]
     assert "linear" in cpukern.__all__ and cpukern.linear is dense
+
+
+def test_readme_variant_table_has_the_linear_row():
+    """README's table: a linear row naming every linear variant compiled in here, in the
+    order of fused_moe's row."""
+    readme = (pathlib.Path(__file__).parent.parent.parent / "README.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|[^|]*\|([^|]*)\|", readme, re.M)}
+    assert "linear" in rows, sorted(rows)
+    names = [v["name"] for v in cpukern.kernels("linear")]
+    order = lambda row: list(dict.fromkeys(n for n in re.findall(r"`(\w+)`", row) if n in names))  # noqa: E731
+    assert sorted(order(rows["linear"])) == sorted(names), rows["linear"]
+    assert order(rows["linear"]) == order(rows["fused_moe"])
 
 
 def test_former_name_is_the_same_function():
