@@ -63,12 +63,12 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     w1 = _one_expert(w, "w", w_ndim)
     if 0 in shape_of(w1):
         raise ValueError(f"w: expected one matrix (O, I) with O, I >= 1, got {describe(w)}")
-    if scales is None and scales_ndim is not None:
-        raise ValueError(f"scales: required with format={format!r} ({scales_are})")
-    s1 = None if scales is None or scales_ndim is None else _one_expert(scales, "scales",
-                                                                         scales_ndim)
+    if scales_ndim is not None:
+        if scales is None:
+            raise ValueError(f"scales: required with format={format!r} ({scales_are})")
+        scales = _one_expert(scales, "scales", scales_ndim)
     row = _ext.linear_isa(isa)
-    packed = moe._packed_for(w1, format, scales if s1 is None else s1, act, row)
+    packed = moe._packed_for(w1, format, scales, act, row)  # bf16 with scales: refused there
     _log.selection("linear", packed.isa, isa, _ext.linear_variants)
     return packed
 
