@@ -109,104 +109,6 @@ CASES = [
     ("set_num_threads/type", TypeError, "n", lambda c: cpukern.set_num_threads("4")),
     ("set_num_threads/float", TypeError, "n", lambda c: cpukern.set_num_threads(2.0)),
 
-    # ternary.pack
-    ("pack/dtype_float", TypeError, "w", lambda c: ternary.pack(c.W.astype(np.float32))),
-    ("pack/dtype_bool", TypeError, "w", lambda c: ternary.pack(c.W != 0)),
-    ("pack/non_contiguous", TypeError, "w", lambda c: ternary.pack(_nc(c.W))),
-    ("pack/non_contiguous_int32", TypeError, "w", lambda c: ternary.pack(_nc(c.W.astype(np.int32)))),
-    ("pack/ndim", ValueError, "w", lambda c: ternary.pack(c.W[None])),
-    ("pack/value_2", ValueError, "w", lambda c: ternary.pack(np.full((2, 3), 2, np.int8))),
-    ("pack/value_int32", ValueError, "w", lambda c: ternary.pack(np.full((2, 3), -7, np.int32))),
-    ("pack/list", TypeError, "w", lambda c: ternary.pack([[1, 0, -1]])),
-
-    # ternary.unpack
-    ("unpack/dtype", TypeError, "packed", lambda c: ternary.unpack(c.P.astype(np.int32), 40)),
-    ("unpack/ndim", ValueError, "packed", lambda c: ternary.unpack(c.P[0], 40)),
-    ("unpack/words_vs_k", ValueError, "packed", lambda c: ternary.unpack(c.P, 60)),
-    ("unpack/code_11", ValueError, "packed", lambda c: ternary.unpack(c.P | np.uint32(3), 40)),
-    ("unpack/k_negative", ValueError, "k", lambda c: ternary.unpack(c.P, -1)),
-    ("unpack/k_float", TypeError, "k", lambda c: ternary.unpack(c.P, 40.0)),
-    ("unpack/k_str", TypeError, "k", lambda c: ternary.unpack(c.P, "40")),
-    ("unpack/k_huge", ValueError, "k", lambda c: ternary.unpack(np.zeros((0, 1), np.uint32), 2**63 - 1)),
-    ("unpack/k_past_int64", ValueError, "k", lambda c: ternary.unpack(c.P, 2**64)),
-    ("unpack/non_contiguous", TypeError, "packed", lambda c: ternary.unpack(_nc(c.P), 40)),
-
-    # ternary.quantize
-    ("quantize/dtype", TypeError, "w", lambda c: ternary.quantize(c.A.astype(np.float64))),
-    ("quantize/ndim", ValueError, "w", lambda c: ternary.quantize(c.A[0])),
-    ("quantize/no_columns", ValueError, "w", lambda c: ternary.quantize(np.ones((3, 0), np.float32))),
-    ("quantize/granularity", ValueError, "granularity", lambda c: ternary.quantize(c.A, "col")),
-    ("quantize/granularity_type", TypeError, "granularity", lambda c: ternary.quantize(c.A, np.array([1, 2]))),
-    ("quantize/nan_weights", ValueError, "w", lambda c: ternary.quantize(np.full((2, 3), np.nan, np.float32))),
-    ("quantize/non_contiguous", TypeError, "w", lambda c: ternary.quantize(c.A[:, ::2])),
-
-    # ternary.prepare
-    ("prepare/dtype", TypeError, "packed", lambda c: ternary.prepare(c.P.astype(np.int64), 40)),
-    ("prepare/ndim", ValueError, "packed", lambda c: ternary.prepare(c.P.reshape(-1), 40)),
-    ("prepare/words_vs_k", ValueError, "packed", lambda c: ternary.prepare(c.P, 16)),
-    ("prepare/code_11", ValueError, "packed", lambda c: ternary.prepare(c.P | np.uint32(0xC), 40)),
-    ("prepare/code_past_k", ValueError, "packed", lambda c: ternary.prepare(c.P | np.uint32(1 << 30), 40)),
-    ("prepare/k_negative", ValueError, "k", lambda c: ternary.prepare(c.P, -5)),
-    ("prepare/k_huge", ValueError, "k", lambda c: ternary.prepare(np.zeros((0, 1), np.uint32), 2**63 - 1)),
-    ("prepare/k_huge_m0", ValueError, "k", lambda c: ternary.prepare(np.zeros((0, 2**58), np.uint32), 2**62)),
-    ("prepare/k_type", TypeError, "k", lambda c: ternary.prepare(c.P, None)),
-    ("prepare/scale_shape", ValueError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(3, np.float32))),
-    ("prepare/scale_dtype", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(4, np.float64))),
-    ("prepare/scale_type", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, "1.0")),
-    ("prepare/isa_unknown", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="avx9000")),
-    ("prepare/isa_type", TypeError, "isa", lambda c: ternary.prepare(c.P, 40, isa=2)),
-    ("prepare/isa_empty", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="")),
-    ("prepare/zero_stride_huge", TypeError, "packed",
-     lambda c: ternary.prepare(np.lib.stride_tricks.as_strided(c.P, (1 << 40, 3), (0, 4)), 40)),
-
-    # ternary.gemv
-    ("gemv/x_dtype", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(np.float64))),
-    ("gemv/x_float16", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(np.float16))),
-    ("gemv/x_object", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(object))),
-    ("gemv/x_big_endian", TypeError, "x", lambda c: ternary.gemv(c.TW, c.X.astype(">f4"))),
-    ("gemv/x_non_contiguous", TypeError, "x", lambda c: ternary.gemv(c.TW, _nc(c.X))),
-    ("gemv/x_ndim0", ValueError, "x", lambda c: ternary.gemv(c.TW, np.array(1, np.float32))),
-    ("gemv/x_ndim3", ValueError, "x", lambda c: ternary.gemv(c.TW, c.XB[None])),
-    ("gemv/x_list", TypeError, "x", lambda c: ternary.gemv(c.TW, list(c.X))),
-    ("gemv/x_k", ValueError, "x", lambda c: ternary.gemv(c.TW, c.X[:39].copy())),
-    ("gemv/x_k_packed", ValueError, "weights", lambda c: ternary.gemv(c.P, c.X[:30].copy())),
-    ("gemv/x_huge_zero_size", ValueError, "x",
-     lambda c: ternary.gemv(ternary.prepare(np.zeros((3, 0), np.uint32), 0), np.empty((2**50, 0), np.float32))),
-    ("gemv/weights_type", TypeError, "weights", lambda c: ternary.gemv([[1]], c.X)),
-    ("gemv/weights_code_11", ValueError, "weights", lambda c: ternary.gemv(c.P | np.uint32(3), c.X)),
-    ("gemv/scale_shape", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(3, np.float32))),
-    ("gemv/scale_ndim", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones((4, 1), np.float32))),
-    ("gemv/scale_dtype", TypeError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(4, np.float16))),
-    ("gemv/act", ValueError, "act", lambda c: ternary.gemv(c.TW, c.X, act="int4")),
-    ("gemv/act_type", TypeError, "act", lambda c: ternary.gemv(c.TW, c.X, act=8)),
-    ("gemv/int8_nan", ValueError, "x", lambda c: ternary.gemv(c.TW, np.full(40, np.nan, np.float32), act="int8",
-                                                                out=c.watch(np.empty(4, np.float32)))),
-    ("gemv/int8_inf", ValueError, "x", lambda c: ternary.gemv(c.TW, np.full(40, np.inf, np.float32), act="int8")),
-    ("gemv/threads_past_max", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=cpukern.MAX_THREADS + 1)),
-    ("gemv/threads_negative", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=-3)),
-    ("gemv/threads_huge", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2**40)),
-    ("gemv/threads_float", TypeError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2.0)),
-    ("gemv/isa_mismatch", ValueError, "isa", lambda c: ternary.gemv(c.TW, c.X, isa="reference" if c.TW.isa != "reference" else "avx9000")),
-    ("gemv/isa_unknown_packed", ValueError, "isa", lambda c: ternary.gemv(c.P, c.X, isa="avx9000")),
-    ("gemv/out_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(5, np.float32)))),
-    ("gemv/out_batch_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.XB, out=c.watch(np.empty(4, np.float32)))),
-    ("gemv/out_dtype", TypeError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(4, np.float64)))),
-    ("gemv/out_read_only", TypeError, "out", lambda c: ternary.gemv(c.TW, c.X, out=_ro(np.empty(4, np.float32)))),
-    ("gemv/out_non_contiguous", TypeError, "out", lambda c: ternary.gemv(c.TW, c.XB, out=np.empty((4, 2), np.float32).T)),
-    ("gemv/out_overlaps_x", ValueError, "out", lambda c: ternary.gemv(ternary.prepare(c.P[:, :1].copy(), 16), c.X[:16], out=c.X[:4])),
-    ("gemv/out_overlaps_scale", ValueError, "out",
-     lambda c: (lambda s: ternary.gemv(c.TW, c.X, s, out=s))(np.ones(4, np.float32))),
-    # out= inside the buffer that prepared weights view: refused, or it overwrites the weights
-    # for every later call too.
-    ("gemv/out_in_prepared_buffer", ValueError, "out",
-     lambda c: c.in_view(c.TW, ternary.from_buffer,
-                         lambda w, buf: ternary.gemv(w, c.X, out=c.tail(buf, np.float32, (4,))))),
-    ("gemv/out_on_prepared_header", ValueError, "out",
-     lambda c: c.in_view(c.TW, ternary.from_buffer,
-                         lambda w, buf: ternary.gemv(w, c.X, out=buf[:16].view(np.float32)))),
-    ("to_bytes/out_is_the_viewed_buffer", ValueError, "out",
-     lambda c: c.in_view(c.TW, ternary.from_buffer, lambda w, buf: ternary.to_bytes(w, out=buf))),
-
     # widely_linear.quantize
     ("phase_quantize/dtype", TypeError, "a", lambda c: widely_linear.quantize(c.A.astype(np.float64))),
     ("phase_quantize/ndim", ValueError, "a", lambda c: widely_linear.quantize(c.A[None])),
@@ -515,7 +417,6 @@ def test_module_constructors_check_their_arguments():
     assert FusedMoE(4, 32, 32, topk=4).topk == 4 and TernaryLinear(np.int64(16), 4).in_features == 16
 
 
-
 def test_torch_ops_refuse_unknown_isa_names():
     torch = _torch()
     import cpukern.torch  # noqa: F401
@@ -540,7 +441,6 @@ def test_torch_ops_refuse_unknown_isa_names():
         else:
             with pytest.raises(ValueError, match=r"isa: .*'" + name + "'"):
                 torch.ops.cpukern.fused_moe(*args, name)
-
 
 
 def test_argument_errors_are_one_line():
@@ -573,19 +473,6 @@ def test_argument_errors_are_one_line():
     assert one_line(e).startswith("out: expected shape")
 
 
-
-def test_unpack_refuses_nonzero_codes_past_k_as_prepare_does():
-    packed = ternary.pack(RNG.integers(-1, 2, (3, 20)).astype(np.int8))
-    packed[1, 1] |= np.uint32(1 << 10)  # code 5 of word 1: column 21 > k = 20
-    with pytest.raises(ValueError) as prep:
-        ternary.prepare(packed, 20)
-    with pytest.raises(ValueError) as unp:
-        ternary.unpack(packed, 20)
-    assert str(unp.value) == str(prep.value) == \
-        "packed: nonzero code past k = 20 for column 21 of row 1 (word [1, 1])"
-
-
-
 def test_dequantize_int8_refuses_minus_128_as_prepare_does():
     q = np.ones((1, 2, 4), np.int8)
     q[0, 1, 2] = -128
@@ -594,7 +481,6 @@ def test_dequantize_int8_refuses_minus_128_as_prepare_does():
         moe.prepare(q, format="int8", scales=s)
     with pytest.raises(ValueError, match=r"blocks: int8 weight -128 at index \[0, 1, 2\]"):
         moe.dequantize(q, s, format="int8")
-
 
 
 def test_torch_int64_ids_are_range_checked_before_narrowing():
@@ -614,7 +500,6 @@ def test_torch_int64_ids_are_range_checked_before_narrowing():
             m.experts(x, w, ids)
         with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
             torch.ops.cpukern.fused_moe(x, m.w13, m.w2, w, ids)
-
 
 
 def test_isa_names_with_nul_are_refused():
