@@ -27,7 +27,7 @@ import cpukern
 from cpukern import moe, ternary, widely_linear
 from variants import UNDER_QEMU
 
-BF = ml_dtypes.bfloat16
+BF16 = ml_dtypes.bfloat16
 
 
 # --- fixtures built inside the process that runs a case ---------------------------------------
@@ -48,10 +48,10 @@ class Ctx:
         self.XW = rng.standard_normal(64).astype(np.float32)
         e, h, i, t = 4, 16, 8, 3
         self.E, self.H, self.I, self.T = e, h, i, t
-        self.W13 = rng.standard_normal((e, 2 * i, h)).astype(BF)
-        self.W2 = rng.standard_normal((e, h, i)).astype(BF)
+        self.W13 = rng.standard_normal((e, 2 * i, h)).astype(BF16)
+        self.W2 = rng.standard_normal((e, h, i)).astype(BF16)
         self.p13, self.p2 = moe.prepare(self.W13), moe.prepare(self.W2)
-        self.xb = rng.standard_normal((t, h)).astype(BF)
+        self.xb = rng.standard_normal((t, h)).astype(BF16)
         self.logits = rng.standard_normal((t, e)).astype(np.float32)
         self.tw, self.ti = moe.route(self.logits, 2)
         self.watched = []

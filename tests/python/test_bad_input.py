@@ -109,99 +109,12 @@ CASES = [
     ("set_num_threads/type", TypeError, "n", lambda c: cpukern.set_num_threads("4")),
     ("set_num_threads/float", TypeError, "n", lambda c: cpukern.set_num_threads(2.0)),
 
-    # moe.route
-    ("route/dtype", TypeError, "router_logits", lambda c: moe.route(c.logits.astype(np.float16), 2)),
-    ("route/ndim", ValueError, "router_logits", lambda c: moe.route(c.logits[0], 2)),
-    ("route/no_experts", ValueError, "router_logits", lambda c: moe.route(np.ones((3, 0), np.float32), 1)),
-    ("route/topk_gt_e", ValueError, "topk", lambda c: moe.route(c.logits, 5)),
-    ("route/topk_0", ValueError, "topk", lambda c: moe.route(c.logits, 0)),
-    ("route/topk_huge", ValueError, "topk", lambda c: moe.route(c.logits, 2**40)),
-    ("route/topk_past_int64", ValueError, "topk", lambda c: moe.route(c.logits, 2**70)),
-    ("route/topk_type", TypeError, "topk", lambda c: moe.route(c.logits, 2.0)),
-    ("route/renormalize_type", TypeError, "renormalize", lambda c: moe.route(c.logits, 2, renormalize="yes")),
-    ("route/non_contiguous", TypeError, "router_logits", lambda c: moe.route(c.logits.T, 2)),
 
-    # moe.prepare
-    ("moe_prepare/dtype", TypeError, "w", lambda c: moe.prepare(c.W13.astype(np.float32))),
-    ("moe_prepare/dtype_float16", TypeError, "w", lambda c: moe.prepare(c.W13.astype(np.float16))),
-    ("moe_prepare/ndim", ValueError, "w", lambda c: moe.prepare(c.W13[0])),
-    ("moe_prepare/empty", ValueError, "w", lambda c: moe.prepare(np.ones((0, 4, 4), BF))),
-    ("moe_prepare/non_contiguous", TypeError, "w", lambda c: moe.prepare(_nc(c.W13))),
-    ("moe_prepare/zero_stride_huge", TypeError, "w",
-     lambda c: moe.prepare(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
-    ("moe_prepare/huge_zero_size", ValueError, "w", lambda c: moe.prepare(np.empty((2**50, 0, 4), BF))),
-    ("moe_prepare/isa_unknown", ValueError, "isa", lambda c: moe.prepare(c.W13, isa="sme2")),
-    ("moe_prepare/isa_type", TypeError, "isa", lambda c: moe.prepare(c.W13, isa=["avx2"])),
-    ("moe_prepare/int8_no_rows", ValueError, "w",
-     lambda c: moe.prepare(np.zeros((2, 0, 8), np.int8), format="int8", scales=np.zeros((2, 0), np.float32))),
-    ("moe_prepare/int8_scales_shape", ValueError, "scales",
-     lambda c: moe.prepare(np.zeros((2, 3, 8), np.int8), format="int8", scales=np.ones((3, 2), np.float32))),
-    ("moe_prepare/mxfp4_no_experts", ValueError, "w",
-     lambda c: moe.prepare(np.zeros((0, 4, 1, 16), np.uint8), format="mxfp4", scales=np.zeros((0, 4, 1), np.uint8))),
-    ("moe_prepare/mxfp4_block_bytes", ValueError, "w",
-     lambda c: moe.prepare(np.zeros((2, 4, 1, 8), np.uint8), format="mxfp4", scales=np.full((2, 4, 1), 127, np.uint8))),
-    ("moe_prepare/mxfp4_scales_shape", ValueError, "scales",
-     lambda c: moe.prepare(np.zeros((2, 4, 1, 16), np.uint8), format="mxfp4", scales=np.full((2, 4, 2), 127, np.uint8))),
     ("moe_from_buffer/ternary_blob", ValueError, "buffer", lambda c: moe.from_buffer(ternary.to_bytes(c.TW))),
     ("ternary_from_buffer/moe_blob", ValueError, "buffer", lambda c: ternary.from_buffer(moe.to_bytes(c.p2))),
     ("ternary_from_buffer/not_a_blob", ValueError, "buffer",
      lambda c: (lambda b: (b.fill(0), ternary.from_buffer(b)))(ternary.aligned_empty(512))),
 
-    # moe.fused_moe
-    ("fused_moe/x_dtype", TypeError, "x", lambda c: c.moe_call(x=c.xb.astype(np.float32))),
-    ("fused_moe/x_ndim", ValueError, "x", lambda c: c.moe_call(x=c.xb[0])),
-    ("fused_moe/x_hidden", ValueError, "w13", lambda c: c.moe_call(x=c.xb[:, :8].copy())),  # the driver: w13's in-features != H
-    ("fused_moe/x_non_contiguous", TypeError, "x", lambda c: c.moe_call(x=_nc(c.xb))),
-    ("fused_moe/w13_type", TypeError, "w13", lambda c: c.moe_call(w13=c.W13)),
-    ("fused_moe/w2_type", TypeError, "w2", lambda c: c.moe_call(w2=None)),
-    ("fused_moe/w13_rows", ValueError, "w13", lambda c: c.moe_call(w13=moe.prepare(c.W13[:, :12].copy()))),
-    ("fused_moe/w2_out_features", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:, :8].copy()))),
-    ("fused_moe/w2_experts", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:3].copy()))),
-    ("fused_moe/w2_other_isa", ValueError, "w2",
-     lambda c: c.moe_call(w2=moe.prepare(c.W2, isa="reference" if c.p13.isa != "reference" else
-                                         next(v["name"] for v in cpukern.kernels("fused_moe")
-                                              if v["supported"] and v["name"] != "reference")))),
-    ("fused_moe/ids_dtype", TypeError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti.astype(np.int64))),
-    ("fused_moe/ids_high", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, 4), out=c.watch(np.empty((3, 16), BF)))),
-    ("fused_moe/ids_negative", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, -1))),
-    ("fused_moe/ids_int_min", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=np.full_like(c.ti, -2**31))),
-    ("fused_moe/ids_rows", ValueError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti[:2].copy())),
-    ("fused_moe/topk_gt_e", ValueError, "topk_ids",
-     lambda c: c.moe_call(topk_ids=np.zeros((3, 5), np.int32), topk_weights=np.ones((3, 5), np.float32))),
-    ("fused_moe/topk_0", ValueError, "topk_ids",
-     lambda c: c.moe_call(topk_ids=np.zeros((3, 0), np.int32), topk_weights=np.ones((3, 0), np.float32))),
-    ("fused_moe/weights_shape", ValueError, "topk_weights", lambda c: c.moe_call(topk_weights=c.tw[:, :1].copy())),
-    ("fused_moe/weights_dtype", TypeError, "topk_weights", lambda c: c.moe_call(topk_weights=c.tw.astype(np.float64))),
-    ("fused_moe/activation", ValueError, "activation", lambda c: c.moe_call(activation="relu")),
-    ("fused_moe/activation_type", TypeError, "activation", lambda c: c.moe_call(activation=None)),
-    ("fused_moe/skip_weighted_topk2", ValueError, "skip_weighted", lambda c: c.moe_call(skip_weighted=True)),
-    ("fused_moe/skip_weighted_type", TypeError, "skip_weighted", lambda c: c.moe_call(skip_weighted="no")),
-    ("fused_moe/w13_bias_shape", ValueError, "w13_bias", lambda c: c.moe_call(w13_bias=np.zeros((4, 8), BF))),
-    ("fused_moe/w13_bias_dtype", TypeError, "w13_bias", lambda c: c.moe_call(w13_bias=np.zeros((4, 16), np.float32))),
-    ("fused_moe/w2_bias_shape", ValueError, "w2_bias", lambda c: c.moe_call(w2_bias=np.zeros((3, 16), BF))),
-    ("fused_moe/threads_past_max", ValueError, "threads", lambda c: c.moe_call(threads=cpukern.MAX_THREADS + 1)),
-    ("fused_moe/threads_huge", ValueError, "threads", lambda c: c.moe_call(threads=10**6)),
-    ("fused_moe/isa_mismatch", ValueError, "isa", lambda c: c.moe_call(isa="avx9000")),
-    ("fused_moe/out_shape", ValueError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 8), BF)))),
-    ("fused_moe/out_dtype", TypeError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 16), np.float32)))),
-    ("fused_moe/out_read_only", TypeError, "out", lambda c: c.moe_call(out=_ro(np.empty((3, 16), BF)))),
-    ("fused_moe/out_overlaps_x", ValueError, "out", lambda c: c.moe_call(out=c.xb)),
-    ("fused_moe/out_overlaps_bias", ValueError, "out",
-     lambda c: (lambda b: c.moe_call(w2_bias=b[:4], out=b[1:4]))(np.zeros((5, 16), BF))),
-    ("fused_moe/out_in_w13_buffer", ValueError, "out",
-     lambda c: c.in_view(c.p13, moe.from_buffer,
-                         lambda w, buf: c.moe_call(w13=w, out=c.tail(buf, BF, (3, 16))))),
-    ("fused_moe/out_in_w2_buffer", ValueError, "out",
-     lambda c: c.in_view(c.p2, moe.from_buffer,
-                         lambda w, buf: c.moe_call(w2=w, out=c.tail(buf, BF, (3, 16))))),
-    ("moe_linear/out_in_prepared_buffer", ValueError, "out",
-     lambda c: c.in_view(moe.prepare(c.W2[:1].copy()), moe.from_buffer,
-                         lambda w, buf: moe.linear(c.xb[:, :8].copy(), w, out=c.tail(buf, BF, (3, 16))))),
-    ("moe_linear/out_overlaps_x", ValueError, "out",
-     lambda c: (lambda b: moe.linear(b[:24].reshape(3, 8), moe.prepare(c.W2[:1].copy()),
-                                     out=b[16:64].reshape(3, 16)))(np.zeros(64, BF))),
-    ("moe/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
-     lambda c: c.in_view(c.p2, moe.from_buffer, lambda w, buf: moe.to_bytes(w, out=buf))),
 ]
 CASE_BY_ID = {case[0]: case for case in CASES}
 assert len(CASE_BY_ID) == len(CASES), "duplicate case id"
@@ -415,35 +328,6 @@ def test_argument_errors_are_one_line():
     with pytest.raises(ValueError) as e:
         ternary.to_bytes(tw, out=ternary.aligned_empty(64))
     assert one_line(e).startswith("out: expected shape")
-
-
-def test_dequantize_int8_refuses_minus_128_as_prepare_does():
-    q = np.ones((1, 2, 4), np.int8)
-    q[0, 1, 2] = -128
-    s = np.ones((1, 2), np.float32)
-    with pytest.raises(ValueError, match="-128"):
-        moe.prepare(q, format="int8", scales=s)
-    with pytest.raises(ValueError, match=r"blocks: int8 weight -128 at index \[0, 1, 2\]"):
-        moe.dequantize(q, s, format="int8")
-
-
-def test_torch_int64_ids_are_range_checked_before_narrowing():
-    torch = _torch()
-    from cpukern.torch import FusedMoE
-
-    m = FusedMoE.from_experts(torch.randn(4, 64, 32) / 8, torch.randn(4, 32, 32) / 8, topk=1)
-    x = torch.randn(3, 32).to(torch.bfloat16)
-    w = torch.ones(3, 1)
-    good = torch.tensor([[1], [2], [3]], dtype=torch.int64)
-    want = m.experts(x, w, good.to(torch.int32))
-    assert torch.equal(m.experts(x, w, good), want)
-    for bad in (2**32 + 1, 2**31, -1, -(2**32) + 1, 4):
-        ids = good.clone()
-        ids[1, 0] = bad
-        with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
-            m.experts(x, w, ids)
-        with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
-            torch.ops.cpukern.fused_moe(x, m.w13, m.w2, w, ids)
 
 
 def test_isa_names_with_nul_are_refused():
