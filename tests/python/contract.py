@@ -45,8 +45,8 @@ def moe_weights(e, h, inter, seed=0, isa=None):
 
 
 def array_kinds():
-    """(kind, T) for pytest.mark.parametrize("kind,T", ...): T turns a numpy array into that kind
-    of argument (numpy itself, and a torch tensor where torch is installed)."""
+    """(kind, T) params for pytest.mark.parametrize("kind,T", ...): T turns a numpy array into that
+    kind of argument (numpy itself, and a torch tensor where torch is installed)."""
     kinds = [("numpy", lambda a: a)]
     if torch is not None:
         def to_torch(a):
@@ -54,7 +54,7 @@ def array_kinds():
                 return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
             return torch.from_numpy(a)
         kinds.append(("torch", to_torch))
-    return kinds
+    return [pytest.param(kind, T, id=kind) for kind, T in kinds]
 
 
 def run_python(code: str, timeout: float = 240, env=None) -> subprocess.CompletedProcess:
