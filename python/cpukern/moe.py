@@ -101,8 +101,8 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     isa = isa_arg(isa)
     # format, act and scales given or not (moe::prepare_format), then the arrays of that
     # format (shapes, values): checked by the extension and moe::prepack*.
-    packed = _ext.moe_prepare(ext_array(w, "w"), None if scales is None else ext_array(scales, "scales"),
-                              _str(format, "format"), act_arg(act), isa)
+    sc = None if scales is None else ext_array(scales, "scales")
+    packed = _ext.moe_prepack(ext_array(w, "w"), sc, _str(format, "format"), act_arg(act), isa)
     _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
     return packed
 

@@ -71,12 +71,12 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
 
-  // prepare(w, format, scales, act, isa): prepare_format's rules first (format, act, scales
+  // prepack(w, scales, format, act, isa), every format: prepare_format's rules first (format, act, scales
   // given or not), then the arrays of that format. bf16: w (E, O, I). MXFP4: w = blocks uint8
   // (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
   // scales float32 (E, O).
   m.def(
-      "moe_prepare",
+      "moe_prepack",
       [](const InArray& w, std::optional<InArray> scales, const std::string& format,
          const std::string& act, const std::string& isa) {
         const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
