@@ -59,6 +59,9 @@ FORMATS = ("bf16", "mxfp4", "int8")
 # "float", fp32's former spelling, is accepted for one release.
 ACTS = ("fp32", "int8")
 
+# The extension's prepack entry per format (each checks and takes any format).
+_PREPACK_BINDINGS = {"bf16": "moe_prepack", "mxfp4": "moe_prepack_mxfp4", "int8": "moe_prepack_int8"}
+
 __all__ = ["route", "prepare", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
@@ -101,8 +104,10 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     isa = isa_arg(isa)
     # format, act and scales given or not (moe::prepare_format), then the arrays of that
     # format (shapes, values): checked by the extension and moe::prepack*.
+    format = _str(format, "format")
     sc = None if scales is None else ext_array(scales, "scales")
-    packed = _ext.moe_prepack(ext_array(w, "w"), sc, _str(format, "format"), act_arg(act), isa)
+    prepack_binding = getattr(_ext, _PREPACK_BINDINGS.get(format, "moe_prepack"))
+    packed = prepack_binding(ext_array(w, "w"), sc, format, act_arg(act), isa)
     _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
     return packed
 
