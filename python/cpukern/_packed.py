@@ -21,9 +21,10 @@ from cpukern._arrays import (MAX_ELEMS, bool_arg, ext_array, ext_out, int_arg, i
 PackedWeights = _ext.PackedWeights
 
 
-def check_op(weights: Any, ops: Iterable[str], arg: str, expected: str) -> None:
-    """TypeError naming `arg` unless `weights` are PackedWeights of one of `ops`."""
-    if isinstance(weights, PackedWeights) and weights.op in ops:
+def check_op(weights: Any, ops: Optional[Iterable[str]], arg: str, expected: str) -> None:
+    """TypeError naming `arg` unless `weights` are PackedWeights of one of `ops` (None: of any
+    op, for a binding that checks the op itself)."""
+    if isinstance(weights, PackedWeights) and (ops is None or weights.op in ops):
         return
     got = (f"packed weights of op '{weights.op}'" if isinstance(weights, PackedWeights)
            else type(weights).__name__)

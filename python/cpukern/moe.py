@@ -199,8 +199,8 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
                isa: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
     """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
-    for name, w in (("w13", w13), ("w2", w2)):
-        check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
+    for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
+        check_op(w, None, name, "PackedExperts from cpukern.moe.prepare")
     _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
@@ -234,7 +234,7 @@ def linear(x: Any, w: PackedExperts, bias: Any = None, *, threads: Optional[int]
     flushes products and sums below 2**-126 (fp32's smallest normal) to zero, so an output
     made of such products can be 0 where the exact value is a small normal float.
     """
-    check_op(w, ("moe",), "w", "PackedExperts from cpukern.moe.prepare")
+    check_op(w, None, "w", "PackedExperts from cpukern.moe.prepare")  # its op: the extension's
     # w's E = 1 and x's columns: checked by moe::linear
     nthreads = threads_arg(threads)
     # x, bias and out= against w: checked by the extension, which returns a new array without out=.
