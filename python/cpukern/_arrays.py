@@ -154,6 +154,11 @@ def native(a: Any, name: str = "array") -> Any:
 # numpy dtypes the extension can read (nanobind imports no others: object, strings, datetimes,
 # long double, structured): bool, integers, float16/32/64, complex64/128.
 _EXT_KINDS = frozenset("biufc")
+# The extension reads bf16 as 16-bit patterns, so it cannot tell a 16-bit integer array from
+# a bfloat16 one: no op takes 16-bit integers, and they are refused here, where the type is known.
+_NO_INT16 = ("{name}: expected a C-contiguous CPU array of the op's dtype (bfloat16 as "
+             "ml_dtypes.bfloat16 or torch.bfloat16), got {got}: no op takes 16-bit integers"
+             + _COPY_HINT)
 
 
 def ext_array(a: Any, name: str) -> Any:
@@ -169,8 +174,13 @@ def ext_array(a: Any, name: str) -> Any:
         if dt.kind not in _EXT_KINDS or not dt.isnative or dt.char in "gG":
             raise TypeError(f"{name}: expected a numeric array in native byte order, got "
                             f"{describe(a)}{_COPY_HINT}")
+        if dt.kind in "iu" and dt.itemsize == 2:
+            raise TypeError(_NO_INT16.format(name=name, got=describe(a)))
         return a
-    return native(require_array(a, name), name)
+    a = require_array(a, name)
+    if str(a.dtype) in ("torch.int16", "torch.uint16"):
+        raise TypeError(_NO_INT16.format(name=name, got=describe(a)))
+    return native(a, name)
 
 
 def ext_out(out: Any, name: str = "out") -> Any:

@@ -221,3 +221,25 @@ def test_out_over_immutable_memory_is_refused():
         with pytest.raises(TypeError, match="out: expected a writeable array"):
             ternary.gemv(tw, x, out=out)
     assert frozen == bytes(32) and not ro.any()
+
+
+# --- 16-bit integer arrays ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16"])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_16_bit_integers_are_not_taken_for_bfloat16(dtype, kind):
+    """The extension reads bf16 as 16-bit patterns; a 16-bit integer array in a bf16 argument
+    must be refused, not read as bf16 bits."""
+    if kind == "torch" and torch is None:
+        pytest.skip("torch is not installed")
+    w = moe.prepare(RNG.standard_normal((1, 8, 32)).astype(BF16))
+    x = np.ones((2, 32), dtype=dtype)
+    if kind == "torch":
+        if not hasattr(torch, dtype):
+            pytest.skip(f"this torch has no torch.{dtype}")
+        x = torch.from_numpy(x.astype(np.int16)).to(getattr(torch, dtype))
+    with pytest.raises(TypeError, match=r"^x: .*16-bit integers"):
+        moe.linear(x, w)
+    out = np.empty((2, 8), dtype=dtype)
+    with pytest.raises(TypeError, match=r"^out: .*16-bit integers"):
+        moe.linear(np.ones((2, 32), BF16), w, out=out)
