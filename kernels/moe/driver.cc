@@ -51,6 +51,29 @@ WeightFormat parse_format(const std::string& name) {
   throw_arg("format", "expected one of bf16, mxfp4, int8, mxfp4_a8, got '" + name + "'");
 }
 
+WeightFormat prepare_format(const std::string& format, const std::string& act, bool has_scales) {
+  if (format != "bf16" && format != "mxfp4" && format != "int8")
+    throw_arg("format", "expected one of 'bf16', 'mxfp4', 'int8', got '" + format + "'");
+  if (act != "fp32" && act != "int8") throw_arg("act", "expected 'fp32' or 'int8', got '" + act + "'");
+  if (act == "int8" && format != "mxfp4")
+    throw_arg("act", "expected 'fp32' with format='" + format +
+                         "' (int8 activations only with format='mxfp4'), got 'int8'");
+  if (format == "int8" && !has_scales) throw_arg("scales", "required with format='int8' (float32 (E, O))");
+  if (format == "mxfp4" && !has_scales)
+    throw_arg("scales", "required with format='mxfp4' (uint8 (E, O, I/32))");
+  if (format == "bf16" && has_scales) throw_arg("scales", "only with format='mxfp4' or format='int8'");
+  if (format == "mxfp4") return act == "int8" ? WeightFormat::kMxfp4A8 : WeightFormat::kMxfp4;
+  return parse_format(format);
+}
+
+void check_quantize_k(WeightFormat format, int64_t k, const std::string& got) {
+  if (format == WeightFormat::kInt8)
+    check_arg(k >= 1, "w", "expected (..., K) with K >= 1, got " + got);
+  else
+    check_arg(k >= 1 && k % mxfp4::kBlock == 0, "w",
+              "expected (..., K) with K a positive multiple of 32, got " + got);
+}
+
 // The row a prepack call packs for: an explicit one, or the one `isa` names (resolved only
 // after the call's other arguments are checked, so that their errors come first).
 struct RowChoice {

@@ -37,6 +37,16 @@ inline constexpr int kNumFormats = 4;
 const char* format_name(WeightFormat f);           // "bf16", "mxfp4", "int8", "mxfp4_a8"
 WeightFormat parse_format(const std::string& name);  // else throws naming "format"
 
+// What a prepare call (cpukern.moe.prepare(w, format=, scales=, act=)) packs: `format` one of
+// "bf16", "mxfp4", "int8" (else throws naming "format"); `act` "fp32" or "int8", and "int8"
+// (W4A8, kMxfp4A8) only with "mxfp4" (else throws naming "act"); scales given exactly with
+// "mxfp4" and "int8" (else throws naming "scales").
+WeightFormat prepare_format(const std::string& format, const std::string& act, bool has_scales);
+
+// Weight quantisation (cpukern.moe.quantize) of rows of k weights: kInt8 needs k >= 1, kMxfp4
+// a positive multiple of 32; else throws naming "w" (`got` describes the weights).
+void check_quantize_k(WeightFormat format, int64_t k, const std::string& got);
+
 // op "moe"; format "bf16" | "mxfp4" | "int8" | "mxfp4_a8"; dims = {e, o, i}; one section: the
 // packed experts as prepack wrote them.
 inline constexpr blob::OpFormat kBlobFormat{"moe", 3, 1};

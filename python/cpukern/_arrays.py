@@ -1,19 +1,18 @@
-"""Argument normalisation shared by every op: one wording everywhere, no silent copies.
+"""Argument conversion shared by every op: one wording everywhere, no silent copies.
 
-Shape and range rules belong to C++ (the extension and the kernels check them, with the limits
-of kernels/common/limits.h, exported as _ext.limits). This layer only normalises what Python
-hands over before any kernel runs or any output is written: numpy arrays / torch tensors
-(dtype, layout, the number of dimensions needed to call the extension, writeable out=),
-scalars (int, not bool; representable in the C type) and new result arrays. Messages are one
-line: "<arg>: expected ..., got ...". Arrays are taken as they are: a wrong dtype, a
-non-contiguous layout or a byte-swapped array is a TypeError (never a silent copy); a wrong
-shape is a ValueError.
+Every rule on an array (dtype, layout, dimensions, shapes, out= shapes) and on a size or range
+belongs to C++: the extension (python/ext) and the kernels check them, before any output is
+written, with the limits of kernels/common/limits.h (exported as _ext.limits). This layer only
+converts what Python hands over and checks what C++ cannot see: that an array argument is a
+numpy array or a CPU torch tensor (not on another device, not requiring grad, not a lazily
+negated view), that out= is writeable, scalars (int, not bool; representable in the C type);
+it turns the extension's new result arrays into what the op returns (torch for torch input).
+Messages are one line: "<arg>: expected ..., got ...".
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import ml_dtypes
 import numpy as np
@@ -29,15 +28,6 @@ MAX_ELEMS: int = _ext.limits["max_elements"]
 MAX_THREADS: int = _ext.limits["max_threads"]
 MAX_POOL_THREADS: int = _ext.limits["max_pool_threads"]
 
-_NUMPY_DTYPES = {
-    "float32": np.dtype(np.float32),
-    "int8": np.dtype(np.int8),
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "uint32": np.dtype(np.uint32),
-    "uint8": np.dtype(np.uint8),
-    "bfloat16": BF16,
-}
 _COPY_HINT = " (no silent copies: convert it first, e.g. numpy.ascontiguousarray)"
 
 
@@ -78,20 +68,6 @@ def describe(a: Any) -> str:
     """'float32 array of shape (2, 3)' (the extension's wording)."""
     kind = "tensor" if is_torch(a) else "array"
     return f"{_dtype_name(a)} {kind} of shape {_shape_str(shape_of(a))}"
-
-
-def _dtype_ok(a: Any, dtype: str) -> bool:
-    if is_torch(a):
-        import torch
-
-        return a.dtype == getattr(torch, dtype, None)
-    return a.dtype == _NUMPY_DTYPES[dtype]
-
-
-def _contiguous(a: Any) -> bool:
-    if is_torch(a):
-        return bool(a.is_contiguous())
-    return bool(a.flags.c_contiguous)
 
 
 def _mapping_writeable(start: int, end: int) -> bool:
@@ -168,84 +144,67 @@ def native(a: Any, name: str = "array") -> Any:
     lazy = _lazy_bits(a)
     if lazy:
         raise TypeError(f"{name}: expected a tensor whose memory holds its values, got {lazy} "
-                        f"{describe(a)} (call .resolve_neg() / .resolve_conj() first)")
-    return torch._C._to_dlpack(a)
-
-
-def check_array(a: Any, name: str, dtype: str, ndims: Optional[tuple[int, ...]] = None,
-                writeable: bool = False) -> Any:
-    """A numpy array or CPU torch tensor of exactly `dtype`, C-contiguous, with one of `ndims`.
-
-    Returns it unchanged, except that a numpy bfloat16 array comes back as a zero-copy uint16
-    view (what the extension reads). TypeError for the wrong dtype or layout, ValueError for
-    the wrong number of dimensions.
-    """
-    a = require_array(a, name)
-    lazy = _lazy_bits(a) if is_torch(a) else ""
-    if lazy:  # the kernels would read the memory (DLPack exports it), not the values
-        raise TypeError(f"{name}: expected a tensor whose memory holds its values, got {lazy} "
                         f"{describe(a)} (call .resolve_neg() / .resolve_conj() first){_COPY_HINT}")
-    contiguous = _contiguous(a)
-    if not _dtype_ok(a, dtype) or not contiguous:
-        raise TypeError(f"{name}: expected a C-contiguous {dtype} CPU array, got "
-                        f"{'' if contiguous else 'a non-contiguous '}{describe(a)}{_COPY_HINT}")
-    if ndims is not None and a.ndim not in ndims:
-        allowed = " or ".join(str(n) for n in ndims)
-        raise ValueError(f"{name}: expected {allowed} dimensions, got {describe(a)}")
-    if any(s > MAX_ELEMS for s in shape_of(a)):  # only a zero-size array can be this large
-        raise ValueError(f"{name}: expected dimensions of at most {MAX_ELEMS}, got {describe(a)}")
-    if writeable:
-        ok, why = _torch_writeable(a) if is_torch(a) else (bool(a.flags.writeable), "")
-        if not ok:
-            raise TypeError(f"{name}: expected a writeable array, got "
-                            + (f"a {describe(a)} that may be read-only ({why})" if why else
-                               f"a read-only {describe(a)}"))
-    if dtype == "bfloat16" and not is_torch(a):
-        return a.view(np.uint16)
-    return a
-
-
-def bf16_bits(a: Any, name: str, ndims: Optional[tuple[int, ...]] = None) -> Any:
-    """A zero-copy view of a bfloat16 array that the extension reads as 16-bit patterns."""
-    return check_array(a, name, "bfloat16", ndims)
-
-
-def check_shape(a: Any, name: str, shape: tuple[int, ...]) -> None:
-    if shape_of(a) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {_shape_str(shape)}, got {describe(a)}")
-
-
-def _elements(shape: tuple[int, ...]) -> int:
-    return math.prod(int(s) for s in shape)
-
-
-def empty(like: Any, shape: tuple[int, ...], dtype: str, name: str = "out") -> Any:
-    """A new array for results (a torch tensor when `like` is one). A shape past MAX_ELEMS is a
-    ValueError and a failed allocation a MemoryError, both naming `name`."""
-    n = _elements(shape)
-    if n > MAX_ELEMS or any(int(s) > MAX_ELEMS for s in shape):
-        raise ValueError(f"{name}: expected a result of at most {MAX_ELEMS} elements, got shape "
-                         f"{_shape_str(shape)}")
     try:
-        if is_torch(like):
-            import torch
-
-            return torch.empty(shape, dtype=getattr(torch, dtype))
-        return np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
-    except (MemoryError, RuntimeError) as e:
-        raise MemoryError(f"{name}: cannot allocate a {dtype} result of shape {_shape_str(shape)} "
-                          f"({n * (2 if dtype == 'bfloat16' else np.dtype(dtype).itemsize)} bytes)") from e
+        return torch._C._to_dlpack(a)
+    except (RuntimeError, BufferError, TypeError) as e:  # a dtype DLPack has no code for
+        raise TypeError(f"{name}: expected a tensor of a numeric dtype, got {describe(a)} ({e})") from None
 
 
-def out_or_new(out: Any, like: Any, shape: tuple[int, ...], dtype: str,
-               ndims: Optional[tuple[int, ...]] = None) -> Any:
-    """`out` checked (dtype, layout, shape, writeable) or a new array. Returns the array the
-    caller gives back to the user (for bfloat16, not the uint16 view)."""
+# numpy dtypes the extension can read (nanobind imports no others: object, strings, datetimes,
+# long double, structured): bool, integers, float16/32/64, complex64/128.
+_EXT_KINDS = frozenset("biufc")
+# The extension reads bf16 as 16-bit patterns, so it cannot tell a 16-bit integer array from
+# a bfloat16 one: no op takes 16-bit integers, and they are refused here, where the type is known.
+_NO_INT16 = ("{name}: expected a C-contiguous CPU array of the op's dtype (bfloat16 as "
+             "ml_dtypes.bfloat16 or torch.bfloat16), got {got}: no op takes 16-bit integers"
+             + _COPY_HINT)
+
+
+def ext_array(a: Any, name: str) -> Any:
+    """What the extension is handed for the array argument `name`. The extension checks its
+    dtype, layout, dimensions and shape (one place, C++); this only converts: a numpy array as
+    it is (bfloat16 as its zero-copy uint16 view, which the extension reads as bf16), a CPU
+    torch tensor as a DLPack capsule (native). TypeError naming `name` for anything else and
+    for a numpy array the extension cannot take at all (object, non-native byte order, ...)."""
+    if isinstance(a, np.ndarray):
+        dt = a.dtype
+        if dt == BF16:
+            return a.view(np.uint16)
+        if dt.kind not in _EXT_KINDS or not dt.isnative or dt.char in "gG":
+            raise TypeError(f"{name}: expected a numeric array in native byte order, got "
+                            f"{describe(a)}{_COPY_HINT}")
+        if dt.kind in "iu" and dt.itemsize == 2:
+            raise TypeError(_NO_INT16.format(name=name, got=describe(a)))
+        return a
+    a = require_array(a, name)
+    if str(a.dtype) in ("torch.int16", "torch.uint16"):
+        raise TypeError(_NO_INT16.format(name=name, got=describe(a)))
+    return native(a, name)
+
+
+def ext_out(out: Any, name: str = "out") -> Any:
+    """ext_array for an out= argument (None stays None), which must also be writeable (the
+    extension checks its dtype, layout and exact shape before writing it)."""
     if out is None:
-        return empty(like, shape, dtype)
-    check_array(out, "out", dtype, ndims, writeable=True)
-    check_shape(out, "out", shape)
-    return out
+        return None
+    out = require_array(out, name)
+    ok, why = _torch_writeable(out) if is_torch(out) else (bool(out.flags.writeable), "")
+    if not ok:
+        raise TypeError(f"{name}: expected a writeable array, got "
+                        + (f"a {describe(out)} that may be read-only ({why})" if why else
+                           f"a read-only {describe(out)}"))
+    return ext_array(out, name)
+
+
+def result(y: Any, like: Any, bf16: bool = False) -> Any:
+    """A new result the extension made (a numpy array; bf16 as uint16 bits) as the op returns
+    it: a torch tensor when `like` is one (zero-copy), bfloat16 for bf16 results."""
+    if is_torch(like):
+        import torch
+
+        return torch.from_numpy(y.view(np.int16)).view(torch.bfloat16) if bf16 else torch.from_numpy(y)
+    return y.view(BF16) if bf16 else y
 
 
 def int_arg(v: Any, name: str, lo: int, hi: int = MAX_ELEMS) -> int:
@@ -337,10 +296,11 @@ def isa_arg(isa: Any) -> str:
     return isa
 
 
-def float32_scale(scale: Any, name: str = "scale", ndims: tuple[int, ...] = (0, 1)) -> Any:
-    """None, a Python/numpy real scalar (-> a 1-element float32 array) or a float32 array."""
+def float32_scale(scale: Any, name: str = "scale") -> Any:
+    """None, a Python/numpy real scalar (-> a 1-element float32 array) or an array (the
+    extension checks it: float32, its shape)."""
     if scale is None:
         return None
     if isinstance(scale, (int, float, np.integer, np.floating)) and not isinstance(scale, (bool, np.bool_)):
         return np.array([scale], dtype=np.float32)
-    return check_array(scale, name, "float32", ndims)
+    return ext_array(scale, name)

@@ -15,15 +15,16 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, int_arg, isa_arg, method_of,
-                             name_arg, native, threads_arg)
+from cpukern._arrays import (MAX_ELEMS, bool_arg, ext_array, ext_out, int_arg, isa_arg,
+                             method_of, name_arg, threads_arg)
 
 PackedWeights = _ext.PackedWeights
 
 
-def check_op(weights: Any, ops: Iterable[str], arg: str, expected: str) -> None:
-    """TypeError naming `arg` unless `weights` are PackedWeights of one of `ops`."""
-    if isinstance(weights, PackedWeights) and weights.op in ops:
+def check_op(weights: Any, ops: Optional[Iterable[str]], arg: str, expected: str) -> None:
+    """TypeError naming `arg` unless `weights` are PackedWeights of one of `ops` (None: of any
+    op, for a binding that checks the op itself)."""
+    if isinstance(weights, PackedWeights) and (ops is None or weights.op in ops):
         return
     got = (f"packed weights of op '{weights.op}'" if isinstance(weights, PackedWeights)
            else type(weights).__name__)
@@ -66,9 +67,8 @@ def to_bytes(weights: Any, *, int8: bool = False, threads: Optional[int] = None,
     nthreads = threads_arg(threads)
     if out is None:
         out = aligned_empty(size)
-    else:  # its size and alignment: checked by the extension
-        out = check_array(out, "out", "uint8", (1,), writeable=True)
-    _ext.packed_serialize(weights, _with_int8(weights, bool(int8)), nthreads, native(out, "out"))
+    # out='s dtype, size and alignment: checked by the extension
+    _ext.packed_serialize(weights, _with_int8(weights, bool(int8)), nthreads, ext_out(out))
     return out
 
 
@@ -81,8 +81,7 @@ def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
     name = name_arg(name)
-    buf = check_array(buf, name, "uint8", (1,))
-    return _ext.packed_from_buffer(native(buf, name), list(ops), verify, isa, nthreads, name)
+    return _ext.packed_from_buffer(ext_array(buf, name), list(ops), verify, isa, nthreads, name)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,

@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from cpukern import _ext, _log, moe
-from cpukern._arrays import (bf16_bits, describe, isa_arg, native, out_or_new, require_array,
-                             shape_of, str_arg, threads_arg)
+from cpukern._arrays import (describe, ext_array, ext_out, isa_arg, require_array, result,
+                             shape_of, threads_arg)
 from cpukern._packed import PackedWeights, check_op
 
 __all__ = ["prepare", "linear"]
@@ -58,17 +58,19 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     the rules of each format are cpukern.moe.prepare's.
     """
     isa = isa_arg(isa)
-    format = str_arg(format, "format", moe.FORMATS)
-    w_ndim, scales_ndim, scales_are = _NDIMS[format]
-    w1 = _one_expert(w, "w", w_ndim)
-    if 0 in shape_of(w1):
-        raise ValueError(f"w: expected one matrix (O, I) with O, I >= 1, got {describe(w)}")
+    # An unknown format or act, and scales with bf16: refused by the extension (cpukern.moe's
+    # rules and messages).
+    w_ndim, scales_ndim, scales_are = _NDIMS.get(format, (None, None, "")) \
+        if isinstance(format, str) else (None, None, "")
+    if w_ndim is not None:
+        w = _one_expert(w, "w", w_ndim)
+        if 0 in shape_of(w):
+            raise ValueError(f"w: expected one matrix (O, I) with O, I >= 1, got {describe(w[0])}")
     if scales_ndim is not None:
         if scales is None:
             raise ValueError(f"scales: required with format={format!r} ({scales_are})")
         scales = _one_expert(scales, "scales", scales_ndim)
-    row = _ext.linear_isa(isa)
-    packed = moe._packed_for(w1, format, scales, act, row)  # bf16 with scales: refused there
+    packed = moe._packed_for(w, format, scales, act, _ext.linear_isa(isa))
     _log.selection("linear", packed.isa, isa, _ext.linear_variants)
     return packed
 
@@ -83,12 +85,8 @@ def linear(x: Any, w: PackedWeights, bias: Any = None, *, threads: Optional[int]
     out: None (a new array) or a bf16 (T, O) array to write."""
     check_op(w, ("moe",), "w", "PackedWeights from cpukern.linear.prepare")
     _ext.packed_check_isa(w, isa_arg(isa))
-    # w's E = 1 and x's columns: checked by moe::linear
     nthreads = threads_arg(threads)
-    xb = bf16_bits(x, "x", (2,))
-    t, _ = shape_of(xb)
-    b = None if bias is None else bf16_bits(bias, "bias", (1,))
-    y = out_or_new(out, x, (t, w.shape[1]), "bfloat16", (2,))
-    yb = bf16_bits(y, "out")
-    _ext.moe_linear(native(xb, "x"), w, native(b, "bias"), nthreads, native(yb, "out"))
-    return y
+    # x, bias and out= against w (E = 1, in-features): checked by the extension and moe::linear.
+    y = _ext.moe_linear(ext_array(x, "x"), w, None if bias is None else ext_array(bias, "bias"),
+                        nthreads, ext_out(out))
+    return out if out is not None else result(y, x, bf16=True)

@@ -38,13 +38,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import ml_dtypes
-import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._dtypes import FP32, W4A8, act_arg
-from cpukern._arrays import (bf16_bits, bool_arg, c_int, check_array, check_shape, describe,
-                             int_arg, is_torch, isa_arg, method_of, name_arg, native, out_or_new,
-                             shape_of, str_arg, threads_arg)
+from cpukern._dtypes import act_arg
+from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, isa_arg,
+                             result, str_arg, threads_arg)
 
 from cpukern import _packed as packed_weights
 from cpukern._packed import PackedWeights, check_op
@@ -61,6 +59,9 @@ FORMATS = ("bf16", "mxfp4", "int8")
 # "float", fp32's former spelling, is accepted for one release.
 ACTS = ("fp32", "int8")
 
+# The extension's prepack entry per format (each checks and takes any format).
+_PREPACK_BINDINGS = {"bf16": "moe_prepack", "mxfp4": "moe_prepack_mxfp4", "int8": "moe_prepack_int8"}
+
 __all__ = ["route", "prepare", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
@@ -71,20 +72,18 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     router_logits: float32 (T, E). Returns (topk_weights float32 (T, k), topk_ids int32 (T, k));
     renormalize divides the k weights by their sum.
     """
-    logits = check_array(router_logits, "router_logits", "float32", (2,))
+    logits = ext_array(router_logits, "router_logits")
     topk = c_int(topk, "topk")  # E >= 1, 1 <= topk <= E: checked by the extension
     renormalize = bool_arg(renormalize, "renormalize")
-    weights, ids = _ext.moe_route(native(logits, "router_logits"), topk, renormalize)
-    if is_torch(router_logits):
-        import torch
-
-        return torch.from_numpy(weights), torch.from_numpy(ids)
-    return weights, ids
+    weights, ids = _ext.moe_route(logits, topk, renormalize)
+    return result(weights, router_logits), result(ids, router_logits)
 
 
-def _u8(a: Any, name: str, ndims: tuple[int, ...]) -> Any:
-    """A C-contiguous uint8 numpy array or CPU torch tensor with one of `ndims`."""
-    return check_array(a, name, "uint8", ndims)
+def _str(v: Any, name: str) -> str:
+    """A str (TypeError naming `name`); its value: checked by the extension."""
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: expected a str, got {type(v).__name__} {v!r}")
+    return v
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
@@ -103,45 +102,24 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     (PackedExperts.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
-    return _logged(_packed_for(w, format, scales, act, isa), isa)
+    packed = _packed_for(w, format, scales, act, isa)
+    _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
+    return packed
 
 
 def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedExperts:
-    """prepare's packing for `isa` (checked: "" or a variant name), not logged (cpukern.linear
-    logs its own op's selection)."""
-    format = str_arg(format, "format", FORMATS)
-    act = act_arg(act, ACTS)
-    if act != FP32 and format != "mxfp4":
-        raise ValueError(f"act: expected 'fp32' with format={format!r} (int8 activations only "
-                         f"with format='mxfp4'), got {act!r}")
-    # Shapes (E, O, I >= 1, the scales' shape, MXFP4's 16-byte blocks) and values: checked by
-    # the extension and moe::prepack*.
-    if format == "int8":
-        if scales is None:
-            raise ValueError("scales: required with format='int8' (float32 (E, O))")
-        q = check_array(w, "w", "int8", (3,))
-        sc = check_array(scales, "scales", "float32", (2,))
-        return _ext.moe_prepack_int8(native(q, "w"), native(sc, "scales"), isa)
-    if format == "mxfp4":
-        if scales is None:
-            raise ValueError("scales: required with format='mxfp4' (uint8 (E, O, I/32))")
-        blocks = _u8(w, "w", (4,))
-        sc = _u8(scales, "scales", (3,))
-        return _ext.moe_prepack_mxfp4(native(blocks, "w"), native(sc, "scales"), isa,
-                                      W4A8 if act != FP32 else "mxfp4")
-    if scales is not None:
-        raise ValueError("scales: only with format='mxfp4' or format='int8'")
-    wb = bf16_bits(w, "w", (3,))
-    return _ext.moe_prepack(native(wb, "w"), isa)
+    """prepare's packing for `isa` ("" or a variant name), not logged (cpukern.linear logs its
+    own op's selection)."""
+    # format, act and scales given or not (moe::prepare_format), then the arrays of that
+    # format (shapes, values): checked by the extension and moe::prepack*.
+    format = _str(format, "format")
+    sc = None if scales is None else ext_array(scales, "scales")
+    prepack_binding = getattr(_ext, _PREPACK_BINDINGS.get(format, "moe_prepack"))
+    return prepack_binding(ext_array(w, "w"), sc, format, act_arg(act), isa)
 
 
 # prepare's former name (ternary and widely_linear say prepare), kept for one release.
 prepack = prepare
-
-
-def _logged(packed: PackedExperts, isa: Optional[str]) -> PackedExperts:
-    _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
-    return packed
 
 
 def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
@@ -180,39 +158,10 @@ def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
     are refused (ValueError naming w).
     numpy arrays (torch tensors in, torch tensors out)."""
     format = str_arg(format, "format", ("mxfp4", "int8"))
-    if is_torch(w):
-        import torch
-
-        if w.dtype != torch.bfloat16 or not w.is_contiguous():
-            raise TypeError(f"w: expected a C-contiguous bfloat16 array, got {describe(w)}")
-        wb = w.view(torch.int16).numpy().view(np.uint16)
-    else:
-        wb = bf16_bits(w, "w")
-    shape = shape_of(wb)
-    if format == "int8":
-        if len(shape) < 1 or shape[-1] == 0:
-            raise ValueError(f"w: expected (..., K) with K >= 1, got {describe(w)}")
-        rows = int(np.prod(shape[:-1]))
-        q = np.empty(shape, np.int8)
-        sc = np.empty(shape[:-1], np.float32)
-        _ext.moe_int8_quantize(wb.reshape(rows, shape[-1]), q.reshape(rows, shape[-1]),
-                               sc.reshape(rows))
-        if is_torch(w):
-            import torch
-
-            return torch.from_numpy(q), torch.from_numpy(sc)
-        return q, sc
-    if len(shape) < 1 or shape[-1] % 32 or shape[-1] == 0:
-        raise ValueError(f"w: expected (..., K) with K a positive multiple of 32, got {describe(w)}")
-    nb = int(np.prod(shape)) // 32
-    blocks = np.empty(shape[:-1] + (shape[-1] // 32, 16), np.uint8)
-    scales = np.empty(shape[:-1] + (shape[-1] // 32,), np.uint8)
-    _ext.moe_mxfp4_quantize(wb.reshape(nb, 32), blocks.reshape(nb, 16), scales.reshape(nb))
-    if is_torch(w):
-        import torch
-
-        return torch.from_numpy(blocks), torch.from_numpy(scales)
-    return blocks, scales
+    # w (bf16, K): checked by the extension, which returns the new arrays.
+    quantize = _ext.moe_int8_quantize if format == "int8" else _ext.moe_mxfp4_quantize
+    q, scales = quantize(ext_array(w, "w"))
+    return result(q, w), result(scales, w)
 
 
 def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
@@ -223,24 +172,12 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     format="int8": blocks = q int8 (..., K), scales float32 (...) -> float32 (..., K) = q * s
     (one fp32 product each: the weights the int8 kernels multiply by)."""
     format = str_arg(format, "format", ("mxfp4", "int8"))
-    torch_in = is_torch(blocks)
-    # Shapes and values (prepare's rules): checked by the extension.
+    # Shapes and values (prepare's rules): checked by the extension, which returns the result.
     if format == "int8":
-        q = check_array(blocks, "blocks", "int8")
-        sc = check_array(scales, "scales", "float32")
-        out = np.empty(shape_of(q), np.float32)
-        _ext.moe_int8_dequantize(native(q, "blocks"), native(sc, "scales"), out)
-    else:
-        b = _u8(blocks, "blocks", tuple(range(2, 9)))
-        s = _u8(scales, "scales", tuple(range(1, 8)))
-        out = np.empty(shape_of(s)[:-1] + (shape_of(s)[-1] * 32,), ml_dtypes.bfloat16)
-        _ext.moe_mxfp4_dequantize(native(b, "blocks"), native(s, "scales"), out.view(np.uint16))
-    if torch_in:
-        import torch
-
-        return torch.from_numpy(out) if format == "int8" else \
-            torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
-    return out
+        return result(_ext.moe_int8_dequantize(ext_array(blocks, "blocks"), ext_array(scales, "scales")),
+                      blocks)
+    out = _ext.moe_mxfp4_dequantize(ext_array(blocks, "blocks"), ext_array(scales, "scales"))
+    return result(out, blocks, bf16=True)
 
 
 def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any, *,
@@ -268,26 +205,21 @@ def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any,
                isa: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
     """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
-    for name, w in (("w13", w13), ("w2", w2)):
-        check_op(w, ("moe",), name, "PackedExperts from cpukern.moe.prepare")
+    for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
+        check_op(w, None, name, "PackedExperts from cpukern.moe.prepare")
     _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
-    activation = str_arg(activation, "activation", ACTIVATIONS)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
-    xb = bf16_bits(x, "x", (2,))
-    t, h = shape_of(xb)
-    # Shapes (x / w13 / w2 / topk_ids / topk_weights / biases agree, 1 <= topk <= E,
-    # skip_weighted only with topk == 1): checked by the extension and moe::fused_moe.
-    ti = check_array(topk_ids, "topk_ids", ids_dtype, (2,))
-    tw = check_array(topk_weights, "topk_weights", "float32", (2,))
-    b13 = None if w13_bias is None else bf16_bits(w13_bias, "w13_bias", (2,))
-    b2 = None if w2_bias is None else bf16_bits(w2_bias, "w2_bias", (2,))
-    y = out_or_new(out, x, (t, h), "bfloat16", (2,))
-    yb = bf16_bits(y, "out")
-    _ext.moe_fused_moe(native(xb, "x"), w13, w2, native(tw, "topk_weights"), native(ti, "topk_ids"),
-                       activation, native(b13, "w13_bias"), native(b2, "w2_bias"), skip_weighted,
-                       nthreads, native(yb, "out"))
-    return y
+    # The arrays (dtypes; shapes: x / w13 / w2 / topk_ids / topk_weights / biases / out= agree,
+    # 1 <= topk <= E, skip_weighted only with topk == 1) and the activation's name: checked by
+    # the extension and moe::fused_moe.
+    y = _ext.moe_fused_moe(ext_array(x, "x"), w13, w2, ext_array(topk_weights, "topk_weights"),
+                           ext_array(topk_ids, "topk_ids"), ids_dtype == "int64",
+                           _str(activation, "activation"),
+                           None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
+                           None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
+                           skip_weighted, nthreads, ext_out(out))
+    return out if out is not None else result(y, x, bf16=True)
 
 
 def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[str, Any]:

@@ -19,9 +19,8 @@ import numpy as np
 from cpukern import _ext, _log
 from cpukern import _packed as packed_weights
 from cpukern._dtypes import act_arg
-from cpukern._arrays import (MAX_ELEMS, bool_arg, check_array, check_shape, describe, empty,
-                             float32_scale, int_arg, is_torch, isa_arg, method_of, name_arg,
-                             native, out_or_new, require_array, shape_of, str_arg, threads_arg)
+from cpukern._arrays import (describe, ext_array, ext_out, float32_scale, int_arg, is_torch,
+                             isa_arg, require_array, result, str_arg, threads_arg)
 
 from cpukern._packed import PackedWeights, aligned, aligned_empty, check_op, import_buffer
 from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
@@ -44,10 +43,6 @@ __all__ = [
 ACTS = ("fp32", "int8", "int8_bitnet")
 
 
-def _words(k: int) -> int:
-    return (k + 15) // 16
-
-
 def pack(w: Any) -> np.ndarray:
     """Packs an integer (M, K) matrix of {-1, 0, +1} into uint32 (M, ceil(K/16)).
 
@@ -60,27 +55,20 @@ def pack(w: Any) -> np.ndarray:
         raise TypeError(f"w: expected an integer array of {{-1, 0, +1}} (C-contiguous), got "
                         f"{'' if contiguous else 'a non-contiguous '}{describe(like)} "
                         f"(no silent copies: convert it first, e.g. numpy.ascontiguousarray)")
-    if w.ndim != 2:
-        raise ValueError(f"w: expected 2 dimensions (M, K), got shape {w.shape}")
-    if w.dtype != np.int8:
+    if w.dtype != np.int8:  # converted to int8 once its values are; the rest: C++'s checks
         bad = (w < -1) | (w > 1)
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"w: values must be in {{-1, 0, +1}}, got {int(w[idx])} at index {list(idx)}")
         w = w.astype(np.int8)
-    out = empty(like, (w.shape[0], _words(w.shape[1])), "uint32", "w")
-    _ext.ternary_pack(w, native(out, "out"))
-    return out
+    return result(_ext.ternary_pack(w), like)
 
 
 def unpack(packed: Any, k: int) -> np.ndarray:
     """The inverse of pack: int8 (M, k). The invalid code 0b11 raises ValueError, and so does a
     nonzero code past k (as prepare refuses them: the packed format keeps them zero)."""
     k = int_arg(k, "k", 0)
-    packed = check_array(packed, "packed", "uint32", (2,))  # words and codes: checked by C++
-    out = empty(packed, (shape_of(packed)[0], k), "int8", "k")
-    _ext.ternary_unpack(native(packed, "packed"), k, native(out, "out"))
-    return out
+    return result(_ext.ternary_unpack(ext_array(packed, "packed"), k), packed)
 
 
 def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
@@ -91,19 +79,8 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
     scale float32 (M,)), so that W ~= scale[:, None] * unpack(packed, K).
     """
     str_arg(granularity, "granularity", ("row", "tensor"))
-    w = check_array(w, "w", "float32", (2,))
-    m, k = shape_of(w)  # k >= 1: checked by ternary::quantize
-    packed = empty(w, (m, _words(k)), "uint32", "w")
-    scale = empty(w, (m,), "float32", "w")
-    _ext.ternary_quantize(native(w, "w"), granularity == "tensor", native(packed), native(scale))
-    return packed, scale
-
-
-def _row_scale(scale: Any, m: int) -> Any:
-    s = float32_scale(scale, "scale", (1,))
-    if s is not None and shape_of(s) == (1,) and m != 1:
-        s = np.full((m,), float(s[0]), dtype=np.float32)
-    return s
+    packed, scale = _ext.ternary_quantize(ext_array(w, "w"), granularity == "tensor")
+    return result(packed, w), result(scale, w)
 
 
 def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int] = None,
@@ -125,17 +102,17 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
-    # Shapes (words per row, scale and group scales, group_size a multiple of 16): checked by
-    # the extension and ternary::prepare.
-    packed = check_array(packed, name, "uint32", (2,))
+    # Shapes (words per row, a scale of M or 1 values, group scales, group_size a multiple of
+    # 16): checked by the extension and ternary::prepare.
+    packed = ext_array(packed, name)
     if group_size is None:
         g = 0
-        s = _row_scale(scale, shape_of(packed)[0])
+        s = float32_scale(scale)
     else:
         g = int_arg(group_size, "group_size", 16)
-        s = None if scale is None else check_array(scale, "scale", "float32", (2,))
+        s = None if scale is None else ext_array(scale, "scale")
     try:
-        prepared = _ext.ternary_prepare(native(packed, name), k, native(s, "scale"), isa, g, nthreads)
+        prepared = _ext.ternary_prepare(packed, k, s, isa, g, nthreads)
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
@@ -171,23 +148,22 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
     threads: None or 0 = the default (cpukern.set_num_threads, else all cores), or
     1..cpukern.MAX_THREADS (the same for every op); results are the same for any value. Returns float32 (M,) or (B, M) (a torch tensor for torch input).
     """
-    x = check_array(x, "x", "float32", (1, 2))
+    xa = ext_array(x, "x")
     act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
         _ext.packed_check_isa(weights, isa_arg(isa))  # "" or the variant they were prepared for
         w = weights
-    elif isinstance(weights, np.ndarray) or type(weights).__module__.split(".")[0] == "torch":
-        w = _prepare(weights, shape_of(x)[-1], None, isa, "weights")
+    elif isinstance(weights, np.ndarray) or is_torch(weights):
+        cols = tuple(x.shape[-1:])  # () for a 0-d x, which the extension refuses
+        w = _prepare(weights, int(cols[0]) if cols else 0, None, isa, "weights")
     else:
         raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
-    m = w.shape[0]  # x's columns and the scale's length: checked by the extension
-    out_shape = (m,) if x.ndim == 1 else (shape_of(x)[0], m)
-    y = out_or_new(out, x, out_shape, "float32")
-    _ext.ternary_gemv(w, native(x, "x"), native(s, "scale"), act, nthreads, native(y, "out"))
-    return y
+    # x, the scale and out=: checked by the extension, which returns a new array without out=.
+    y = _ext.ternary_gemv(w, xa, s, act, nthreads, ext_out(out))
+    return out if out is not None else result(y, x)
 
 
 # --- serialised prepared weights ------------------------------------------------------

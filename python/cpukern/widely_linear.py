@@ -15,8 +15,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._arrays import (bool_arg, check_array, describe, int_arg, is_torch, isa_arg,
-                             native, out_or_new, shape_of, threads_arg)
+from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, int_arg, is_torch, isa_arg,
+                             result, threads_arg)
 
 from cpukern._packed import PackedWeights
 
@@ -35,38 +35,18 @@ def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
     (stages, 4, n, ceil(m/16)) in the order U_re, U_im, W_re, W_im and scales float32 (stages, 4).
     """
     stages = int_arg(stages, "stages", 1)
-    a = check_array(a, "a", "float32", (2,))
     # a's shape and the result's size: checked by the extension, which returns both arrays.
-    planes, scales = _ext.widely_linear_phase_quantize(native(a, "a"), stages)
-    if is_torch(a):
-        import torch
-
-        return torch.from_numpy(planes), torch.from_numpy(scales)
-    return planes, scales
-
-
-def _staged(planes: Any, scales: Any) -> tuple[Any, Any]:
-    """(4, n, words) planes with (4,) or (4, n) scales mean one stage: add the axis (a view)."""
-    planes = check_array(planes, "planes", "uint32", (3, 4))
-    scales = check_array(scales, "scales", "float32", (1, 2, 3))
-    if planes.ndim == 3:
-        planes = planes[None]
-        if scales.ndim in (1, 2):
-            scales = scales[None]
-    return planes, scales
+    planes, scales = _ext.widely_linear_phase_quantize(ext_array(a, "a"), stages)
+    return result(planes, a), result(scales, a)
 
 
 def dense(planes: Any, scales: Any, m: int) -> np.ndarray:
     """The real float32 (2n, 2m) matrix a quantised widely-linear layer stands for."""
     m = int_arg(m, "m", 1)
-    planes, scales = _staged(planes, scales)
-    # Shapes: checked by the extension, which returns the matrix once they agree.
-    out = _ext.widely_linear_dense(native(planes, "planes"), native(scales, "scales"), m)
-    if is_torch(planes):
-        import torch
-
-        return torch.from_numpy(out)
-    return out
+    # Shapes ((4, n, words) planes: one stage): checked by the extension, which returns the
+    # matrix once they agree.
+    out = _ext.widely_linear_dense(ext_array(planes, "planes"), ext_array(scales, "scales"), m)
+    return result(out, planes)
 
 
 def prepare(planes: Any, scales: Any, m: int, *,
@@ -74,8 +54,8 @@ def prepare(planes: Any, scales: Any, m: int, *,
     """Converts a widely-linear layer once into the selected (or forced) kernel's layout."""
     m = int_arg(m, "m", 1)
     isa = isa_arg(isa)
-    planes, scales = _staged(planes, scales)
-    layer = _ext.widely_linear_prepare(native(planes, "planes"), native(scales, "scales"), m, isa)
+    layer = _ext.widely_linear_prepare(ext_array(planes, "planes"), ext_array(scales, "scales"), m,
+                                       isa)
     _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
     return layer
 
@@ -91,7 +71,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     (S, 4, n), or a WidelyLinearWeights (then scales may be None).
     fused=False runs the naive schedule (8 GEMV passes per stage) over the same bytes.
     """
-    x = check_array(x, "x", "float32", (1, 2))
+    xa = ext_array(x, "x")
     fused = bool_arg(fused, "fused")
     nthreads = threads_arg(threads)
     if isinstance(planes, PackedWeights) and planes.op == "widely_linear":
@@ -103,7 +83,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:
             raise ValueError("scales: expected float32 scales when planes is an array, got None")
-        cols = shape_of(x)[-1]
+        cols = int(x.shape[-1]) if x.ndim else 0  # m comes from x here, so before prepare
         if cols % 2 or cols == 0:
             raise ValueError(f"x: expected an even number 2m >= 2 of columns [x_re | x_im], got "
                              f"{describe(x)}")
@@ -112,8 +92,6 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
         got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
                else type(planes).__name__)
         raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got {got}")
-    rows = layer.shape[0]  # x's columns: checked by the extension
-    out_shape = (rows,) if x.ndim == 1 else (shape_of(x)[0], rows)
-    y = out_or_new(out, x, out_shape, "float32")
-    _ext.widely_linear_run(layer, native(x, "x"), fused, nthreads, native(y, "out"))
-    return y
+    # x and out=: checked by the extension, which returns a new array without out=.
+    y = _ext.widely_linear_run(layer, xa, fused, nthreads, ext_out(out))
+    return out if out is not None else result(y, x)

@@ -3,9 +3,11 @@
 #pragma once
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,28 +61,43 @@ bool c_contiguous(const Array& a) {
   return true;
 }
 
-// Checks dtype T (bf16 travels as its 16-bit pattern), C-contiguity and one of the
-// allowed ndims; throws TypeMismatch / InvalidArgument naming `arg`.
+// Checks dtype T (bf16 travels as its 16-bit pattern: numpy bfloat16 viewed as uint16, torch
+// bfloat16) and C-contiguity: TypeMismatch naming `arg`.
 template <class T, class Array>
-void check(const Array& a, const char* arg, std::initializer_list<size_t> ndims) {
+void check_layout(const Array& a, const char* arg) {
   const nb::dlpack::dtype want = nb::dtype<T>();
   const auto got = a.dtype();
   const bool bf16_bits = std::is_same_v<T, uint16_t> &&
                          ((got.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && got.bits == 16) ||
                           (got.bits == 16 && got.code != uint8_t(nb::dlpack::dtype_code::Float)));
   const bool dtype_ok = bf16_bits || (got.code == want.code && got.bits == want.bits && got.lanes == 1);
-  bool ndim_ok = false;
-  for (size_t n : ndims) ndim_ok |= a.ndim() == n;
   if (!dtype_ok || !c_contiguous(a)) {
+    // An accepted 16-bit pattern is bfloat16 (numpy's arrive as their uint16 view).
+    const std::vector<int64_t> shape = array_shape(a);
+    const std::string what = bf16_bits ? "bfloat16 array of shape " + shape_str(shape.size(), shape.data())
+                                       : describe_array(a);
     throw_type(arg, std::string("expected a C-contiguous ") + dtype_name<T>() + " CPU array, got " +
-                        (c_contiguous(a) ? "" : "a non-contiguous ") + describe_array(a) +
+                        (c_contiguous(a) ? "" : "a non-contiguous ") + what +
                         " (no silent copies: convert it first, e.g. numpy.ascontiguousarray)");
   }
+}
+
+// check_layout, then one of the allowed ndims and every extent at most limits::kMaxElements
+// (only a zero-size array can be larger); throws TypeMismatch / InvalidArgument naming `arg`.
+template <class T, class Array>
+void check(const Array& a, const char* arg, std::initializer_list<size_t> ndims) {
+  check_layout<T>(a, arg);
+  bool ndim_ok = false;
+  for (size_t n : ndims) ndim_ok |= a.ndim() == n;
   if (!ndim_ok) {
     std::string allowed;
     for (size_t n : ndims) allowed += (allowed.empty() ? "" : " or ") + std::to_string(n);
     throw_arg(arg, "expected " + allowed + " dimensions, got " + describe_array(a));
   }
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (int64_t(a.shape(i)) > limits::kMaxElements)
+      throw_arg(arg, "expected dimensions of at most " + std::to_string(limits::kMaxElements) +
+                         ", got " + describe_array(a));
 }
 
 template <class T>
@@ -89,21 +106,54 @@ const T* in_ptr(const InArray& a, const char* arg, std::initializer_list<size_t>
   return static_cast<const T*>(a.data());
 }
 
-template <class T>
-T* out_ptr(const OutArray& a, const char* arg, std::initializer_list<size_t> ndims) {
-  check<T>(a, arg, ndims);
-  return static_cast<T*>(a.data());
+// Shape must match exactly.
+template <class Array>
+void check_shape(const Array& a, const char* arg, const std::vector<int64_t>& shape) {
+  if (array_shape(a) != shape)
+    throw_arg(arg, "expected shape " + shape_str(shape.size(), shape.data()) + ", got " +
+                       describe_array(a));
 }
 
-// Output shape must match exactly.
+// The array an op writes, known before anything is written. out= given: dtype T, C-contiguous
+// and exactly `shape`, or it is refused naming `arg` (every binding that writes takes its
+// output through here: the memory-safety boundary). None: a new numpy array of `shape`
+// (ValueError naming `new_arg`, the argument the shape comes from, past kMaxElements), which
+// `array` holds for the binding to return (None when out= was given).
+template <class T>
+struct Output {
+  T* data = nullptr;
+  nb::object array;
+};
+
+template <class T>
+Output<T> output(const std::optional<OutArray>& out, const char* arg,
+                 const std::vector<int64_t>& shape, const char* new_arg) {
+  if (out) {
+    check_layout<T>(*out, arg);
+    check_shape(*out, arg, shape);
+    return {static_cast<T*>(out->data()), nb::none()};
+  }
+  int64_t n = 1;
+  bool fits = true;
+  for (int64_t s : shape) {
+    fits = fits && s >= 0 && s <= limits::kMaxElements &&
+           (s == 0 || n <= limits::kMaxElements / s);
+    n = fits ? n * s : 0;
+  }
+  if (!fits)
+    throw_arg(new_arg, "expected a result of at most " + std::to_string(limits::kMaxElements) +
+                           " elements, got shape " + shape_str(shape.size(), shape.data()));
+  T* p = new T[size_t(n ? n : 1)];
+  nb::capsule own(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  const std::vector<size_t> dims(shape.begin(), shape.end());
+  return {p, nb::ndarray<nb::numpy, T>(p, dims.size(), dims.data(), own).cast()};
+}
+
+// The result shape of a layer applied to x (k,) or (batch, k): (m,) or (batch, m).
 template <class Array>
-void check_shape(const Array& a, const char* arg, std::initializer_list<int64_t> shape) {
-  bool ok = a.ndim() == shape.size();
-  size_t i = 0;
-  for (int64_t s : shape) ok = ok && int64_t(a.shape(i++)) == s;
-  if (!ok)
-    throw_arg(arg, "expected shape " + shape_str(shape.size(), shape.begin()) + ", got " +
-                       describe_array(a));
+std::vector<int64_t> rows_by(const Array& x, int64_t m) {
+  if (x.ndim() == 1) return {m};
+  return {int64_t(x.shape(0)), m};
 }
 
 // A size argument (k, m, stages): lo <= v <= limits::kMaxElements, the largest extent any

@@ -74,63 +74,84 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
 
-  m.def("moe_prepack", [](const InArray& w, const std::string& isa) {
-    const auto* wp = in_ptr<uint16_t>(w, "w", {3});
-    GilRelease release(double(w.size()));
-    return std::shared_ptr<const PackedWeights>(
-        moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa));
-  });
+  // prepack(w, scales, format, act, isa): prepare_format's rules first (format, act, scales
+  // given or not), then the arrays of that format. bf16: w (E, O, I). MXFP4: w = blocks uint8
+  // (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
+  // scales float32 (E, O). Bound once per format under its own name (cpukern.moe.prepare calls
+  // the one of its format), each taking any format.
+  const auto prepack = [](const InArray& w, std::optional<InArray> scales, const std::string& format,
+                          const std::string& act, const std::string& isa) {
+    const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
+    std::shared_ptr<const PackedExperts> packed;
+    if (f == moe::WeightFormat::kBf16) {
+      const auto* wp = in_ptr<uint16_t>(w, "w", {3});
+      GilRelease release(double(w.size()));
+      packed = moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
+    } else if (f == moe::WeightFormat::kInt8) {
+      const auto* qp = in_ptr<int8_t>(w, "w", {3});
+      const auto* sp = in_ptr<float>(*scales, "scales", {2});
+      const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), i = int64_t(w.shape(2));
+      check_shape(*scales, "scales", {e, o});
+      GilRelease release(double(w.size()));
+      packed = moe::prepack_int8(qp, sp, e, o, i, isa);
+    } else {
+      const auto* bp = in_ptr<uint8_t>(w, "w", {4});
+      const auto* sp = in_ptr<uint8_t>(*scales, "scales", {3});
+      const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), nb = int64_t(w.shape(2));
+      if (w.shape(3) != moe::mxfp4::kBlockBytes)
+        throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(w));
+      check_shape(*scales, "scales", {e, o, nb});
+      GilRelease release(double(w.size()) * 2.0);
+      packed = moe::prepack_mxfp4(bp, sp, e, o, nb * moe::mxfp4::kBlock, isa, f);
+    }
+    return std::shared_ptr<const PackedWeights>(std::move(packed));
+  };
+  for (const char* name : {"moe_prepack", "moe_prepack_mxfp4", "moe_prepack_int8"})
+    m.def(name, prepack, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"),
+          nb::arg("isa"));
 
-  // MXFP4: blocks uint8 (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout);
-  // format "mxfp4" (act="fp32": exact) or "mxfp4_a8" (act="int8": W4A8).
-  m.def("moe_prepack_mxfp4", [](const InArray& blocks, const InArray& scales, const std::string& isa,
-                                const std::string& format) {
-    // The blocks are the weights: errors name them "w", as cpukern.moe.prepare does.
-    const auto* bp = in_ptr<uint8_t>(blocks, "w", {4});
-    const auto* sp = in_ptr<uint8_t>(scales, "scales", {3});
-    const int64_t e = int64_t(blocks.shape(0)), o = int64_t(blocks.shape(1)),
-                  nb = int64_t(blocks.shape(2));
-    if (blocks.shape(3) != 16)
-      throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(blocks));
-    check_shape(scales, "scales", {e, o, nb});
-    const moe::WeightFormat f = moe::parse_format(format);
-    GilRelease release(double(blocks.size()) * 2.0);
-    return std::shared_ptr<const PackedWeights>(
-        moe::prepack_mxfp4(bp, sp, e, o, nb * 32, isa, f));
-  });
-
-  // int8: q int8 (E, O, I), scales float32 (E, O).
-  m.def("moe_prepack_int8", [](const InArray& q, const InArray& scales, const std::string& isa) {
-    const auto* qp = in_ptr<int8_t>(q, "w", {3});
-    const auto* sp = in_ptr<float>(scales, "scales", {2});
-    const int64_t e = int64_t(q.shape(0)), o = int64_t(q.shape(1)), i = int64_t(q.shape(2));
-    check_shape(scales, "scales", {e, o});
-    GilRelease release(double(q.size()));
-    return std::shared_ptr<const PackedWeights>(
-        moe::prepack_int8(qp, sp, e, o, i, isa));
-  });
-
-  // int8 weight quantisation of rows (n, k): q int8 (n, k), scales float32 (n).
-  m.def("moe_int8_quantize", [](const InArray& w, const OutArray& q, const OutArray& scales) {
-    const auto* wp = in_ptr<uint16_t>(w, "w", {2});
-    const int64_t n = int64_t(w.shape(0)), k = int64_t(w.shape(1));
-    check_shape(q, "q", {n, k});
-    check_shape(scales, "scales", {n});
-    auto* qp = out_ptr<int8_t>(q, "q", {2});
-    auto* sp = out_ptr<float>(scales, "scales", {1});
+  // Weight quantisation of bf16 w (..., K): returns new numpy arrays, int8: (q int8 (..., K),
+  // scales float32 (...)); mxfp4: (blocks uint8 (..., K/32, 16), scales uint8 (..., K/32)).
+  m.def("moe_int8_quantize", [](const InArray& w) {
+    const auto* wp = in_ptr<uint16_t>(w, "w", {1, 2, 3, 4, 5, 6, 7, 8});
+    std::vector<int64_t> rows_shape = array_shape(w);
+    const int64_t k = rows_shape.back();
+    moe::check_quantize_k(moe::WeightFormat::kInt8, k, describe_array(w));
+    rows_shape.pop_back();
+    const int64_t n = int64_t(w.size()) / k;
+    Output<int8_t> q = output<int8_t>(std::nullopt, "q", array_shape(w), "w");
+    Output<float> sc = output<float>(std::nullopt, "scales", rows_shape, "w");
     int64_t bad;
     {
       GilRelease release(double(w.size()));
-      bad = moe::int8::quantize_weights(wp, n, k, qp, sp);
+      bad = moe::int8::quantize_weights(wp, n, k, q.data, sc.data);
     }
     if (bad >= 0)
       throw_arg("w", "non-finite weight at row " + std::to_string(bad / k) + ", column " +
                          std::to_string(bad % k) + ": int8 quantisation needs finite weights");
-  });
+    return nb::make_tuple(std::move(q.array), std::move(sc.array));
+  }, nb::arg("w"));
 
-  // MXFP4 blocks uint8 (..., K/32, 16) and scales uint8 (..., K/32) -> out bf16 (..., K);
-  // errors name "blocks" and "scales" (cpukern.moe.dequantize's arguments).
-  m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales, const OutArray& out) {
+  m.def("moe_mxfp4_quantize", [](const InArray& w) {
+    const auto* wp = in_ptr<uint16_t>(w, "w", {1, 2, 3, 4, 5, 6, 7, 8});
+    std::vector<int64_t> shape = array_shape(w);
+    moe::check_quantize_k(moe::WeightFormat::kMxfp4, shape.back(), describe_array(w));
+    shape.back() /= moe::mxfp4::kBlock;
+    const int64_t n = int64_t(w.size()) / moe::mxfp4::kBlock;
+    Output<uint8_t> sc = output<uint8_t>(std::nullopt, "scales", shape, "w");
+    shape.push_back(moe::mxfp4::kBlockBytes);
+    Output<uint8_t> blocks = output<uint8_t>(std::nullopt, "blocks", shape, "w");
+    {
+      GilRelease release;
+      moe::mxfp4::quantize(wp, n, moe::mxfp4::kBlock, blocks.data, sc.data);
+    }
+    return nb::make_tuple(std::move(blocks.array), std::move(sc.array));
+  }, nb::arg("w"));
+
+  // MXFP4 blocks uint8 (..., K/32, 16) and scales uint8 (..., K/32) -> bf16 (..., K), a new
+  // uint16 numpy array of bf16 bits; errors name "blocks" and "scales" (cpukern.moe.dequantize's
+  // arguments).
+  m.def("moe_mxfp4_dequantize", [](const InArray& blocks, const InArray& scales) {
     const auto* bp = in_ptr<uint8_t>(blocks, "blocks", {2, 3, 4, 5, 6, 7, 8});
     const auto* sp = in_ptr<uint8_t>(scales, "scales", {1, 2, 3, 4, 5, 6, 7});
     std::vector<int64_t> want = array_shape(scales);
@@ -140,21 +161,24 @@ void bind_moe(nb::module_& m) {
                               ", got " + describe_array(blocks));
     want.pop_back();
     want.back() *= moe::mxfp4::kBlock;
-    if (array_shape(out) != want) throw_arg("out", "expected 32 values per scale");
     const int64_t n = int64_t(scales.size());
     const int64_t bad = moe::mxfp4::first_nan_scale(sp, n);
     if (bad >= 0)
       throw_arg("scales", "e8m0 scale 255 (NaN) at flat index " + std::to_string(bad) +
                               ": NaN scales are refused");
-    auto* op = out_ptr<uint16_t>(out, "out", {1, 2, 3, 4, 5, 6, 7});
-    GilRelease release;
-    moe::mxfp4::dequantize(bp, sp, n, moe::mxfp4::kBlock, op);
-  });
+    Output<uint16_t> out = output<uint16_t>(std::nullopt, "out", want, "scales");
+    {
+      GilRelease release;
+      moe::mxfp4::dequantize(bp, sp, n, moe::mxfp4::kBlock, out.data);
+    }
+    return std::move(out.array);
+  }, nb::arg("blocks"), nb::arg("scales"));
 
-  // int8 weights q int8 (..., K) and scales float32 (...) -> out float32 (..., K) = q * s (the
-  // weights the int8 kernels multiply by); prepack_int8's rules (no -128, scales finite and
-  // >= 0), errors naming "blocks" and "scales" (cpukern.moe.dequantize's arguments).
-  m.def("moe_int8_dequantize", [](const InArray& q, const InArray& scales, const OutArray& out) {
+  // int8 weights q int8 (..., K) and scales float32 (...) -> float32 (..., K) = q * s (the
+  // weights the int8 kernels multiply by), a new numpy array; prepack_int8's rules (no -128,
+  // scales finite and >= 0), errors naming "blocks" and "scales" (cpukern.moe.dequantize's
+  // arguments).
+  m.def("moe_int8_dequantize", [](const InArray& q, const InArray& scales) {
     const auto* qp = in_ptr<int8_t>(q, "blocks", {1, 2, 3, 4, 5, 6, 7, 8});
     const auto* sp = in_ptr<float>(scales, "scales", {0, 1, 2, 3, 4, 5, 6, 7});
     std::vector<int64_t> rows = array_shape(q);
@@ -163,7 +187,6 @@ void bind_moe(nb::module_& m) {
     if (array_shape(scales) != rows)
       throw_arg("scales", "expected shape " + shape_str(rows.size(), rows.data()) +
                               " (one per row of blocks), got " + describe_array(scales));
-    if (array_shape(out) != array_shape(q)) throw_arg("out", "expected the shape of blocks");
     const int64_t n = int64_t(scales.size());
     if (const int64_t r = moe::int8::first_bad_scale(sp, n); r >= 0)
       throw_arg("scales", "scale " + std::to_string(sp[r]) + " at index " +
@@ -171,27 +194,18 @@ void bind_moe(nb::module_& m) {
     if (const int64_t at = moe::int8::first_minus_128(qp, n * k); at >= 0)
       throw_arg("blocks", "int8 weight -128 at index " + index_str(array_shape(q), at) +
                               ": symmetric int8 weights must lie in [-127, 127]");
-    auto* op = out_ptr<float>(out, "out", {1, 2, 3, 4, 5, 6, 7, 8});
-    GilRelease release;
-    moe::int8::dequantize(qp, sp, n, k, op);
-  });
-
-  m.def("moe_mxfp4_quantize", [](const InArray& w, const OutArray& blocks, const OutArray& scales) {
-    const auto* wp = in_ptr<uint16_t>(w, "w", {2});
-    const int64_t n = int64_t(w.size()) / 32;
-    if (int64_t(w.size()) != 32 * n) throw_arg("w", "expected a multiple of 32 values");
-    if (int64_t(blocks.size()) != 16 * n || int64_t(scales.size()) != n)
-      throw_arg("blocks", "expected 16 bytes and one scale per 32 values");
-    auto* bp = out_ptr<uint8_t>(blocks, "blocks", {2});
-    auto* sp = out_ptr<uint8_t>(scales, "scales", {1});
-    GilRelease release;
-    moe::mxfp4::quantize(wp, n, 32, bp, sp);
-  });
+    Output<float> out = output<float>(std::nullopt, "out", array_shape(q), "blocks");
+    {
+      GilRelease release;
+      moe::int8::dequantize(qp, sp, n, k, out.data);
+    }
+    return std::move(out.array);
+  }, nb::arg("blocks"), nb::arg("scales"));
 
   m.def(
       "moe_linear",
       [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias, int threads,
-         const OutArray& out) {
+         const std::optional<OutArray>& out) {
         const PackedExperts& w = experts(packed, "w");
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), k = int64_t(x.shape(1));
@@ -203,28 +217,33 @@ void bind_moe(nb::module_& m) {
           bp = in_ptr<uint16_t>(*bias, "bias", {1});
           check_shape(*bias, "bias", {w.o});
         }
-        check_shape(out, "out", {t, w.o});
-        auto* op = out_ptr<uint16_t>(out, "out", {2});
-        GilRelease release(double(t) * double(w.o) * double(w.i));
-        moe::linear(xp, t, k, w, bp, threads, op);
+        Output<uint16_t> y = output<uint16_t>(out, "out", {t, w.o}, "x");
+        {
+          GilRelease release(double(t) * double(w.o) * double(w.i));
+          moe::linear(xp, t, k, w, bp, threads, y.data);
+        }
+        return std::move(y.array);
       },
-      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"), nb::arg("out"));
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"),
+      nb::arg("out").none());
 
   m.def(
       "moe_fused_moe",
       [](const InArray& x, const PackedWeights& packed13, const PackedWeights& packed2,
-         const InArray& topk_weights, const InArray& topk_ids, const std::string& activation,
+         const InArray& topk_weights, const InArray& topk_ids, bool int64_ids,
+         const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
-         int threads, const OutArray& out) {
+         int threads, const std::optional<OutArray>& out) {
         const PackedExperts& w13 = experts(packed13, "w13");
         const PackedExperts& w2 = experts(packed2, "w2");
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
-        // int32 ids, or int64 (torch.topk's; cpukern.torch passes them unconverted): moe::fused_moe
-        // range-checks them before narrowing.
+        // int32 ids, or with int64_ids also int64 (torch.topk's; cpukern.torch passes them
+        // unconverted): moe::fused_moe range-checks them before narrowing.
         const nb::dlpack::dtype id_type = topk_ids.dtype();
-        const bool wide_ids = id_type.code == uint8_t(nb::dlpack::dtype_code::Int) && id_type.bits == 64;
+        const bool wide_ids = int64_ids && id_type.code == uint8_t(nb::dlpack::dtype_code::Int) &&
+                              id_type.bits == 64;
         const int32_t* tip = wide_ids ? nullptr : in_ptr<int32_t>(topk_ids, "topk_ids", {2});
         const int64_t* tip64 = wide_ids ? in_ptr<int64_t>(topk_ids, "topk_ids", {2}) : nullptr;
         // topk is topk_ids' second extent: its range (moe::fused_moe's rule) is named after it.
@@ -243,19 +262,22 @@ void bind_moe(nb::module_& m) {
           b2 = in_ptr<uint16_t>(*w2_bias, "w2_bias", {2});
           check_shape(*w2_bias, "w2_bias", {w2.e, w2.o});
         }
-        check_shape(out, "out", {t, h});
-        auto* op = out_ptr<uint16_t>(out, "out", {2});
         const moe::Activation act = moe::parse_activation(activation);
-        GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
-        if (wide_ids)
-          moe::fused_moe_int64_ids(xp, t, h, w13, w2, twp, tip64, topk, act, b13, b2, skip_weighted,
-                                   threads, op);
-        else
-          moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads, op);
+        Output<uint16_t> y = output<uint16_t>(out, "out", {t, h}, "x");
+        {
+          GilRelease release(double(t) * double(topk) * 3.0 * double(w2.o) * double(w2.i));
+          if (wide_ids)
+            moe::fused_moe_int64_ids(xp, t, h, w13, w2, twp, tip64, topk, act, b13, b2,
+                                     skip_weighted, threads, y.data);
+          else
+            moe::fused_moe(xp, t, h, w13, w2, twp, tip, topk, act, b13, b2, skip_weighted, threads,
+                           y.data);
+        }
+        return std::move(y.array);
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
-      nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
-      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out"));
+      nb::arg("int64_ids"), nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
+      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

@@ -32,8 +32,9 @@ inline std::shared_ptr<const void> keep_alive(const InArray& a) {
 
 // A uint8 output buffer of exactly `size` bytes, 64-byte aligned; throws naming `arg`.
 inline unsigned char* out_bytes(const OutArray& a, const char* arg, int64_t size) {
-  auto* p = out_ptr<uint8_t>(a, arg, {1});
+  check_layout<uint8_t>(a, arg);
   check_shape(a, arg, {size});
+  auto* p = static_cast<unsigned char*>(a.data());
   check_arg(reinterpret_cast<uintptr_t>(p) % 64 == 0, arg, "must start on a 64-byte boundary");
   return p;
 }

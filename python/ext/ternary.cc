@@ -3,6 +3,8 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
+#include <vector>
+
 #include "kernels/ternary/ternary.h"
 #include "python/ext/arrays.h"
 #include "python/ext/gil.h"
@@ -23,36 +25,42 @@ const PreparedWeights& ternary_weights(const PackedWeights& w) {
 void bind_ternary(nb::module_& m) {
   m.def("ternary_variants", [] { return variants_to_list(ternary::list_variants()); });
 
-  m.def("ternary_pack", [](const InArray& w, const OutArray& out) {
+  // pack, unpack and quantize return new numpy arrays, allocated once the inputs are checked.
+  m.def("ternary_pack", [](const InArray& w) {
     const auto* wp = in_ptr<int8_t>(w, "w", {2});
     const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
-    check_shape(out, "out", {rows, ternary::words_for(k)});
-    auto* op = out_ptr<uint32_t>(out, "out", {2});
-    GilRelease release;
-    ternary::pack(wp, rows, k, op);
-  });
+    Output<uint32_t> out = output<uint32_t>(std::nullopt, "out", {rows, ternary::words_for(k)}, "w");
+    {
+      GilRelease release;
+      ternary::pack(wp, rows, k, out.data);
+    }
+    return std::move(out.array);
+  }, nb::arg("w"));
 
-  m.def("ternary_unpack", [](const InArray& packed, int64_t k, const OutArray& out) {
+  m.def("ternary_unpack", [](const InArray& packed, int64_t k) {
     check_extent(k, "k", 0);
     const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
     const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
-    check_shape(out, "out", {rows, k});
-    auto* op = out_ptr<int8_t>(out, "out", {2});
-    GilRelease release;
-    ternary::unpack(pp, rows, words, k, op);
-  });
+    Output<int8_t> out = output<int8_t>(std::nullopt, "out", {rows, k}, "k");
+    {
+      GilRelease release;
+      ternary::unpack(pp, rows, words, k, out.data);
+    }
+    return std::move(out.array);
+  }, nb::arg("packed"), nb::arg("k"));
 
-  m.def("ternary_quantize",
-        [](const InArray& w, bool per_tensor, const OutArray& packed, const OutArray& scale) {
-          const auto* wp = in_ptr<float>(w, "w", {2});
-          const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
-          check_shape(packed, "packed", {rows, ternary::words_for(k)});
-          check_shape(scale, "scale", {rows});
-          auto* pp = out_ptr<uint32_t>(packed, "packed", {2});
-          auto* sp = out_ptr<float>(scale, "scale", {1});
-          GilRelease release;
-          ternary::quantize(wp, rows, k, per_tensor, pp, sp);
-        });
+  // Returns (packed uint32 (rows, words), scale float32 (rows,)).
+  m.def("ternary_quantize", [](const InArray& w, bool per_tensor) {
+    const auto* wp = in_ptr<float>(w, "w", {2});
+    const int64_t rows = int64_t(w.shape(0)), k = int64_t(w.shape(1));
+    Output<uint32_t> packed = output<uint32_t>(std::nullopt, "packed", {rows, ternary::words_for(k)}, "w");
+    Output<float> scale = output<float>(std::nullopt, "scale", {rows}, "w");
+    {
+      GilRelease release;
+      ternary::quantize(wp, rows, k, per_tensor, packed.data, scale.data);
+    }
+    return nb::make_tuple(std::move(packed.array), std::move(scale.array));
+  }, nb::arg("w"), nb::arg("per_tensor"));
 
   m.def(
       "ternary_prepare",
@@ -62,12 +70,18 @@ void bind_ternary(nb::module_& m) {
         const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
         const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
         const float* sp = nullptr;
+        std::vector<float> broadcast;  // a scale of one value for every row
         if (scale && group_size > 0) {
           sp = in_ptr<float>(*scale, "scale", {2});
           check_shape(*scale, "scale", {rows, ternary::groups_for(k, group_size)});
         } else if (scale) {
           sp = in_ptr<float>(*scale, "scale", {1});
-          check_shape(*scale, "scale", {rows});
+          if (scale->shape(0) == 1 && rows != 1) {
+            broadcast.assign(size_t(rows), sp[0]);
+            sp = broadcast.data();
+          } else {
+            check_shape(*scale, "scale", {rows});
+          }
         }
         GilRelease release;
         return std::shared_ptr<const PackedWeights>(
@@ -79,31 +93,30 @@ void bind_ternary(nb::module_& m) {
   m.def(
       "ternary_gemv",
       [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
-         const std::string& act, int threads, const OutArray& out) {
+         const std::string& act, int threads, const std::optional<OutArray>& out) {
         const PreparedWeights& w = ternary_weights(packed);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         ternary::check_x_columns(w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
-        if (x.ndim() == 1)
-          check_shape(out, "out", {w.m});
-        else
-          check_shape(out, "out", {batch, w.m});
-        auto* yp = out_ptr<float>(out, "out", {1, 2});
         const float* sp = scale ? in_ptr<float>(*scale, "scale", {0, 1}) : nullptr;
         const int64_t scale_len = scale ? int64_t(scale->size()) : 0;  // checked by gemv
         const ternary::Act a = ternary::parse_act(act);
-        GilRelease release(double(batch) * double(w.m) * double(w.k));
-        ternary::gemv(w, xp, batch, sp, scale_len, a, threads, yp);
+        Output<float> y = output<float>(out, "out", rows_by(x, w.m), "x");
+        {
+          GilRelease release(double(batch) * double(w.m) * double(w.k));
+          ternary::gemv(w, xp, batch, sp, scale_len, a, threads, y.data);
+        }
+        return std::move(y.array);
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
-      nb::arg("threads"), nb::arg("out"));
+      nb::arg("threads"), nb::arg("out").none());
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
   // header is validated per call (O(1)); no object outlives the call, nothing is cached.
   m.def(
       "ternary_gemv_buffer",
       [](const InArray& buf, int64_t m_expected, const InArray& x, const std::string& act,
-         int threads, const OutArray& out) {
+         int threads, const std::optional<OutArray>& out) {
         const auto [p, size] = buffer_bytes(buf, "prepared");
         const ternary::Act a = ternary::parse_act(act);
         ternary::ImportOptions o;
@@ -118,16 +131,15 @@ void bind_ternary(nb::module_& m) {
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         ternary::check_x_columns(*w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
-        if (x.ndim() == 1)
-          check_shape(out, "out", {w->m});
-        else
-          check_shape(out, "out", {batch, w->m});
-        auto* yp = out_ptr<float>(out, "out", {1, 2});
-        GilRelease release(double(batch) * double(w->m) * double(w->k));
-        ternary::gemv(*w, xp, batch, nullptr, 0, a, threads, yp);
+        Output<float> y = output<float>(out, "out", rows_by(x, w->m), "x");
+        {
+          GilRelease release(double(batch) * double(w->m) * double(w->k));
+          ternary::gemv(*w, xp, batch, nullptr, 0, a, threads, y.data);
+        }
+        return std::move(y.array);
       },
       nb::arg("prepared"), nb::arg("m"), nb::arg("x"), nb::arg("act"), nb::arg("threads"),
-      nb::arg("out"));
+      nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

@@ -15,24 +15,32 @@ using widely_linear::PreparedLayer;
 
 namespace {
 
-// planes (S, 4, n, words); scales (S, 4) or (S, 4, n).
+// planes (S, 4, n, words), or (4, n, words) for one stage; scales (S, 4) or (S, 4, n), without
+// the stage axis when planes have none ((4,) or (4, n)).
 struct PlaneShape {
   int64_t stages, n, words;
   bool per_row;
 };
 
 PlaneShape plane_shape(const InArray& planes, const InArray& scales) {
-  check<uint32_t>(planes, "planes", {4});
-  check<float>(scales, "scales", {2, 3});
-  if (planes.shape(1) != 4)
+  check<uint32_t>(planes, "planes", {3, 4});
+  const bool staged = planes.ndim() == 4;
+  if (staged)
+    check<float>(scales, "scales", {2, 3});
+  else
+    check<float>(scales, "scales", {1, 2, 3});
+  const size_t d = staged ? 1 : 0;  // the axis of the 4 planes
+  if (planes.shape(d) != 4)
     throw_arg("planes", "expected shape (stages, 4, n, words) with the planes U_re, U_im, W_re, W_im, got " +
                             describe_array(planes));
-  PlaneShape s{int64_t(planes.shape(0)), int64_t(planes.shape(2)), int64_t(planes.shape(3)),
-               scales.ndim() == 3};
-  if (s.per_row)
-    check_shape(scales, "scales", {s.stages, 4, s.n});
-  else
-    check_shape(scales, "scales", {s.stages, 4});
+  const bool scales_staged = staged || scales.ndim() == 3;
+  PlaneShape s{staged ? int64_t(planes.shape(0)) : 1, int64_t(planes.shape(d + 1)),
+               int64_t(planes.shape(d + 2)), scales.ndim() == (scales_staged ? 3u : 2u)};
+  std::vector<int64_t> want;
+  if (scales_staged) want.push_back(s.stages);
+  want.push_back(4);
+  if (s.per_row) want.push_back(s.n);
+  check_shape(scales, "scales", want);
   return s;
 }
 
@@ -42,7 +50,8 @@ void bind_widely_linear(nb::module_& m) {
   // The layer straight from a serialised buffer (the torch op): header validated per call.
   m.def(
       "widely_linear_run_buffer",
-      [](const InArray& buf, int64_t rows, const InArray& x, int threads, const OutArray& out) {
+      [](const InArray& buf, int64_t rows, const InArray& x, int threads,
+         const std::optional<OutArray>& out) {
         const auto [p, size] = buffer_bytes(buf, "prepared");
         widely_linear::ImportOptions o;
         o.arg = "prepared";
@@ -54,16 +63,16 @@ void bind_widely_linear(nb::module_& m) {
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         widely_linear::check_x_columns(*layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
-        if (x.ndim() == 1)
-          check_shape(out, "out", {2 * layer->n});
-        else
-          check_shape(out, "out", {batch, 2 * layer->n});
-        auto* yp = out_ptr<float>(out, "out", {1, 2});
-        GilRelease release(double(batch) * double(layer->stages) * 8.0 * double(layer->n) *
-                           double(layer->m));
-        widely_linear::run(*layer, xp, batch, true, threads, yp);
+        Output<float> y = output<float>(out, "out", rows_by(x, 2 * layer->n), "x");
+        {
+          GilRelease release(double(batch) * double(layer->stages) * 8.0 * double(layer->n) *
+                             double(layer->m));
+          widely_linear::run(*layer, xp, batch, true, threads, y.data);
+        }
+        return std::move(y.array);
       },
-      nb::arg("prepared"), nb::arg("rows"), nb::arg("x"), nb::arg("threads"), nb::arg("out"));
+      nb::arg("prepared"), nb::arg("rows"), nb::arg("x"), nb::arg("threads"),
+      nb::arg("out").none());
 
   m.def("widely_linear_variants", [] { return variants_to_list(widely_linear::list_variants()); });
 
@@ -122,21 +131,20 @@ void bind_widely_linear(nb::module_& m) {
         });
 
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
-                                int threads, const OutArray& out) {
+                                int threads, const std::optional<OutArray>& out) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
         packed, "planes", "WidelyLinearWeights from cpukern.widely_linear.prepare");
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
-    if (x.ndim() == 1)
-      check_shape(out, "out", {2 * layer.n});
-    else
-      check_shape(out, "out", {batch, 2 * layer.n});
-    auto* yp = out_ptr<float>(out, "out", {1, 2});
-    GilRelease release(double(batch) * double(layer.stages) * 8.0 * double(layer.n) *
-                       double(layer.m));
-    widely_linear::run(layer, xp, batch, fused, threads, yp);
-  });
+    Output<float> y = output<float>(out, "out", rows_by(x, 2 * layer.n), "x");
+    {
+      GilRelease release(double(batch) * double(layer.stages) * 8.0 * double(layer.n) *
+                         double(layer.m));
+      widely_linear::run(layer, xp, batch, fused, threads, y.data);
+    }
+    return std::move(y.array);
+  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("threads"), nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

@@ -1,17 +1,18 @@
-"""The library-wide API: CPU info, kernel listing, selection and forcing by name, and the
-environment variables read at import (CPUKERN_ISA, CPUKERN_HUGEPAGES, CPUKERN_SPIN_US)."""
+"""The library-wide API: CPU info, kernel listing and selection, the thread count, their bad
+input, and the environment variables read at import (CPUKERN_ISA, CPUKERN_HUGEPAGES,
+CPUKERN_SPIN_US). Forcing a variant by name (isa=) and threads= per call: test_arguments.py."""
 
 import os
 import subprocess
 import sys
-import textwrap
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import cpukern
-from variants import UNDER_QEMU
+from bad_input_table import case_ids, check_bad_input
+from contract import needs_subprocess, run_python
 
 OPS = ("ternary_gemv", "widely_linear", "fused_moe")
 
@@ -54,29 +55,6 @@ def test_arm_dispatch_follows_bf16():
     f = info["features"]
     assert selected == ("neon_bf16_bfmmla" if "bf16" in f and "i8mm" in f else
                         "neon_dotprod" if "dotprod" in f else "neon")
-
-
-def test_forcing_an_unknown_isa_names_the_argument():
-    w = cpukern.ternary.pack(np.ones((2, 16), np.int8))
-    with pytest.raises(ValueError, match=r"isa: unknown variant 'avx9000'"):
-        cpukern.ternary.prepare(w, 16, isa="avx9000")
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
-    unsupported = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
-    if not unsupported:
-        pytest.skip(f"this CPU runs every {op} variant")
-    name = unsupported[0]
-    with pytest.raises(ValueError, match=f"isa: variant '{name}'.*lacks"):
-        if op == "ternary_gemv":
-            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16, isa=name)
-        elif op == "widely_linear":
-            planes, scales = cpukern.widely_linear.quantize(np.ones((2, 2), np.float32), 1)
-            cpukern.widely_linear.prepare(planes, scales, 1, isa=name)
-        else:
-            import ml_dtypes
-            cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
 
 
 def test_environment_variable_forces_the_default():
@@ -123,28 +101,6 @@ def test_set_num_threads():
     assert cpukern.get_num_threads() == cpukern.cpu_info()["num_cores"] or old >= 1
 
 
-def _every_op_call():
-    """One small call per op with a threads= argument: name -> f(threads)."""
-    from cpukern import moe, ternary, widely_linear
-
-    rng = np.random.default_rng(1)
-    w = ternary.pack(rng.integers(-1, 2, size=(8, 40)).astype(np.int8))
-    x = rng.standard_normal(40).astype(np.float32)
-    planes, scales = widely_linear.quantize(rng.standard_normal((8, 64)).astype(np.float32), 2)
-    layer = widely_linear.prepare(planes, scales, 32)
-    xw = rng.standard_normal(64).astype(np.float32)
-    bf = ml_dtypes.bfloat16
-    p13 = moe.prepare(rng.standard_normal((4, 16, 16)).astype(bf))
-    p2 = moe.prepare(rng.standard_normal((4, 16, 8)).astype(bf))
-    xb = rng.standard_normal((3, 16)).astype(bf)
-    tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
-    return {
-        "ternary_gemv": lambda t: ternary.gemv(w, x, threads=t),
-        "widely_linear": lambda t: widely_linear.apply(layer, xw, threads=t),
-        "fused_moe": lambda t: moe.fused_moe(xb, p13, p2, tw, ids, threads=t),
-    }
-
-
 def test_limits_come_from_the_extension():
     lim = cpukern._ext.limits
     assert lim == {"max_elements": 2**46, "max_threads": 4096, "max_pool_threads": 256}
@@ -152,23 +108,20 @@ def test_limits_come_from_the_extension():
         lim["max_elements"], lim["max_threads"], lim["max_pool_threads"])
 
 
-@pytest.mark.parametrize("op", ["ternary_gemv", "widely_linear", "fused_moe"])
-def test_one_thread_semantics_for_every_op(op):
-    """0 or None = the default, 1..MAX_THREADS explicit, anything else a ValueError from C++
-    (limits::resolve_threads) naming threads; a non-integer is a TypeError."""
-    call = _every_op_call()[op]
-    want = np.asarray(call(None)).view(np.uint8)
-    for ok in (0, 1, 3, cpukern.MAX_THREADS, np.int32(2)):
-        assert np.array_equal(np.asarray(call(ok)).view(np.uint8), want), ok
-    limit = cpukern.MAX_THREADS
-    for bad in (-1, limit + 1, 1 << 16, 2**31 - 1):
-        with pytest.raises(ValueError, match=rf"^threads: expected 0 \(the default\) or 1\.\.{limit}, got {bad}$"):
-            call(bad)
-    with pytest.raises(ValueError, match="^threads: "):
-        call(2**40)
-    for bad in (1.5, True, "2"):
-        with pytest.raises(TypeError, match="^threads: "):
-            call(bad)
+BAD_INPUT = [
+    # cpukern.kernels / set_num_threads
+    ("kernels/unknown_op", ValueError, "op", lambda c: cpukern.kernels("conv2d")),
+    ("kernels/op_type", TypeError, "op", lambda c: cpukern.kernels(["ternary_gemv"])),
+    ("set_num_threads/negative", ValueError, "n", lambda c: cpukern.set_num_threads(-1)),
+    ("set_num_threads/huge", ValueError, "n", lambda c: cpukern.set_num_threads(2**40)),
+    ("set_num_threads/type", TypeError, "n", lambda c: cpukern.set_num_threads("4")),
+    ("set_num_threads/float", TypeError, "n", lambda c: cpukern.set_num_threads(2.0)),
+]
+
+
+@pytest.mark.parametrize("case_id", case_ids(BAD_INPUT))
+def test_bad_input(case_id):
+    check_bad_input(__name__, case_id)
 
 
 def test_set_num_threads_limits():
@@ -185,22 +138,14 @@ def test_set_num_threads_limits():
 
 # --- environment variables read at import ------------------------------------------------------
 
-needs_subprocess = pytest.mark.skipif(
-    UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
-
-
-def _run(code: str, timeout: float = 240, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
-
 
 @needs_subprocess
 def test_unknown_cpukern_isa_names_warn_naming_the_known_ones():
-    out = _run("import cpukern, numpy as np; cpukern.ternary.pack(np.zeros((1, 1), np.int8))",
+    out = run_python("import cpukern, numpy as np; cpukern.ternary.pack(np.zeros((1, 1), np.int8))",
                env={"CPUKERN_ISA": "avx3,reference"})
     assert "CPUKERN_ISA" in out.stderr and "'avx3'" in out.stderr and "reference" in out.stderr, out.stderr
     assert "'reference'" not in out.stderr.split("known")[0], out.stderr
-    out = _run("import cpukern", env={"CPUKERN_ISA": "reference,fused_moe=reference"})
+    out = run_python("import cpukern", env={"CPUKERN_ISA": "reference,fused_moe=reference"})
     assert "CPUKERN_ISA" not in out.stderr, out.stderr
 
 
@@ -215,14 +160,14 @@ def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_th
         except ValueError as e:
             print("ERR", e)
     """
-    out = _run(code, env={"CPUKERN_ISA": "ternary_gemv=bogus"})
+    out = run_python(code, env={"CPUKERN_ISA": "ternary_gemv=bogus"})
     assert out.returncode == 0, out.stderr
     assert "'ternary_gemv=bogus' forces a variant ternary_gemv cannot use" in out.stderr, out.stderr
     assert "ERR isa: unknown variant 'bogus' for ternary_gemv" in out.stdout, out.stdout
     lacking = [v["name"] for v in cpukern.kernels("ternary_gemv") if not v["supported"]]
     if not lacking:
         pytest.skip("every ternary_gemv variant runs on this CPU: no unsupported one to force")
-    out = _run(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
+    out = run_python(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
     assert out.returncode == 0, out.stderr
     assert f"ERR isa: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
 

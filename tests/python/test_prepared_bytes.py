@@ -1,6 +1,7 @@
 """Prepared weights as bytes (to_bytes / from_buffer, state_dict tensors, pickling): buffers
 whose header was edited are refused, with or without verify; every weight format pickles and
-deep-copies to equal results."""
+deep-copies to equal results; buffers of another kind, and bad arguments of to_bytes /
+from_buffer / serialized_size, are refused naming the argument."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 import cpukern
+from bad_input_table import case_ids, check_bad_input
+from contract import small_ternary
 from cpukern import moe, ternary, widely_linear
 from variants import variant_params
 
@@ -81,3 +84,55 @@ def test_packed_experts_pickle_and_deepcopy(fmt):
     for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p), copy.copy(p)):
         assert isinstance(q, moe.PackedExperts) and q.format == fmt and q.shape == p.shape
         np.testing.assert_array_equal(moe.to_bytes(q), moe.to_bytes(p))
+
+
+# --- bad input: (id, exception, argument named, case); see bad_input_table.py ---------------------
+
+BAD_INPUT = [
+    # from_buffer: a buffer of another kind, or no prepared weights at all
+    ("moe_from_buffer/ternary_blob", ValueError, "buffer", lambda c: moe.from_buffer(ternary.to_bytes(c.TW))),
+    ("ternary_from_buffer/moe_blob", ValueError, "buffer", lambda c: ternary.from_buffer(moe.to_bytes(c.p2))),
+    ("ternary_from_buffer/not_a_blob", ValueError, "buffer",
+     lambda c: (lambda b: (b.fill(0), ternary.from_buffer(b)))(ternary.aligned_empty(512))),
+]
+
+
+@pytest.mark.parametrize("case_id", case_ids(BAD_INPUT))
+def test_bad_input(case_id):
+    check_bad_input(__name__, case_id)
+
+
+def one_line(e):
+    msg = str(e.value)
+    assert "\n" not in msg and "incompatible function arguments" not in msg, msg
+    return msg
+
+
+def test_argument_errors_are_one_line():
+    tw, _ = small_ternary()
+    ro = ternary.aligned_empty(ternary.serialized_size(tw))
+    ro.flags.writeable = False
+    with pytest.raises(TypeError) as e:
+        ternary.to_bytes(tw, out=ro)
+    assert one_line(e).startswith("out: expected a writeable array")
+    p = moe.prepare(RNG.standard_normal((2, 8, 32)).astype(BF16))
+    ro = ternary.aligned_empty(moe.serialized_size(p))
+    ro.flags.writeable = False
+    with pytest.raises(TypeError) as e:
+        moe.to_bytes(p, out=ro)
+    assert one_line(e).startswith("out: expected a writeable array")
+    with pytest.raises(TypeError) as e:
+        moe.serialized_size(np.zeros(4))
+    assert one_line(e).startswith("experts: expected PackedExperts")
+    with pytest.raises(TypeError) as e:
+        tw.to_bytes(int8="yes")
+    assert one_line(e).startswith("int8: expected a bool")
+    with pytest.raises(TypeError) as e:
+        ternary.from_buffer(ternary.to_bytes(tw), name=5)
+    assert one_line(e).startswith("name: expected a str")
+    with pytest.raises(TypeError) as e:
+        moe.from_buffer(moe.to_bytes(p), name=None)
+    assert one_line(e).startswith("name: expected a str")
+    with pytest.raises(ValueError) as e:
+        ternary.to_bytes(tw, out=ternary.aligned_empty(64))
+    assert one_line(e).startswith("out: expected shape")

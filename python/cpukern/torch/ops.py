@@ -82,6 +82,7 @@ def _u32(t: Tensor, name: str) -> Tensor:
 
 
 def _check_2d_or_1d(x: Tensor, name: str) -> None:
+    """Before K is read from x's last axis (the extension checks x itself)."""
     if x.dim() not in (1, 2):
         raise ValueError(f"{name}: expected 1 or 2 dimensions, got shape {tuple(x.shape)}")
 
@@ -210,7 +211,6 @@ def ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
     (prepare_ternary_tensor / cpukern.ternary.to_bytes: the scale is inside). out_features:
     M, which the tensor's header must hold (the fake kernel needs it). The header is validated
     on every call (O(1)); nothing is cached or prepared here."""
-    _check_2d_or_1d(x, "x")
     act = act_arg(act)  # the name: checked by the extension
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
     _ext.ternary_gemv_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"), act,
@@ -244,7 +244,6 @@ def _(prepared, x, out_features, act="fp32"):
 def widely_linear_prepared(prepared: Tensor, x: Tensor, out_features: int) -> Tensor:
     """y = U x + W conj(x) from a prepared uint8 layer (prepare_widely_linear_tensor);
     out_features = 2n, which its header must hold."""
-    _check_2d_or_1d(x, "x")
     y = x.new_empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
     _ext.widely_linear_run_buffer(native(prepared, "prepared"), int(out_features), native(x, "x"),
                                   _threads_or_zero(), native(y, "out"))

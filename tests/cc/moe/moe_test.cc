@@ -503,6 +503,35 @@ std::string error_of(F f) {
   return "<no InvalidArgument>";
 }
 
+// cpukern.moe.prepare and quantize check nothing of their own: these are their rules.
+TEST(MoeValidation, PrepareFormatAndQuantizeK) {
+  EXPECT_EQ(prepare_format("bf16", "fp32", false), WeightFormat::kBf16);
+  EXPECT_EQ(prepare_format("mxfp4", "fp32", true), WeightFormat::kMxfp4);
+  EXPECT_EQ(prepare_format("mxfp4", "int8", true), WeightFormat::kMxfp4A8);
+  EXPECT_EQ(prepare_format("int8", "fp32", true), WeightFormat::kInt8);
+  EXPECT_EQ(error_of([] { prepare_format("mxfp4_a8", "fp32", true); }),
+            "format: expected one of 'bf16', 'mxfp4', 'int8', got 'mxfp4_a8'");
+  EXPECT_EQ(error_of([] { prepare_format("mxfp4", "int4", true); }),
+            "act: expected 'fp32' or 'int8', got 'int4'");
+  EXPECT_EQ(error_of([] { prepare_format("bf16", "int8", false); }),
+            "act: expected 'fp32' with format='bf16' (int8 activations only with format='mxfp4'), "
+            "got 'int8'");
+  EXPECT_EQ(error_of([] { prepare_format("int8", "int8", true); }).rfind("act: ", 0), 0u);
+  EXPECT_EQ(error_of([] { prepare_format("int8", "fp32", false); }),
+            "scales: required with format='int8' (float32 (E, O))");
+  EXPECT_EQ(error_of([] { prepare_format("mxfp4", "int8", false); }),
+            "scales: required with format='mxfp4' (uint8 (E, O, I/32))");
+  EXPECT_EQ(error_of([] { prepare_format("bf16", "fp32", true); }),
+            "scales: only with format='mxfp4' or format='int8'");
+  check_quantize_k(WeightFormat::kInt8, 1, "");
+  check_quantize_k(WeightFormat::kMxfp4, 64, "");
+  EXPECT_EQ(error_of([] { check_quantize_k(WeightFormat::kInt8, 0, "w0"); }),
+            "w: expected (..., K) with K >= 1, got w0");
+  for (int64_t k : {0, 16, 33})
+    EXPECT_EQ(error_of([k] { check_quantize_k(WeightFormat::kMxfp4, k, "w0"); }),
+              "w: expected (..., K) with K a positive multiple of 32, got w0");
+}
+
 TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   EXPECT_EQ(parse_activation("swigluoai"), Activation::kSwigluOai);
   EXPECT_EQ(error_of([] { parse_activation("relu"); }).rfind("activation:", 0), 0u);
