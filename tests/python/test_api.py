@@ -14,7 +14,7 @@ import cpukern
 from bad_input_table import case_ids, check_bad_input
 from contract import needs_subprocess, run_python
 
-OPS = ("ternary_gemv", "widely_linear", "fused_moe")
+OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear")
 
 
 def test_cpu_info_reports_architecture_and_features():

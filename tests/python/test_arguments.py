@@ -19,14 +19,14 @@ from contract import BF16, RNG, needs_torch, small_ternary, torch
 from cpukern import moe, ternary
 from variants import UNDER_QEMU
 
-OPS = ("ternary_gemv", "widely_linear", "fused_moe")
+OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear")
 
 
 # --- threads= ----------------------------------------------------------------------------------
 
 def _every_op_call():
     """One small call per op with a threads= argument: name -> f(threads)."""
-    from cpukern import moe, ternary, widely_linear
+    from cpukern import linear, moe, ternary, widely_linear
 
     rng = np.random.default_rng(1)
     w = ternary.pack(rng.integers(-1, 2, size=(8, 40)).astype(np.int8))
@@ -39,10 +39,12 @@ def _every_op_call():
     p2 = moe.prepare(rng.standard_normal((4, 16, 8)).astype(bf))
     xb = rng.standard_normal((3, 16)).astype(bf)
     tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
+    lw = linear.prepare(rng.standard_normal((8, 16)).astype(bf))
     return {
         "ternary_gemv": lambda t: ternary.gemv(w, x, threads=t),
         "widely_linear": lambda t: widely_linear.apply(layer, xw, threads=t),
         "fused_moe": lambda t: moe.fused_moe(xb, p13, p2, tw, ids, threads=t),
+        "linear": lambda t: linear.linear(xb, lw, threads=t),
     }
 
 
@@ -85,6 +87,9 @@ def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
         elif op == "widely_linear":
             planes, scales = cpukern.widely_linear.quantize(np.ones((2, 2), np.float32), 1)
             cpukern.widely_linear.prepare(planes, scales, 1, isa=name)
+        elif op == "linear":
+            import ml_dtypes
+            cpukern.linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), isa=name)
         else:
             import ml_dtypes
             cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
@@ -92,7 +97,7 @@ def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
 
 _FORCE_CODE = r"""
 import sys, numpy as np, ml_dtypes, cpukern
-from cpukern import ternary, widely_linear, moe
+from cpukern import ternary, widely_linear, moe, linear
 op = sys.argv[1]
 names = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
 if not names:
@@ -103,6 +108,8 @@ try:
     elif op == "widely_linear":
         pl, sc = widely_linear.quantize(np.ones((2, 2), np.float32), 1)
         widely_linear.prepare(pl, sc, 1, isa=names[0])
+    elif op == "linear":
+        linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), isa=names[0])
     else:
         moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
 except ValueError as e:
