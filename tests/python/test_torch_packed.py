@@ -194,3 +194,18 @@ def test_old_names_still_work():
     mod, (x,) = _module("ternary")
     blob = ct.ops.prepare_ternary_tensor(mod.packed, 70, mod.scale)  # a plain blob, as before
     assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(blob, x, 40) + mod.bias, mod(x))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eager_forward_is_named_in_torch_profiler(kind):
+    """The eager forward skips the dispatcher (where the profiler records an op): under a
+    profiler it records the op's name itself, so per-op profiles still attribute the time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mod, args = _module(kind)
+    with torch.no_grad():
+        mod(*args)  # prepared outside the profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            mod(*args)
+    names = {e.key for e in prof.key_averages()}
+    assert any(n.startswith("cpukern::") and n.endswith("_prepared") for n in names), sorted(names)

@@ -90,7 +90,9 @@ inline void int8_tile(const uint8_t* a, int64_t lda, int64_t ks, const int8_t* w
 // row): 4 rows; 1 row streams 2 panels (8 chains with the sums), 2-4 rows 1.
 template <class V>
 struct Int8Tile : Int8TileDefaults {
-  static constexpr int kMR = V::kLanes == 16 ? 8 : 4, kNR = 16, kKR = 4, kNP = 4, kActW = 16;
+  // kActW: the register width (a 16-float vector in a 256-bit build is two registers and
+  // makes GCC warn about the AVX-512 ABI, -Wpsabi).
+  static constexpr int kMR = V::kLanes == 16 ? 8 : 4, kNR = 16, kKR = 4, kNP = 4, kActW = V::kLanes;
   using A = uint8_t;
   static int64_t a_stride(int64_t k) { return round_up(k, kKR); }
   static int64_t rows(int64_t rem) {

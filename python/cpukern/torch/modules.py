@@ -36,6 +36,7 @@ argument."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import torch
@@ -86,6 +87,14 @@ def _check_float(x: Tensor, name: str) -> None:
     if not isinstance(x, Tensor) or x.dtype not in _FLOATS:
         got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
         raise TypeError(f"{name}: expected a float32, float16, bfloat16 or float64 tensor, got {got}")
+
+
+
+def _profiled(name: str, impl: Callable, *args: Any, **kwargs: Any) -> Any:
+    """impl under torch.profiler.record_function(name): the eager path skips the dispatcher,
+    which is where a profiler would otherwise record the op."""
+    with torch.profiler.record_function(name):
+        return impl(*args, **kwargs)
 
 
 class _WeightFormatsKept(nn.Module):
@@ -287,7 +296,10 @@ class _PreparedBuffer(nn.Module):
         if torch.compiler.is_compiling():
             return op if getattr(self, "_ready", False) else None
         self._refresh(prepare=True)
-        return EAGER[op.default]
+        impl = EAGER[op.default]
+        if torch.autograd._profiler_enabled():  # the op's name in torch.profiler's events
+            return functools.partial(_profiled, op.default.name(), impl)
+        return impl
 
     def _adopt(self, name: str, t: PackedWeightsTensor) -> bool:
         """A blob new to this module, checked to fit it (ValueError naming `name`) and made
