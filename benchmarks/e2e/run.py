@@ -506,7 +506,7 @@ def main() -> None:
     ap.add_argument("--cpukern-steps", default="auto",
                     help="cpukern decode steps, one row per mode: compiled (a StaticCache and a "
                          "torch.compile'd step), eager (transformers' DynamicCache); auto: "
-                         "compiled for BitNet, eager for the MoE models (gpt-oss's sliding-window "
+                         "compiled for BitNet and Qwen3-MoE, eager for gpt-oss (its sliding-window "
                          "cache makes transformers' mask guard on the position: it recompiles "
                          "every step)")
     ap.add_argument("--cpukern-attention", default="cpukern",
@@ -571,7 +571,7 @@ def main() -> None:
         if args.stock_decode and args.stock_decode != DECODE:
             stock_name += f" ({args.stock_decode} decode tokens)"
         modes = (args.cpukern_steps.split(",") if args.cpukern_steps != "auto" else
-                 ["compiled" if key == "bitnet" else "eager"])
+                 ["eager" if key == "gpt-oss" else "compiled"])
         for t in threads:
             rows: dict[str, list] = {}
             fewer_layers = {stock_name} if stock_dir else set()  # rows on the stock checkpoint
