@@ -59,9 +59,6 @@ FORMATS = ("bf16", "mxfp4", "int8")
 # "float", fp32's former spelling, is accepted for one release.
 ACTS = ("fp32", "int8")
 
-# The extension's prepack entry per format (each checks and takes any format).
-_PREPACK_BINDINGS = {"bf16": "moe_prepack", "mxfp4": "moe_prepack_mxfp4", "int8": "moe_prepack_int8"}
-
 __all__ = ["route", "prepare", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
            "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
@@ -114,8 +111,7 @@ def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedE
     # format (shapes, values): checked by the extension and moe::prepack*.
     format = _str(format, "format")
     sc = None if scales is None else ext_array(scales, "scales")
-    prepack_binding = getattr(_ext, _PREPACK_BINDINGS.get(format, "moe_prepack"))
-    return prepack_binding(ext_array(w, "w"), sc, format, act_arg(act), isa)
+    return _ext.moe_prepack(ext_array(w, "w"), sc, format, act_arg(act), isa)
 
 
 # prepare's former name (ternary and widely_linear say prepare), kept for one release.

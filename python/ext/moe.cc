@@ -77,9 +77,8 @@ void bind_moe(nb::module_& m) {
   // prepack(w, scales, format, act, isa): prepare_format's rules first (format, act, scales
   // given or not), then the arrays of that format. bf16: w (E, O, I). MXFP4: w = blocks uint8
   // (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
-  // scales float32 (E, O). Bound once per format under its own name (cpukern.moe.prepare calls
-  // the one of its format), each taking any format.
-  const auto prepack = [](const InArray& w, std::optional<InArray> scales, const std::string& format,
+  // scales float32 (E, O).
+  m.def("moe_prepack", [](const InArray& w, std::optional<InArray> scales, const std::string& format,
                           const std::string& act, const std::string& isa) {
     const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
     std::shared_ptr<const PackedExperts> packed;
@@ -105,10 +104,7 @@ void bind_moe(nb::module_& m) {
       packed = moe::prepack_mxfp4(bp, sp, e, o, nb * moe::mxfp4::kBlock, isa, f);
     }
     return std::shared_ptr<const PackedWeights>(std::move(packed));
-  };
-  for (const char* name : {"moe_prepack", "moe_prepack_mxfp4", "moe_prepack_int8"})
-    m.def(name, prepack, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"),
-          nb::arg("isa"));
+  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"));
 
   // Weight quantisation of bf16 w (..., K): returns new numpy arrays, int8: (q int8 (..., K),
   // scales float32 (...)); mxfp4: (blocks uint8 (..., K/32, 16), scales uint8 (..., K/32)).

@@ -179,8 +179,7 @@ def test_forward_reuses_the_cached_prepared_object(kind, monkeypatch):
     mod, args = _module(kind)
     mod(*args)
     calls = []
-    for name in ("packed_from_buffer", "ternary_prepare", "widely_linear_prepare", "moe_prepack", "moe_prepack_mxfp4",
-                 "moe_prepack_int8"):
+    for name in ("packed_from_buffer", "ternary_prepare", "widely_linear_prepare", "moe_prepack"):
         orig = getattr(_ext, name)
         monkeypatch.setattr(_ext, name, lambda *a, _o=orig, _n=name, **k: calls.append(_n) or _o(*a, **k))
     for _ in range(3):
