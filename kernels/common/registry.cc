@@ -11,16 +11,18 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-std::string isa_override_from_env(const std::string& op, const std::vector<std::string>& names) {
+std::optional<std::string> isa_override_from_env(const std::string& op,
+                                                 const std::vector<std::string>& names) {
   const char* env = std::getenv("CPUKERN_ISA");
-  if (!env || !*env) return "";
+  if (!env || !*env) return std::nullopt;
   std::stringstream ss(env);
-  std::string entry, plain;
+  std::string entry;
+  std::optional<std::string> plain;
   while (std::getline(ss, entry, ',')) {
     const auto eq = entry.find('=');
     if (eq != std::string::npos) {
       if (entry.substr(0, eq) == op) return entry.substr(eq + 1);
-    } else if (plain.empty() && std::find(names.begin(), names.end(), entry) != names.end()) {
+    } else if (!plain && std::find(names.begin(), names.end(), entry) != names.end()) {
       plain = entry;
     }
   }

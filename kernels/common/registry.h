@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,10 +81,12 @@ struct VariantAlias {
   const char* name;
 };
 
-// The name CPUKERN_ISA forces for `op`, or "" when it forces nothing for it.
+// The name CPUKERN_ISA forces for `op`, or nullopt when it forces nothing for it.
 // CPUKERN_ISA is a comma-separated list of "name" (applies to every op that has a variant
-// of that name) or "op=name" (applies to that op only, and must exist there).
-std::string isa_override_from_env(const std::string& op, const std::vector<std::string>& names);
+// of that name) or "op=name" (applies to that op only, and must exist there: "op=" forces
+// the empty name, which find() refuses, rather than being ignored).
+std::optional<std::string> isa_override_from_env(const std::string& op,
+                                                 const std::vector<std::string>& names);
 
 template <class Ukernel>
 class Registry {
@@ -180,8 +183,8 @@ class Registry {
 
  private:
   const Row& choose_default() const {
-    const std::string forced = isa_override_from_env(op_, names());
-    if (!forced.empty()) return find(forced);
+    const auto forced = isa_override_from_env(op_, names());
+    if (forced) return find(*forced);
     const Row* best = nullptr;
     for (const auto& v : variants_)
       if (v.supported() && (!best || v.priority > best->priority)) best = &v;

@@ -149,7 +149,9 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
 }
 
 bool PreparedWeights::i8_ready() const {
-  return section(kI8Layout) != nullptr || i8_ptr_ != nullptr || i8_bytes_.load() > 0 || m == 0 || k == 0 ||
+  // i8_bytes_ (atomic, stored after the layout is packed), not i8_ptr_: another thread may be
+  // packing it now (serialisation racing the first int8 call).
+  return section(kI8Layout) != nullptr || i8_bytes_.load() > 0 || m == 0 || k == 0 ||
          std::strcmp(variant->ukernel.f32.layout, variant->ukernel.i8.layout) == 0;
 }
 

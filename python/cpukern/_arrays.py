@@ -42,6 +42,9 @@ def require_array(a: Any, name: str) -> Any:
     if is_torch(a) and hasattr(a, "device") and hasattr(a, "dtype"):
         if a.device.type != "cpu":
             raise TypeError(f"{name}: expected a CPU tensor, got one on {a.device}")
+        if getattr(a, "is_nested", False):  # no single shape: torch raises RuntimeError on .shape
+            raise ValueError(f"{name}: expected a tensor of one shape, got a nested (jagged) "
+                             f"tensor of {a.dim()} dimensions{_COPY_HINT}")
         if a.requires_grad:
             raise TypeError(f"{name}: expected a tensor that does not require grad (call .detach()), "
                             f"got {describe(a)}")
@@ -302,5 +305,9 @@ def float32_scale(scale: Any, name: str = "scale") -> Any:
     if scale is None:
         return None
     if isinstance(scale, (int, float, np.integer, np.floating)) and not isinstance(scale, (bool, np.bool_)):
-        return np.array([scale], dtype=np.float32)
+        try:
+            return np.array([scale], dtype=np.float32)
+        except OverflowError:  # an int past float64's range: no float32 rounds to it
+            raise ValueError(f"{name}: expected a real number within float's range, got an "
+                             f"integer of {int(scale).bit_length()} bits") from None
     return ext_array(scale, name)

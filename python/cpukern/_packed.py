@@ -10,12 +10,13 @@ cpukern.widely_linear.WidelyLinearWeights and cpukern.moe.PackedExperts are alia
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable, Optional
+import weakref
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (MAX_ELEMS, bool_arg, ext_array, ext_out, int_arg, isa_arg,
+from cpukern._arrays import (MAX_ELEMS, bool_arg, ext_array, ext_out, int_arg, is_torch, isa_arg,
                              method_of, name_arg, threads_arg)
 
 PackedWeights = _ext.PackedWeights
@@ -29,6 +30,29 @@ def check_op(weights: Any, ops: Optional[Iterable[str]], arg: str, expected: str
     got = (f"packed weights of op '{weights.op}'" if isinstance(weights, PackedWeights)
            else type(weights).__name__)
     raise TypeError(f"{arg}: expected {expected}, got {got}")
+
+
+# Data address -> weak reference to the numpy array cpukern allocated there for torch
+# (owned_tensor): packed weights view such memory without a copy.
+_OWNED: dict = {}
+
+
+def _owned_empty(nbytes: int) -> np.ndarray:
+    """aligned_empty(nbytes), registered as cpukern's own memory (owned_buffer finds it)."""
+    arr = aligned_empty(nbytes)
+    if arr.size:
+        addr = arr.ctypes.data
+        _OWNED[addr] = weakref.ref(arr, lambda r, a=addr: _OWNED.pop(a, None) if _OWNED.get(a) is r else None)
+    return arr
+
+
+def owned_tensor(nbytes: int) -> Any:
+    """A new 1-D uint8 torch tensor over memory cpukern owns (64-byte aligned): its storage is
+    not resizable (torch refuses resize_), and packed weights view it without a copy while
+    holding the memory itself, whatever torch later does to the tensor (set_, share_memory_)."""
+    import torch
+
+    return torch.from_numpy(_owned_empty(nbytes))
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
@@ -46,7 +70,8 @@ def _with_int8(weights: Any, int8: bool) -> bool:
 
 
 def serialized_size(weights: Any, *, int8: bool = False) -> int:
-    """Bytes of to_bytes(weights, int8=int8)."""
+    """Bytes of to_bytes(weights, int8=int8) (as the weights stand now: another thread's first
+    act="int8" call can add the int8 layout, and with it bytes, to a later to_bytes)."""
     check_op(weights, ("ternary", "widely_linear", "moe"), "weights", "PackedWeights")
     return int(_ext.packed_serialized_size(weights, _with_int8(weights, bool_arg(int8, "int8"))))
 
@@ -63,35 +88,117 @@ def to_bytes(weights: Any, *, int8: bool = False, threads: Optional[int] = None,
     act="int8" on the imported weights packs nothing; included anyway when already packed.
     out: None (a new numpy array) or a 1-D uint8 array / tensor of serialized_size(weights,
     int8=int8) bytes, 64-byte aligned (torch.empty(n, dtype=torch.uint8) is)."""
-    size = serialized_size(weights, int8=int8)
+    return serialize(weights, int8, threads, aligned_empty if out is None else (lambda n: out))
+
+
+def serialize(weights: Any, int8: Any, threads: Any, alloc: Callable[[int], Any]) -> Any:
+    """to_bytes into alloc(size): the size is taken once, so that another thread's first
+    act="int8" call (which adds the int8 layout) cannot change it between the size and the
+    export."""
+    check_op(weights, ("ternary", "widely_linear", "moe"), "weights", "PackedWeights")
+    with_int8 = _with_int8(weights, bool_arg(int8, "int8"))
     nthreads = threads_arg(threads)
-    if out is None:
-        out = aligned_empty(size)
+    out = alloc(int(_ext.packed_serialized_size(weights, with_int8)))
     # out='s dtype, size and alignment: checked by the extension
-    _ext.packed_serialize(weights, _with_int8(weights, bool(int8)), nthreads, ext_out(out))
+    _ext.packed_serialize(weights, with_int8, nthreads, ext_out(out))
     return out
 
 
+def to_owned_tensor(weights: Any, int8: Any = False, threads: Any = None) -> Any:
+    """to_bytes into a new owned_tensor (the blob cpukern's torch layer keeps)."""
+    import torch
+
+    return torch.from_numpy(serialize(weights, int8, threads, _owned_empty))
+
+
+def _torch_memory(buf: Any) -> Any:
+    """The torch tensor whose memory `buf` is (buf itself, or the tensor at the end of a numpy
+    array's base chain: tensor.numpy()), else None."""
+    while isinstance(buf, np.ndarray):
+        buf = buf.base
+    return buf if is_torch(buf) and hasattr(buf, "untyped_storage") else None
+
+
+def owned_buffer(buf: Any) -> Any:
+    """`buf` as a buffer packed weights may view for as long as they live. torch can free or
+    move a tensor's memory under any view of it (resize_ of the tensor or of its storage, set_,
+    share_memory_ of a storage not yet shared), so torch memory is viewed as it is only where
+    none of that can happen: a storage that is not resizable and already shared (a tensor
+    torch.multiprocessing handed over, or one share_memory_() moved), through a tensor object
+    of our own (set_ on the caller's tensor leaves it). Any other torch memory is copied once
+    into memory cpukern owns; numpy arrays over memory numpy owns are viewed as they are."""
+    t = _torch_memory(buf)
+    if t is None:
+        return buf
+    storage = t.untyped_storage()
+    if t is buf and not storage.resizable() and buf.is_shared():
+        return buf.detach()
+    if is_torch(buf):  # (not .numpy(): it would mark the caller's storage not resizable)
+        fits = (str(buf.dtype) == "torch.uint8" and buf.dim() == 1 and buf.is_contiguous()
+                and buf.data_ptr() % 64 == 0)
+        addr, size = buf.data_ptr(), buf.numel()
+    else:
+        fits = buf.dtype == np.uint8 and buf.ndim == 1 and buf.flags.c_contiguous and buf.ctypes.data % 64 == 0
+        addr, size = buf.ctypes.data, buf.size
+    if not fits:
+        return buf  # not a buffer the extension takes: it names what is wrong
+    if not storage.resizable():
+        # cpukern's own memory (owned_tensor): a view of the array, which holds that memory
+        start = storage.data_ptr()
+        ref = _OWNED.get(start)
+        owner = ref() if ref is not None else None
+        if owner is not None and owner.ctypes.data == start and 0 <= addr - start <= owner.size - size:
+            return owner[addr - start:addr - start + size]
+    copy = _owned_empty(size)
+    if is_torch(buf):
+        import torch
+
+        torch.from_numpy(copy).copy_(buf)
+    else:
+        copy[...] = buf
+    return copy
+
+
+def owned_tensor_of(blob: Any) -> Any:
+    """A 1-D uint8 torch tensor `blob` as one packed weights may view for as long as they live:
+    itself where owned_buffer views it, else a copy in owned_tensor memory."""
+    import torch
+
+    stable = owned_buffer(blob)
+    if isinstance(stable, np.ndarray) and stable.ctypes.data != blob.data_ptr():
+        return torch.from_numpy(stable)
+    return blob
+
+
 def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads: Any,
-                  name: Any) -> Any:
+                  name: Any, *, keep: bool = True) -> Any:
     """The weights of a buffer written by to_bytes whose header names one of `ops` (() = any
     op; the extension reads and checks the header); the arguments as the public from_buffer
-    functions take them."""
+    functions take them. keep=False: a view used within one call and dropped (no copy of
+    torch memory: nothing can resize it while the caller holds the GIL or the tensor)."""
     verify = bool_arg(verify, "verify")
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
     name = name_arg(name)
-    return _ext.packed_from_buffer(ext_array(buf, name), list(ops), verify, isa, nthreads, name)
+    arr = ext_array(buf, name)  # checks the kind of argument before any copy
+    if keep:
+        stable = owned_buffer(buf)
+        if stable is not buf:
+            arr = ext_array(stable, name)
+    return _ext.packed_from_buffer(arr, list(ops), verify, isa, nthreads, name)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
                 threads: Optional[int] = None, name: str = "buffer") -> Any:
     """Packed weights of any op from a buffer written by to_bytes (a 1-D uint8 numpy array or
-    torch tensor, 64-byte aligned), without copying: the result views `buf` and keeps it
-    alive. The header is validated against the buffer's size (O(1)); verify=True also checks
-    the checksum (one pass). A buffer for a variant this CPU cannot run (or not `isa`) is
-    prepared again where the op can unpack its layout (ternary; widely_linear's public
-    layout), else ValueError naming `buf` (MoE packings cannot be unpacked)."""
+    torch tensor, 64-byte aligned). A numpy array is viewed without copying (the result keeps
+    it alive); torch memory is viewed only where torch cannot free or move it (a non-resizable,
+    shared storage), else copied once (owned_buffer: torch can resize or re-home any other
+    storage under a view). The header is validated against the buffer's size (O(1));
+    verify=True also checks the checksum (one pass). A buffer for a variant this CPU cannot run
+    (or not `isa`) is prepared again where the op can unpack its layout (ternary;
+    widely_linear's public layout), else ValueError naming `buf` (MoE packings cannot be
+    unpacked)."""
     return import_buffer(buf, (), verify, isa, threads, name)
 
 

@@ -135,7 +135,9 @@ def serialized_size(experts: PackedExperts) -> int:
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
                 name: str = "buffer") -> PackedExperts:
-    """Packed experts viewing a buffer written by to_bytes (zero-copy; keeps it alive). The
+    """Packed experts viewing a buffer written by to_bytes (a numpy buffer zero-copy, kept
+    alive; torch memory as cpukern.PackedWeights.from_buffer says: copied once unless torch
+    cannot free or move it). The
     header is validated against the buffer's size (O(1)); verify=True also checks the payload
     checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
     MoE packings cannot be unpacked, prepare the experts again from their weights. Pickling,

@@ -198,7 +198,9 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
                 threads: Optional[int] = None, name: str = "buffer"
                 ) -> Union[TernaryWeights, WidelyLinearWeights]:
     """Prepared weights from a buffer written by to_bytes (a 1-D uint8 numpy array or torch
-    tensor, 64-byte aligned), without copying: the result views `buf` and keeps it alive.
+    tensor, 64-byte aligned): the result views a numpy `buf` without copying and keeps it
+    alive; torch memory is viewed only where torch cannot free or move it, else copied once
+    (cpukern.PackedWeights.from_buffer; docs/guarantees.md).
 
     The header is validated against the buffer's size on every import (O(1)): a truncated,
     corrupted or hostile buffer raises ValueError naming `buf`, never reads out of bounds.

@@ -12,7 +12,7 @@ import pytest
 
 import cpukern
 from bad_input_table import case_ids, check_bad_input
-from contract import needs_subprocess, run_python
+from contract import needs_subprocess, needs_torch, run_python, torch
 
 OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear")
 
@@ -124,6 +124,34 @@ def test_bad_input(case_id):
     check_bad_input(__name__, case_id)
 
 
+def _nested(*rows):
+    return torch.nested.nested_tensor([torch.as_tensor(r) for r in rows])
+
+
+# Every op's array argument given a nested (jagged) tensor, which has no single shape.
+_NESTED_CASES = {
+    "ternary.gemv/x": lambda: cpukern.ternary.gemv(
+        cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((4, 16), np.int8)), 16),
+        _nested(np.ones(16, np.float32), np.ones(8, np.float32))),
+    "ternary.pack/w": lambda: cpukern.ternary.pack(_nested(np.ones(16, np.int8), np.ones(3, np.int8))),
+    "widely_linear.apply/x": lambda: cpukern.widely_linear.apply(
+        cpukern.widely_linear.prepare(*cpukern.widely_linear.quantize(np.ones((4, 4), np.float32)), 2),
+        _nested(np.ones(4, np.float32), np.ones(2, np.float32))),
+    "linear.linear/x": lambda: cpukern.linear.linear(
+        _nested(np.ones(8, np.float32), np.ones(4, np.float32)).to(torch.bfloat16),
+        cpukern.linear.prepare(np.ones((4, 8), ml_dtypes.bfloat16))),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(_NESTED_CASES))
+def test_nested_tensors_are_a_value_error_naming_the_argument(case):
+    """A nested tensor has no single shape (its .shape raises RuntimeError): ValueError naming
+    the argument (issue 47, item 10), never torch's RuntimeError."""
+    with pytest.raises(ValueError, match=rf"^{case.split('/')[1]}: expected a tensor of one shape, got a nested"):
+        _NESTED_CASES[case]()
+
+
 def test_set_num_threads_limits():
     try:
         cpukern.set_num_threads(cpukern.MAX_THREADS)
@@ -170,6 +198,36 @@ def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_th
     out = run_python(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
     assert out.returncode == 0, out.stderr
     assert f"ERR isa: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
+
+
+# Every op's calls, each raising for a forced name it cannot use.
+_CALL_OF_OP = {
+    "ternary_gemv": "cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16)",
+    "widely_linear": "cpukern.widely_linear.prepare(*cpukern.widely_linear.quantize("
+                     "np.ones((4, 4), np.float32)), 2)",
+    "fused_moe": "cpukern.moe.prepare(np.ones((1, 4, 8), ml_dtypes.bfloat16))",
+    "linear": "cpukern.linear.prepare(np.ones((4, 8), ml_dtypes.bfloat16))",
+}
+
+
+@needs_subprocess
+@pytest.mark.parametrize("op", sorted(_CALL_OF_OP))
+@pytest.mark.parametrize("name", [""])
+def test_cpukern_isa_op_entry_naming_no_variant_warns_and_fails_that_ops_calls(op, name):
+    """"op=" (an empty name) is an unknown name like any other: a warning at import and a
+    ValueError from the op's calls, never ignored (issue 47, item 9)."""
+    code = f"""
+        import cpukern, numpy as np, ml_dtypes
+        assert not any(v["selected"] for v in cpukern.kernels({op!r}))
+        try:
+            {_CALL_OF_OP[op]}
+        except ValueError as e:
+            print("ERR", e)
+    """
+    out = run_python(code, env={"CPUKERN_ISA": f"{op}={name}"})
+    assert out.returncode == 0, out.stderr
+    assert f"CPUKERN_ISA: '{op}={name}' forces a variant {op} cannot use" in out.stderr, out.stderr
+    assert f"ERR isa: unknown variant '{name}' for {op}" in out.stdout, out.stdout
 
 
 @needs_subprocess

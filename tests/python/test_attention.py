@@ -5,6 +5,7 @@ against the same model on transformers' own attention: batches of prompts of dif
 (left padding), DynamicCache and StaticCache, eager and torch.compile'd steps."""
 
 import copy
+import re
 
 import pytest
 
@@ -17,16 +18,20 @@ from cpukern.torch import attention  # noqa: E402
 
 def reference(query, key, value, mask, scaling, sinks):
     """Attention of one query token, head by head in float64: query head h reads KV head
-    h // (Hq / Hkv); mask True / 0 = attend; a sink is one more logit with no value."""
+    h // (Hq / Hkv); mask (any shape that broadcasts to (B, Hq, 1, L)) True / 0 = attend; a sink
+    is one more logit with no value."""
     b, hq, _, d = query.shape
     groups = hq // key.shape[1]
+    length = key.shape[2]
+    if mask is not None:
+        mask = mask.broadcast_to(b, hq, 1, length)
     out = torch.empty(b, 1, hq, d, dtype=torch.float64)
     for i in range(b):
         for h in range(hq):
             k, v = key[i, h // groups].double(), value[i, h // groups].double()
             logits = (k @ query[i, h, 0].double()) * scaling
             if mask is not None:
-                m = mask[min(i, mask.shape[0] - 1), 0, -1]
+                m = mask[i, h, 0]
                 logits = logits.masked_fill(~m, float("-inf")) if m.dtype == torch.bool \
                     else logits + m.double()
             if sinks is not None:
@@ -81,17 +86,24 @@ def test_decode_attention_matches_torch_sdpa():
     torch.testing.assert_close(got, ref.transpose(1, 2), rtol=1e-5, atol=1e-6)
 
 
-def test_decode_attention_compiled():
-    """Under torch.compile (fullgraph) as in the compiled decode step: the eager numbers."""
+@pytest.mark.parametrize("case", ["sinks", "per_head_fully_masked"])
+def test_decode_attention_compiled(case):
+    """Under torch.compile (fullgraph) as in the compiled decode step: the eager numbers (a
+    padding mask with sinks; a per-head mask with one head's keys all masked out: 0 there)."""
     g = torch.Generator().manual_seed(3)
     q = torch.randn(1, 8, 1, 16, generator=g).bfloat16()
     k, v = (torch.randn(1, 2, 24, 16, generator=g).bfloat16() for _ in range(2))
     mask = torch.arange(24).reshape(1, 1, 1, 24) < 17
     sinks = torch.randn(8, generator=g).bfloat16()
+    if case == "per_head_fully_masked":
+        mask, sinks = mask.repeat(1, 8, 1, 1), None
+        mask[0, 3] = False
     fn = torch.compile(attention.decode_attention, fullgraph=True, dynamic=False)
     got = fn(q, k, v, mask, 0.25, sinks)
     ref = attention.decode_attention(q, k, v, mask, 0.25, sinks)
     torch.testing.assert_close(got.float(), ref.float(), rtol=2 ** -8, atol=2 ** -8)
+    if sinks is None:
+        assert torch.equal(got[0, 0, 3], torch.zeros(16, dtype=got.dtype))
 
 
 def test_decode_attention_bad_shapes():
@@ -101,6 +113,176 @@ def test_decode_attention_bad_shapes():
         attention.decode_attention(q, k, k, None, 1.0)  # 6 heads on 4 KV heads
     with pytest.raises(ValueError, match=r"^query, key, value: "):
         attention.decode_attention(torch.zeros(1, 4, 2, 8), k, k, None, 1.0)  # two tokens
+
+
+# ---------------------------------------------------------------- masks (torch SDPA's rules)
+
+B, L = 2, 9
+# every mask shape torch's SDPA takes for a (B, Hq, 1, L) score: what transformers passes
+# ((B or 1, 1, 1, L): DynamicCache and StaticCache alike, the mask as long as the keys),
+# per-head masks, leading dims left out, and one key column broadcast over every key
+MASK_SHAPES = {"b11l": lambda hq: (B, 1, 1, L), "111l": lambda hq: (1, 1, 1, L),
+               "bh1l": lambda hq: (B, hq, 1, L), "1h1l": lambda hq: (1, hq, 1, L),
+               "1l": lambda hq: (1, L), "11l": lambda hq: (1, 1, L),
+               "h1l": lambda hq: (hq, 1, L), "b111": lambda hq: (B, 1, 1, 1)}
+
+
+def _shaped_mask(shape, kind, full, g, dtype=torch.float32):
+    """A mask of that shape whose rows keep some keys, and with full, one row (the first of the
+    mask: one or every (batch, head) row of the score) keeps none. float: random additive
+    biases where kept, -inf where not."""
+    keep = torch.rand(shape, generator=g) > 0.4
+    keep[..., -1] = True
+    if full:
+        keep.view(-1, shape[-1])[0] = False
+    if kind == "bool":
+        return keep
+    bias = torch.randn(shape, generator=g) * 0.5
+    return torch.where(keep, bias, float("-inf")).to(dtype)
+
+
+def sdpa_reference(query, key, value, mask, scaling):
+    """torch's own SDPA in float64 (GQA on its grouped heads), in transformers' layout."""
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.double()
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.double(), key.double(), value.double(), attn_mask=mask, scale=scaling,
+        enable_gqa=True)
+    return out.transpose(1, 2)
+
+
+def _qkv(b, hq, hkv, length, d, dtype, g):
+    return (torch.randn(b, hq, 1, d, generator=g).to(dtype),
+            torch.randn(b, hkv, length, d, generator=g).to(dtype),
+            torch.randn(b, hkv, length, d, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (8, 2)], ids=["mha", "gqa2", "gqa4"])
+@pytest.mark.parametrize("shape", list(MASK_SHAPES))
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("full", [False, True], ids=["", "fully_masked"])
+@pytest.mark.parametrize("sinks", [False, True], ids=["", "sinks"])
+def test_decode_attention_masks_match_torch_sdpa(dtype, hq, hkv, shape, kind, full, sinks):
+    """Every mask SDPA takes, bool and additive float (float32 or the query's dtype), with a row
+    whose keys are all masked out: torch SDPA's numbers in float64 (0 for that row); with
+    sinks, the hand reference (that row's weight all on the sink: 0 too)."""
+    g = torch.Generator().manual_seed(hq * 100 + len(shape) + 7 * full)
+    d = 16
+    q, k, v = _qkv(B, hq, hkv, L, d, dtype, g)
+    mask = _shaped_mask(MASK_SHAPES[shape](hq), kind, full, g,
+                        torch.float32 if dtype == torch.float32 else dtype)
+    s = torch.randn(hq, generator=g).to(dtype) if sinks else None
+    got = attention.decode_attention(q, k, v, mask, d ** -0.5, s)
+    ref = reference(q, k, v, mask, d ** -0.5, s) if sinks else \
+        sdpa_reference(q, k, v, mask, d ** -0.5)
+    assert got.shape == (B, 1, hq, d) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -8
+    assert torch.allclose(got.double(), ref, rtol=tol, atol=tol), \
+        float((got.double() - ref).abs().max())
+    if full:  # exactly 0 where no key is left, as SDPA and the sink both give
+        dead = ~mask.broadcast_to(B, hq, 1, L).any(-1) if kind == "bool" else \
+            mask.broadcast_to(B, hq, 1, L).isinf().all(-1)
+        rows = got.transpose(1, 2)[dead]
+        assert rows.numel() and torch.equal(rows, torch.zeros_like(rows))
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2)], ids=["mha", "gqa4"])
+@pytest.mark.parametrize("sinks", [False, True], ids=["", "sinks"])
+def test_decode_attention_fully_masked_nan(hq, hkv, sinks):
+    """fully_masked="nan" (the eager rule): a plain softmax, NaN where no key is left, the
+    other rows untouched; with a sink, 0 as before."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = _qkv(B, hq, hkv, L, 16, torch.float32, g)
+    mask = _shaped_mask((B, hq, 1, L), "float", True, g)
+    s = torch.randn(hq, generator=g) if sinks else None
+    got = attention.decode_attention(q, k, v, mask, 0.25, s, fully_masked="nan")
+    zero = attention.decode_attention(q, k, v, mask, 0.25, s, fully_masked="zero")
+    assert bool(torch.isnan(got[0, 0, 0]).all()) == (not sinks)  # batch 0, head 0
+    torch.testing.assert_close(got[0, 0, 1:], zero[0, 0, 1:])
+    torch.testing.assert_close(got[1:], zero[1:])
+    if sinks:
+        torch.testing.assert_close(got, zero, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"^fully_masked: expected 'zero' or 'nan', got 'inf'"):
+        attention.decode_attention(q, k, v, mask, 0.25, s, fully_masked="inf")
+
+
+# masks SDPA refuses for q (2, 4, 1, 16), k (2, 2, 9, 16): (shape, dtype)
+REFUSED = {
+    "batch_rows_2d": ((B, L), torch.bool),  # (B, L): a 2-D padding mask, not a broadcast
+    "1d": ((L,), torch.bool),
+    "int64": ((B, 1, 1, L), torch.int64),  # 0/1 would be added as a bias
+    "int32": ((B, 1, 1, L), torch.int32),
+    "uint8": ((B, 1, 1, L), torch.uint8),
+    "longer": ((B, 1, 1, L + 3), torch.bool),  # neither stock function slices in transformers 5
+    "shorter": ((B, 1, 1, L - 1), torch.bool),
+    "per_kv_head": ((B, 2, 1, L), torch.bool),  # Hkv, not Hq
+    "two_queries": ((B, 1, 2, L), torch.bool),
+    "batch_3": ((3, 1, 1, L), torch.bool),
+    "5d": ((1, B, 1, 1, L), torch.bool),
+    "complex": ((B, 1, 1, L), torch.complex64),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_decode_attention_refuses_masks_sdpa_refuses(name):
+    shape, dtype = REFUSED[name]
+    g = torch.Generator().manual_seed(5)
+    q, k, v = _qkv(B, 4, 2, L, 16, torch.float32, g)
+    mask = torch.ones(shape, dtype=dtype)
+    with pytest.raises((RuntimeError, IndexError)):  # torch's SDPA refuses it too
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                         enable_gqa=True)
+    msg = (rf"^attention_mask: expected None or a bool or float tensor of 2 to 4 dims "
+           rf"broadcasting to \(B, Hq, 1, L\) = \(2, 4, 1, 9\), got shape "
+           rf"{re.escape(str(shape))}, dtype {re.escape(str(dtype))}$")
+    with pytest.raises(ValueError, match=msg):
+        attention.decode_attention(q, k, v, mask, 0.25)
+    with pytest.raises(ValueError, match=r"^attention_mask: .*, got list$"):
+        attention.decode_attention(q, k, v, [[True] * L] * B, 0.25)
+
+
+def _stock_module(kind):
+    """One attention layer of a tiny model: its module's eager_attention_forward is the stock
+    eager function (BitNet: plain softmax; gpt-oss: sinks)."""
+    torch.manual_seed(0)
+    if kind == "gpt_oss":
+        cfg = transformers.GptOssConfig(**_common(intermediate_size=32, num_local_experts=4,
+                                                  num_experts_per_tok=2))
+        module = transformers.models.gpt_oss.modeling_gpt_oss.GptOssAttention(cfg, 0)
+        with torch.no_grad():
+            module.sinks.normal_()
+    else:
+        cfg = transformers.BitNetConfig(**_common(intermediate_size=96))
+        module = transformers.models.bitnet.modeling_bitnet.BitNetAttention(cfg, 0)
+    return module.eval()
+
+
+@pytest.mark.parametrize("stock,kind,mask_kind", [
+    ("sdpa", "bitnet", "bool"), ("sdpa", "bitnet", "float"),
+    ("eager", "bitnet", "float"), ("eager", "gpt_oss", "float")])
+@pytest.mark.parametrize("shape", ["b11l", "bh1l", "1h1l", "1l", "h1l"])
+@pytest.mark.parametrize("full", [False, True], ids=["", "fully_masked"])
+def test_attention_function_matches_stock(stock, kind, mask_kind, shape, full):
+    """cpukern_sdpa / cpukern_eager at one token against the function each replaces, called the
+    same way: the same numbers, and the same 0 (SDPA, sinks) or NaN (eager) for a row with no
+    key left."""
+    module = _stock_module(kind)
+    hq, hkv = 4, 2  # _common's heads
+    g = torch.Generator().manual_seed(len(shape) + 10 * full)
+    q, k, v = _qkv(B, hq, hkv, L, 16, torch.float32, g)
+    mask = _shaped_mask(MASK_SHAPES[shape](hq), mask_kind, full, g)
+    kw = {"s_aux": module.sinks} if kind == "gpt_oss" else {}
+    if stock == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward as fn
+    else:
+        fn = attention._stock_eager(module)
+    with torch.no_grad():
+        ref, _ = fn(module, q, k, v, mask, scaling=0.25, **kw)
+        got, _ = attention._attention_function(stock)(module, q, k, v, mask, scaling=0.25, **kw)
+    if full:
+        assert bool(torch.isnan(ref).any()) == (stock == "eager" and kind == "bitnet")
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 # ---------------------------------------------------------------- whole models

@@ -129,6 +129,10 @@ BAD_INPUT = [
     ("gemv/scale_shape", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(3, np.float32))),
     ("gemv/scale_ndim", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones((4, 1), np.float32))),
     ("gemv/scale_dtype", TypeError, "scale", lambda c: ternary.gemv(c.TW, c.X, np.ones(4, np.float16))),
+    # A Python int past float64's range: no float32 scale rounds to it (was OverflowError).
+    ("gemv/scale_int_past_float", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, scale=10**400)),
+    ("gemv/scale_negative_int_past_float", ValueError, "scale", lambda c: ternary.gemv(c.TW, c.X, scale=-10**400)),
+    ("prepare/scale_int_past_float", ValueError, "scale", lambda c: ternary.prepare(c.P, 40, 10**400)),
     ("gemv/act", ValueError, "act", lambda c: ternary.gemv(c.TW, c.X, act="int4")),
     ("gemv/act_type", TypeError, "act", lambda c: ternary.gemv(c.TW, c.X, act=8)),
     ("gemv/int8_nan", ValueError, "x", lambda c: ternary.gemv(c.TW, np.full(40, np.nan, np.float32), act="int8",
@@ -181,6 +185,43 @@ def test_module_constructor_checks_its_arguments():
     with pytest.raises(ValueError, match="group_size"):
         TernaryLinear(16, 4, group_size=8)
     assert TernaryLinear(np.int64(16), 4).in_features == 16
+
+
+NOT_FLOAT = ["int8", "int16", "int32", "bool", "complex64"]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", NOT_FLOAT)
+@pytest.mark.parametrize("param", ["weight", "bias"])
+def test_from_linear_refuses_non_float_weights(param, dtype):
+    """from_linear quantises float weights: integer, bool and complex ones are refused, never
+    taken by value."""
+    from cpukern.torch import TernaryLinear
+
+    lin = torch.nn.Linear(32, 8)
+    t = torch.ones_like(getattr(lin, param)).to(getattr(torch, dtype))
+    setattr(lin, param, torch.nn.Parameter(t, requires_grad=False))
+    with pytest.raises(TypeError, match=rf"^linear\.{param}: expected a floating-point tensor, "
+                                        rf"got torch\.{dtype} tensor of shape \({t.shape[0]},"):
+        TernaryLinear.from_linear(lin)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", NOT_FLOAT)
+@pytest.mark.parametrize("key", ["w.scale", "w.bias"])
+def test_from_checkpoint_refuses_non_float_scales_and_biases(key, dtype):
+    from cpukern.io import Checkpoint
+    from cpukern.torch import TernaryLinear
+
+    w = np.random.default_rng(0).integers(-1, 2, (8, 32)).astype(np.int8)
+    tensors = {"w.weight": ternary.pack(w), "w.scale": np.ones(8, np.float32),
+               "w.bias": np.zeros(8, np.float32)}
+    ckpt = Checkpoint(tensors, {"k.w.weight": "32"})
+    TernaryLinear.from_checkpoint(ckpt, "w.weight", bias="w.bias")
+    ckpt[key] = np.ones(8, getattr(np, dtype if dtype != "bool" else "bool_"))
+    with pytest.raises(TypeError, match=rf"^ckpt\['{key}'\]: expected a floating-point tensor, "
+                                        rf"got {dtype} tensor of shape \(8,\)"):
+        TernaryLinear.from_checkpoint(ckpt, "w.weight", bias="w.bias")
 
 
 def test_unpack_refuses_nonzero_codes_past_k_as_prepare_does():

@@ -13,8 +13,11 @@ the stock one for every call except one query token (decode), which runs here: t
 grouped onto their KV head (no repeated copies), scores, softmax and the weighted sum in float32
 over the cache as transformers hands it (a StaticCache's whole length with its mask, a
 DynamicCache's valid length), attention sinks (gpt-oss) as an extra logit, the output in the
-query's dtype. The same Python runs eager and under torch.compile. Other implementations
-(flash, flex, paged) are left as they are; ``model.set_attn_implementation("sdpa")`` goes back.
+query's dtype. Masks follow torch SDPA's rules (bool or float, broadcasting to (B, Hq, 1, L),
+per-head masks too; any other mask is a ValueError); a row with every key masked out gives what
+the stock function gives (SDPA: 0; eager: NaN, or 0 with a sink). The same Python runs eager
+and under torch.compile. Other implementations (flash, flex, paged) are left as they are;
+``model.set_attn_implementation("sdpa")`` goes back.
 """
 
 from __future__ import annotations
@@ -33,24 +36,34 @@ IMPLEMENTATIONS = {"sdpa": "cpukern_sdpa", "eager": "cpukern_eager"}
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: Optional[torch.Tensor], scaling: float,
-                     sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     sinks: Optional[torch.Tensor] = None,
+                     fully_masked: str = "zero") -> torch.Tensor:
     """Attention of one query token: query (B, Hq, 1, D), key and value (B, Hkv, L, D) with Hq a
     multiple of Hkv (query head h reads KV head h // (Hq / Hkv), as transformers' repeat_kv);
-    attention_mask None (every key), bool (B or 1, 1, 1, L; True = attend) or additive float of
-    that shape; sinks None or (Hq,): one more logit per head that takes part in the softmax and
-    adds nothing to the output. Float32 inside; returns (B, 1, Hq, D) in query's dtype (the
-    layout transformers' attention functions return)."""
+    sinks None or (Hq,): one more logit per head that takes part in the softmax and adds nothing
+    to the output. Float32 inside; returns (B, 1, Hq, D) in query's dtype (the layout
+    transformers' attention functions return).
+
+    attention_mask: None (every key), bool (True = attend) or additive float, of 2 to 4 dims
+    that broadcast to (B, Hq, 1, L) as torch's SDPA broadcasts them: (B or 1, Hq or 1, 1, L or
+    1), leading dims of 1 may be left out (so (1, L) and (Hq, 1, L) are masks, (L,) and (B, L)
+    with B > 1 are not). Anything else (integer dtypes, other shapes) is a ValueError.
+    fully_masked: a row whose keys are all masked out (bool all False, float all -inf), without
+    a sink, gives "zero" (torch's SDPA) or "nan" (a plain softmax, as transformers' eager
+    attention); with a sink it gives 0 either way (the softmax's weight is all on the sink)."""
     b, hq, tokens, d = query.shape
     hkv, length = key.shape[1], key.shape[2]
     if tokens != 1 or hq % hkv or key.shape != value.shape or key.shape[::3] != query.shape[::3]:
         raise ValueError(f"query, key, value: expected (B, Hq, 1, D), (B, Hkv, L, D) twice with "
                          f"Hq a multiple of Hkv, got {tuple(query.shape)}, {tuple(key.shape)}, "
                          f"{tuple(value.shape)}")
+    if fully_masked not in ("zero", "nan"):
+        raise ValueError(f"fully_masked: expected 'zero' or 'nan', got {fully_masked!r}")
     groups = hq // hkv
     q = query.reshape(b, hkv, groups, d).float()
     scores = torch.matmul(q, key.float().transpose(-1, -2)) * scaling  # (B, Hkv, G, L)
     if attention_mask is not None:
-        mask = attention_mask[..., -1:, :length]  # (B or 1, 1, 1, L): broadcasts over (Hkv, G)
+        mask = _decode_mask(attention_mask, b, hq, hkv, length)  # broadcasts as (B, Hkv, G, L)
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
@@ -60,8 +73,28 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :length]
     else:
         probs = torch.softmax(scores, dim=-1)
+        if attention_mask is not None and fully_masked == "zero":
+            # SDPA's rule: a row with no key left attends to nothing (softmax alone gives NaN)
+            empty = scores.amax(dim=-1, keepdim=True) == float("-inf")
+            probs = probs.masked_fill(empty, 0.0)
     out = torch.matmul(probs, value.float())  # (B, Hkv, G, D)
     return out.reshape(b, 1, hq, d).to(query.dtype)
+
+
+def _decode_mask(mask: Any, b: int, hq: int, hkv: int, length: int) -> torch.Tensor:
+    """attention_mask checked against torch SDPA's rules for a (B, Hq, 1, L) score and viewed
+    as (B or 1, Hkv or 1, G or 1, L or 1): query head h = kv * G + g."""
+    shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else None
+    full = (1,) * (4 - len(shape)) + shape if shape is not None and 2 <= len(shape) <= 4 else None
+    if (full is None or not (mask.dtype == torch.bool or mask.dtype.is_floating_point)
+            or full[0] not in (1, b) or full[1] not in (1, hq) or full[2] != 1
+            or full[3] not in (1, length)):
+        got = f"shape {shape}, dtype {mask.dtype}" if shape is not None else type(mask).__name__
+        raise ValueError(f"attention_mask: expected None or a bool or float tensor of 2 to 4 dims "
+                         f"broadcasting to (B, Hq, 1, L) = ({b}, {hq}, 1, {length}), got {got}")
+    if full[1] == hq:  # per query head: split the head dim into (KV head, query in its group)
+        return mask.reshape(full[0], hkv, hq // hkv, full[3])
+    return mask.reshape(full[0], 1, 1, full[3])
 
 
 def _one_token(query: torch.Tensor, module: nn.Module, dropout: float, kwargs: dict) -> bool:
@@ -87,8 +120,10 @@ def _attention_function(stock: str) -> Callable:
                   scaling: Optional[float] = None, **kwargs: Any) -> tuple:
         if _one_token(query, module, dropout, kwargs):
             scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+            # each stock function's result for a row with every key masked out
             return decode_attention(query, key, value, attention_mask, scale,
-                                    kwargs.get("s_aux")), None
+                                    kwargs.get("s_aux"),
+                                    "zero" if stock == "sdpa" else "nan"), None
         if stock == "sdpa":
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
             fn = sdpa_attention_forward

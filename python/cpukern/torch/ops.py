@@ -18,6 +18,7 @@ from cpukern import ternary as _ternary
 from cpukern._arrays import native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
+from cpukern import _packed
 from cpukern.torch.packed import eager_impl, weights_of
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
@@ -150,9 +151,7 @@ def _(planes, scales, x, isa=""):
 def _to_tensor(weights: Any, int8: bool = False) -> Tensor:
     """The serialised form of prepared weights in a new uint8 tensor (torch's CPU allocator
     aligns it to 64 bytes)."""
-    out = torch.empty(_ternary.serialized_size(weights, int8=int8), dtype=torch.uint8)
-    _ternary.to_bytes(weights, int8=int8, threads=_threads(), out=out)
-    return out
+    return _packed.to_owned_tensor(weights, int8, _threads())
 
 
 def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa: str = "",
@@ -271,9 +270,7 @@ def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
     act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepack)."""
     packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales, act)
-    out = torch.empty(_moe.serialized_size(packed), dtype=torch.uint8)
-    _moe.to_bytes(packed, out=out)
-    return out
+    return _packed.to_owned_tensor(packed)
 
 
 _EXPERT_FORMATS = {torch.bfloat16: "bf16", torch.uint8: "mxfp4", torch.int8: "int8"}
@@ -308,8 +305,8 @@ def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, to
     """Fused MoE from packed experts held in uint8 tensors (prepare_experts_tensor /
     cpukern.moe.to_bytes; any weight format). Headers validated per call (O(1)); nothing is
     cached or packed here."""
-    p13 = weights_of(w13_prepared, "w13_prepared", _moe.from_buffer)
-    p2 = weights_of(w2_prepared, "w2_prepared", _moe.from_buffer)
+    p13 = weights_of(w13_prepared, "w13_prepared", ("moe",))
+    p2 = weights_of(w2_prepared, "w2_prepared", ("moe",))
     out = torch.empty_like(x)
     _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
                     skip_weighted, out)
@@ -412,7 +409,7 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
     """x bf16 (T, I) @ W.T + bias -> bf16 (T, out_features), W one matrix packed as one expert
     in a uint8 tensor (prepare_experts_tensor of W[None]; any weight format). The header is
     checked per call (O(1)) and must hold out_features outputs; nothing is packed here."""
-    w = weights_of(prepared, "prepared", _moe.from_buffer)
+    w = weights_of(prepared, "prepared", ("moe",))
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")

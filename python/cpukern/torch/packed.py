@@ -41,6 +41,11 @@ _aten = torch.ops.aten
 _ALIGN = 64  # from_buffer's alignment; torch's CPU allocator gives it to new tensors
 
 
+def _new_blob(nbytes: int) -> Tensor:
+    """A new blob tensor: memory cpukern owns, which torch cannot resize (_packed.owned_tensor)."""
+    return _packed.owned_tensor(nbytes)
+
+
 def _load(blob: Tensor, verify: bool, name: str, isa: Optional[str] = None) -> Any:
     """The prepared object viewing `blob` (cpukern.from_buffer: the op its header names)."""
     return _packed.from_buffer(blob, verify=verify, isa=isa, name=name)
@@ -82,7 +87,9 @@ class PackedWeightsTensor(Tensor):
             if blob.requires_grad or type(blob) is not Tensor:
                 blob = blob.detach()
             if not blob.is_contiguous() or blob.data_ptr() % _ALIGN:
-                blob = torch.empty(blob.numel(), dtype=torch.uint8).copy_(blob)
+                blob = _new_blob(blob.numel()).copy_(blob)
+            # memory torch cannot free under the cached view (else a copy: _packed.owned_buffer)
+            blob = _packed.owned_tensor_of(blob)
             if blob.numel() and weights is None and (verify or _shape is None):
                 try:
                     weights = _load(blob, verify, name)
@@ -121,8 +128,7 @@ class PackedWeightsTensor(Tensor):
     def from_weights(cls, weights: Any, *, int8: bool = False) -> "PackedWeightsTensor":
         """TernaryWeights / WidelyLinearWeights / PackedExperts serialised into a new blob
         (int8: with the ternary int8 layout too); the cached object views the blob."""
-        blob = torch.empty(_packed.serialized_size(weights, int8=int8), dtype=torch.uint8)
-        _packed.to_bytes(weights, int8=int8, out=blob)
+        blob = _packed.to_owned_tensor(weights, int8)
         return cls(blob, verify=False)
 
     def _alias(self, blob: Tensor, weights: Any, same_blob: bool) -> "PackedWeightsTensor":
@@ -173,6 +179,21 @@ class PackedWeightsTensor(Tensor):
                                    "run; prepare the weights again here")
         return w
 
+    def share_memory_(self) -> "PackedWeightsTensor":
+        """Moves the blob into shared memory (torch's own share_memory_ on it; what
+        ``module.share_memory()`` and torch.multiprocessing call); the prepared object is made
+        again over the shared bytes at next use (the old one stays valid while anyone holds
+        it). torch's Tensor.share_memory_ would reach the storage of this wrapper, which has
+        none."""
+        if self._blob.numel() and not self._blob.is_shared():
+            self._blob.share_memory_()
+            if self._runs_here and _is_eager(self._blob):
+                self._weights = None
+        return self
+
+    def is_shared(self) -> bool:
+        return bool(self._blob.numel()) and self._blob.is_shared()
+
     def numpy(self, *, force: bool = False) -> Any:
         """The blob as a numpy array (what cpukern.ternary.from_buffer / moe.from_buffer
         read), as ``prepared.numpy()`` gave when prepared weights were plain uint8 tensors."""
@@ -202,7 +223,7 @@ class PackedWeightsTensor(Tensor):
 
     def __deepcopy__(self, memo: dict) -> "PackedWeightsTensor":
         if id(self) not in memo:
-            memo[id(self)] = self._alias(self._blob.clone(), None, False)
+            memo[id(self)] = _clone(self)
         return memo[id(self)]
 
     @classmethod
@@ -234,7 +255,8 @@ def _detach(t: PackedWeightsTensor) -> PackedWeightsTensor:
 
 
 def _clone(t: PackedWeightsTensor, memory_format: Any = None) -> PackedWeightsTensor:
-    return t._alias(t._blob.clone(), None, False)
+    copy = _new_blob(t._blob.numel()).copy_(t._blob) if _is_eager(t._blob) else t._blob.clone()
+    return t._alias(copy, None, False)
 
 
 def _to_copy(t: PackedWeightsTensor, *, dtype: Any = None, layout: Any = None,
@@ -297,10 +319,10 @@ def _run_cpukern_op(func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
 
 
-def weights_of(t: Tensor, name: str, from_buffer: Optional[Callable] = None) -> Any:
+def weights_of(t: Tensor, name: str, ops: tuple = ()) -> Any:
     """The prepared object of `t`: its cached one for a PackedWeightsTensor, else made from
-    the plain uint8 blob now by `from_buffer` (default: by the op its header names; header
-    checked, O(1))."""
+    the plain uint8 blob now, for this call only (a view of it, no copy; header checked, O(1);
+    refused unless the header names one of `ops`, () = any op)."""
     if isinstance(t, PackedWeightsTensor):
         if not t.runs_here:
             raise ValueError(f"{name}: holds no prepared weights this CPU runs "
@@ -309,4 +331,4 @@ def weights_of(t: Tensor, name: str, from_buffer: Optional[Callable] = None) -> 
     if not isinstance(t, Tensor) or t.dtype != torch.uint8 or t.dim() != 1:
         raise TypeError(f"{name}: expected a PackedWeightsTensor or a 1-D uint8 tensor of prepared "
                         f"weights, got {t.dtype if isinstance(t, Tensor) else type(t).__name__}")
-    return from_buffer(t, name=name) if from_buffer else _load(t, False, name)
+    return _packed.import_buffer(t, ops, False, None, None, name, keep=False)

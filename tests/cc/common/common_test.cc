@@ -142,7 +142,11 @@ TEST(Registry, EnvironmentOverride) {
   setenv("CPUKERN_ISA", "fake_op=fast", 1);
   EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), "fast");
   setenv("CPUKERN_ISA", "avx9000", 1);
-  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), "");
+  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), std::nullopt);
+  // "op=" names the empty variant (refused by find), never "nothing forced".
+  setenv("CPUKERN_ISA", "fake_op=", 1);
+  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), std::string());
+  EXPECT_EQ(isa_override_from_env("other_op", {"reference"}), std::nullopt);
   unsetenv("CPUKERN_ISA");
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
@@ -98,6 +99,36 @@ TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
         EXPECT_EQ(run(*w, x, batch, Act::kInt8), run(*view, x, batch, Act::kInt8));
       }
     }
+}
+
+// Serialisation racing the first int8 call (which packs the int8 layout) on the same weights:
+// each export is one consistent snapshot (its size taken once, with or without the int8
+// layout), imports, and computes what the weights compute. ThreadSanitizer runs this too.
+TEST(TernarySerialize, SerialisationRacingFirstInt8UseIsConsistent) {
+  std::mt19937 rng(7);
+  const int64_t m = 67, k = 530, batch = 2;
+  const auto words = random_words(m, k, rng);
+  const auto x = random_floats(batch * k, rng);
+  for (const Variant* v : blob::testing::runnable_rows(registry(), simde_variants())) {
+    SCOPED_TRACE(v->name);
+    auto w = prepare_variant(*v, words.data(), m, k, nullptr, 1, 0);
+    std::vector<float> first;
+    std::thread gemv_thread([&] { first = run(*w, x, batch, Act::kInt8); });
+    std::vector<AlignedBuffer> exports;
+    for (int i = 0; i < 8; ++i) {
+      const bool with_int8 = (i % 2) == 1 || w->i8_ready();
+      exports.push_back(to_buffer(*w, with_int8));
+    }
+    gemv_thread.join();
+    for (const AlignedBuffer& b : exports) {
+      ImportOptions o;
+      o.verify = true;
+      o.isa = v->name;
+      auto view = import_with_simde(b.data<unsigned char>(), int64_t(b.size()), o);
+      EXPECT_EQ(first, run(*view, x, batch, Act::kInt8));
+      EXPECT_EQ(run(*w, x, batch, Act::kF32), run(*view, x, batch, Act::kF32));
+    }
+  }
 }
 
 // A layout this CPU's registry cannot run (the SIMDe AVX-512 rows stand for an AVX-512
