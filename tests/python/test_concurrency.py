@@ -132,3 +132,42 @@ def test_set_num_threads_while_other_threads_compute():
     stop.set()
     f.join(60)
     assert not errors
+
+
+def test_serialising_while_another_thread_makes_the_first_int8_call():
+    """to_bytes and pickling race the first act="int8" gemv on the same fresh weights (which
+    packs the int8 layout and so changes what to_bytes includes): every export is one
+    consistent snapshot that loads and computes what the weights compute (issue 47, item 4:
+    the size was taken before the layout appeared, a spurious ValueError about out's shape)."""
+    import pickle
+
+    rng = np.random.default_rng(47)
+    m, k = 512, 1024
+    packed = ternary.pack(rng.integers(-1, 2, size=(m, k)).astype(np.int8))
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    rounds = 3 if UNDER_QEMU else 30
+    for isa in supported("ternary_gemv"):
+        want = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, act="int8")
+        for _ in range(rounds):
+            w = ternary.prepare(packed, k, isa=isa)
+            start = threading.Barrier(2)
+            errors = []
+
+            def first_int8_call():
+                start.wait()
+                try:
+                    ternary.gemv(w, x, act="int8")
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(e)
+
+            t = threading.Thread(target=first_int8_call)
+            t.start()
+            start.wait()
+            exports = []
+            while t.is_alive() or len(exports) < 3:  # exports straddle the packing's end
+                exports.append(ternary.to_bytes(w) if len(exports) % 2 else pickle.dumps(w))
+            t.join()
+            assert not errors, errors
+            for e in exports:
+                loaded = pickle.loads(e) if isinstance(e, bytes) else ternary.from_buffer(e, verify=True)
+                np.testing.assert_array_equal(ternary.gemv(loaded, x, act="int8"), want)
