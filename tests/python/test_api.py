@@ -92,13 +92,17 @@ def test_fused_moe_lists_amx_and_says_why_it_is_missing():
 
 
 def test_set_num_threads():
-    old = cpukern.get_num_threads()
+    default = None if cpukern.num_threads_is_set() else cpukern.get_num_threads()
     try:
         cpukern.set_num_threads(3)
-        assert cpukern.get_num_threads() == 3
+        assert cpukern.get_num_threads() == 3 and cpukern.num_threads_is_set()
     finally:
         cpukern.set_num_threads(0)
-    assert cpukern.get_num_threads() == cpukern.cpu_info()["num_cores"] or old >= 1
+    # 0 restores the default: all the cores this process may use (affinity, cgroup quota)
+    assert not cpukern.num_threads_is_set()
+    assert 1 <= cpukern.get_num_threads() <= cpukern.cpu_info()["num_cores"]
+    if default is not None:
+        assert cpukern.get_num_threads() == default
 
 
 def test_limits_come_from_the_extension():
