@@ -14,6 +14,12 @@ struct InvalidArgument : std::invalid_argument {
 struct TypeMismatch : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
+// Prepared weights whose layout this CPU (or the forced variant) cannot run and that cannot be
+// unpacked to prepare again: the caller packs again from the plain weights (a ValueError to
+// users; callers tell it from other bad input by its type, never by its text).
+struct LayoutNotRunnable : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
 
 // Message format everywhere: "<arg>: <what was expected>, got <what was given>".
 [[noreturn]] inline void throw_arg(const std::string& arg, const std::string& msg) {

@@ -230,7 +230,8 @@ void check_can_prepare_again(const Header& h, const std::string& arg, bool allow
                            (made_by ? "not the variant asked for" : "which this CPU cannot run");
   check_arg(allow_reprepare, arg,
             "was " + what + "; import it once with from_buffer (it prepares again for this CPU)");
-  check_arg(unpackable, arg, what + ", and that layout cannot be unpacked; " + instead);
+  if (!unpackable)
+    throw LayoutNotRunnable(arg + ": " + what + ", and that layout cannot be unpacked; " + instead);
 }
 
 }  // namespace cpukern::blob

@@ -5,6 +5,9 @@ import numpy
 from numpy.typing import NDArray
 
 
+class LayoutNotRunnableError(ValueError):
+    pass
+
 def cpu_info() -> dict:
     """Architecture and detected CPU features."""
 
@@ -121,11 +124,14 @@ class PackedWeights:
     def from_buffer(buf, *, verify=False, isa=None, threads=None, name='buffer') -> PackedWeights:
         """
         Packed weights of any op from a buffer written by to_bytes (a 1-D uint8 numpy array or
-            torch tensor, 64-byte aligned), without copying: the result views `buf` and keeps it
-            alive. The header is validated against the buffer's size (O(1)); verify=True also checks
-            the checksum (one pass). A buffer for a variant this CPU cannot run (or not `isa`) is
-            prepared again where the op can unpack its layout (ternary; widely_linear's public
-            layout), else ValueError naming `buf` (MoE packings cannot be unpacked).
+            torch tensor, 64-byte aligned). A numpy array is viewed without copying (the result keeps
+            it alive); torch memory is viewed only where torch cannot free or move it (a non-resizable,
+            shared storage), else copied once (owned_buffer: torch can resize or re-home any other
+            storage under a view). The header is validated against the buffer's size (O(1));
+            verify=True also checks the checksum (one pass). A buffer for a variant this CPU cannot run
+            (or not `isa`) is prepared again where the op can unpack its layout (ternary;
+            widely_linear's public layout), else ValueError naming `buf` (MoE packings cannot be
+            unpacked).
         """
 
 def packed_check_isa(weights: PackedWeights, isa: str) -> None: ...

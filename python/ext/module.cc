@@ -116,9 +116,16 @@ NB_MODULE(_ext, m) {
   nanobind::set_leak_warnings(false);
   using namespace cpukern;
   namespace nb = nanobind;
+  // cpukern._ext.LayoutNotRunnableError, a ValueError: prepared weights this CPU cannot run
+  // that cannot be unpacked (the torch layer packs again from the plain weights on it).
+  static PyObject* layout_not_runnable = PyErr_NewException(
+      "cpukern._ext.LayoutNotRunnableError", PyExc_ValueError, nullptr);
+  m.attr("LayoutNotRunnableError") = nb::borrow(layout_not_runnable);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const LayoutNotRunnable& e) {
+      PyErr_SetString(layout_not_runnable, e.what());
     } catch (const TypeMismatch& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const std::invalid_argument& e) {

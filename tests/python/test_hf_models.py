@@ -64,15 +64,15 @@ def bitnet_checkpoint(path, seed=0):
                              "quantization_mode": "offline", "modules_to_not_convert": ["lm_head"]})
 
 
-def gpt_oss_checkpoint(path, seed=0, intermediate_size=64):
+def gpt_oss_checkpoint(path, seed=0, intermediate_size=64, **config):
     """A gpt-oss checkpoint as the real one stores it: experts as MXFP4 blocks and scales
     (E, O, I/32, 16) / (E, O, I/32) with gate and up rows interleaved, bf16 biases; the rest
-    bf16."""
+    bf16. config: further GptOssConfig fields (swiglu_limit=...)."""
     torch.manual_seed(seed)
     cfg = transformers.GptOssConfig(**_common(intermediate_size=intermediate_size,
                                               num_local_experts=4,
                                               num_experts_per_tok=2, sliding_window=4),
-                                    dtype="bfloat16")
+                                    dtype="bfloat16", **config)
     model = transformers.GptOssForCausalLM(cfg).to(torch.bfloat16)
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for k in list(sd):

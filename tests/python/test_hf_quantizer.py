@@ -38,13 +38,14 @@ def load(path, **options):
         path, local_files_only=True, quantization_config=CpukernConfig(**options))
 
 
-def gpt_oss_bf16_checkpoint(path, seed=0, exact_mxfp4=False):
+def gpt_oss_bf16_checkpoint(path, seed=0, exact_mxfp4=False, **config):
     """A bf16 gpt-oss checkpoint (no quantization config) as save_pretrained writes it; with
-    exact_mxfp4 the experts hold values MXFP4 represents exactly."""
+    exact_mxfp4 the experts hold values MXFP4 represents exactly. config: further
+    GptOssConfig fields (swiglu_limit=...)."""
     torch.manual_seed(seed)
     cfg = transformers.GptOssConfig(**_common(intermediate_size=64, num_local_experts=4,
                                               num_experts_per_tok=2, sliding_window=4),
-                                    dtype="bfloat16")
+                                    dtype="bfloat16", **config)
     model = transformers.GptOssForCausalLM(cfg).to(torch.bfloat16)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -223,6 +224,77 @@ def test_bf16_gpt_oss_stays_bf16_unless_asked(bf16_gpt_oss):
     assert "exactly MXFP4" in str(report)
     assert model.model.layers[0].mlp.experts.moe.w13_scales is not None
     check_against_stock("gpt_oss", exact, model, BOUND[("gpt_oss", "mxfp4")])
+
+
+# --- swiglu constants cpukern's kernel does not compute ----------------------------------
+
+def _experts_match(model, ref, limit):
+    """Every layer's experts are transformers' GptOssExperts with ref's weights and limit, and
+    compute what ref's do, bit for bit, on inputs large enough for the limit to clamp."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    torch.manual_seed(3)
+    x = torch.randn(6, ref.config.hidden_size).to(torch.bfloat16) * 300
+    ids = torch.randint(0, ref.config.num_local_experts, (6, 2))
+    weights = torch.full((6, 2), 0.5, dtype=torch.bfloat16)
+    for i in range(ref.config.num_hidden_layers):
+        got, want = model.model.layers[i].mlp.experts, ref.model.layers[i].mlp.experts
+        assert type(got) is GptOssExperts and got.limit == limit == want.limit
+        for p in ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias"):
+            assert torch.equal(getattr(got, p), getattr(want, p)), p
+        y = got(x, ids, weights)
+        assert torch.equal(y, want(x, ids, weights))
+        default = copy.deepcopy(want)
+        default.limit = 7.0
+        assert not torch.equal(y, default(x, ids, weights)), "the limit should clamp here"
+
+
+def _left_for_swiglu(report, n, limit):
+    left = [why for name, _, why in report.left if name.endswith("mlp.experts")]
+    assert len(left) == n and all(f"swiglu_limit={limit}" in why for why in left), str(report)
+    return left
+
+
+def test_gpt_oss_mxfp4_other_swiglu_limit(tmp_path):
+    """An MXFP4 checkpoint whose swiglu_limit cpukern's kernel does not compute: its experts
+    run as transformers' own GptOssExperts on the dequantised weights (what stock transformers
+    computes), with a warning and the reason in the report; the rest is cpukern's. Saved and
+    loaded again, it stays so."""
+    path = str(tmp_path / "limit3")
+    gpt_oss_checkpoint(path, swiglu_limit=3.0)
+    ref = stock(path)
+    with pytest.warns(UserWarning, match=r"swiglu_limit=3\.0.*dequantised to bf16"):
+        model = ct.from_pretrained(path)
+    n = ref.config.num_hidden_layers
+    assert all("dequantised" in why for why in _left_for_swiglu(model.cpukern_report, n, 3.0))
+    assert isinstance(model.lm_head, ct.Linear)
+    _experts_match(model, ref, 3.0)
+    check_against_stock("gpt_oss", ref, model, BOUND[("gpt_oss", "mxfp4")])
+    with pytest.warns(UserWarning, match=r"swiglu_limit=3\.0"):
+        in_torch = ct.from_pretrained(path, dense=None)  # every layer transformers' own
+    with torch.no_grad():  # the prompt (no one-token attention): stock's logits, bit for bit
+        ids = torch.tensor([PROMPT])
+        assert torch.equal(in_torch(input_ids=ids).logits, ref(input_ids=ids).logits)
+    logits = decode(model, steps=2)[0]
+    model.save_pretrained(str(tmp_path / "saved"))
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved"))
+    _experts_match(again, ref, 3.0)
+    assert torch.equal(decode(again, steps=2)[0], logits)
+
+
+def test_gpt_oss_bf16_other_swiglu_limit(tmp_path):
+    """bf16 experts with a swiglu_limit cpukern does not compute stay transformers' own (patch
+    and the quantizer), with the reason in the report."""
+    path = str(tmp_path / "limit3")
+    gpt_oss_bf16_checkpoint(path, swiglu_limit=3.0)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    n = ref.config.num_hidden_layers
+    patched = copy.deepcopy(ref)
+    _left_for_swiglu(ct.patch(patched), n, 3.0)
+    model = load(path)
+    _left_for_swiglu(model.cpukern_report, n, 3.0)
+    for m in (patched, model):
+        _experts_match(m, ref, 3.0)
+        check_against_stock("gpt_oss", ref, m, BOUND[("gpt_oss", "mxfp4")])
 
 
 def test_lossy_options_warn(checkpoints):

@@ -6,6 +6,7 @@ weight format: test_moe.py, test_moe_int8.py, test_moe_mxfp4.py, test_moe_w4a8.p
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 
@@ -159,6 +160,49 @@ def test_module_constructor_checks_its_arguments():
     with pytest.raises(ValueError, match="activation"):
         FusedMoE(4, 32, 32, activation="relu")
     assert FusedMoE(4, 32, 32, topk=4).topk == 4
+
+
+NOT_FLOAT = ["int8", "int16", "int32", "bool", "complex64"]
+
+
+def _refused_as(name, t):
+    """pytest.raises for the from_* constructors' refusal of a non-float weight t."""
+    return pytest.raises(TypeError, match="^" + re.escape(
+        f"{name}: expected a floating-point tensor, got {t.dtype} tensor of shape {tuple(t.shape)}"))
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", NOT_FLOAT)
+@pytest.mark.parametrize("arg", ["w13", "w2", "w13_bias", "w2_bias"])
+def test_from_experts_refuses_non_float_weights(arg, dtype):
+    """from_experts stores float weights as bf16: integer, bool and complex tensors are refused,
+    never converted by value (nor their imaginary part dropped)."""
+    from cpukern.torch import FusedMoE
+
+    args = dict(w13=torch.randn(4, 64, 32) / 8, w2=torch.randn(4, 32, 32) / 8,
+                w13_bias=torch.randn(4, 64) / 8, w2_bias=torch.randn(4, 32) / 8)
+    FusedMoE.from_experts(**args)
+    args[arg] = torch.ones_like(args[arg]).to(getattr(torch, dtype))
+    with _refused_as(arg, args[arg]):
+        FusedMoE.from_experts(**args)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", NOT_FLOAT)
+@pytest.mark.parametrize("fmt,arg", [(f, a) for f in ("mxfp4", "int8") for a in ("w13_bias", "w2_bias")])
+def test_quantized_experts_refuse_non_float_biases(fmt, arg, dtype):
+    """from_mxfp4 / from_int8 store the biases as bf16: the same refusal as from_experts."""
+    from cpukern.torch import FusedMoE
+
+    w13, w2 = torch.randn(4, 64, 32) / 8, torch.randn(4, 32, 32) / 8
+    q = [*moe.quantize(w13.to(torch.bfloat16), format=fmt),
+         *moe.quantize(w2.to(torch.bfloat16), format=fmt)]
+    make = FusedMoE.from_mxfp4 if fmt == "mxfp4" else FusedMoE.from_int8
+    biases = dict(w13_bias=torch.randn(4, 64) / 8, w2_bias=torch.randn(4, 32) / 8)
+    make(*q, **biases)
+    biases[arg] = torch.ones_like(biases[arg]).to(getattr(torch, dtype))
+    with _refused_as(arg, biases[arg]):
+        make(*q, **biases)
 
 
 def test_dequantize_int8_refuses_minus_128_as_prepare_does():

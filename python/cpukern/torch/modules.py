@@ -42,6 +42,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
+from cpukern import _ext
 from cpukern import moe as _moe
 from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
@@ -87,6 +88,16 @@ def _check_float(x: Tensor, name: str) -> None:
     if not isinstance(x, Tensor) or x.dtype not in _FLOATS:
         got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
         raise TypeError(f"{name}: expected a float32, float16, bfloat16 or float64 tensor, got {got}")
+
+
+def _float_weight(t: Any, name: str) -> Tensor:
+    """A weight the caller converts to its own float format: integer, bool and complex tensors
+    are refused (a conversion would take their values, or drop the imaginary part)."""
+    if not isinstance(t, Tensor) or not t.is_floating_point():
+        got = (f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor)
+               else type(t).__name__)
+        raise TypeError(f"{name}: expected a floating-point tensor, got {got}")
+    return t
 
 
 
@@ -422,6 +433,10 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
         from cpukern.convert import scale_name
 
         packed, k = ckpt[name], ckpt.k(name)
+        for key in (scale_name(name), bias):  # float tensors: never integers taken by value
+            if key is not None and ckpt[key].dtype.kind in "biuc":
+                raise TypeError(f"ckpt[{key!r}]: expected a floating-point tensor, got "
+                                f"{ckpt[key].dtype} tensor of shape {tuple(ckpt[key].shape)}")
         g = ckpt.group_size(name) or 0
         mod = cls(k, packed.shape[0], bias is not None, act=act, isa=isa, group_size=g)
         with torch.no_grad():
@@ -435,7 +450,9 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
     def from_linear(cls, linear: nn.Linear, *, granularity: str = "row", act: str = "fp32",
                     isa: str = "") -> "TernaryLinear":
         """Quantises ``linear.weight`` with BitNet absmean (per row or per tensor)."""
-        w = linear.weight.detach().to(torch.float32).contiguous()
+        w = _float_weight(linear.weight, "linear.weight").detach().to(torch.float32).contiguous()
+        if linear.bias is not None:
+            _float_weight(linear.bias, "linear.bias")
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, act=act, isa=isa)
         packed, scale = _ternary.quantize(w, granularity)
         mod.packed.copy_(packed.view(torch.int32))
@@ -529,7 +546,9 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, stages: int = 2, *, isa: str = "") -> "WidelyLinear":
-        a = linear.weight.detach().to(torch.float32).contiguous()
+        a = _float_weight(linear.weight, "linear.weight").detach().to(torch.float32).contiguous()
+        if linear.bias is not None:
+            _float_weight(linear.bias, "linear.bias")
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, stages=stages, isa=isa)
         planes, scales = _ternary.phase_quantize(a, stages=stages)
         mod.planes.copy_(planes.view(torch.int32))
@@ -588,10 +607,8 @@ def _ternary_layout_for(t: PackedWeightsTensor, isa: str, op: str,
         return t
     try:
         return PackedWeightsTensor.from_weights(_ternary.from_buffer(t.blob, isa=forced), int8=int8)
-    except ValueError as e:
-        if "cannot be unpacked" in str(e) or "cannot unpack" in str(e):
-            return None
-        raise
+    except _ext.LayoutNotRunnableError:
+        return None
 
 
 def _moe_layout_for(t: PackedWeightsTensor, isa: str) -> Optional[PackedExperts]:
@@ -647,6 +664,9 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
                      renormalize: bool = True, isa: str = "") -> "FusedMoE":
         """w13 (E, 2I, H) and w2 (E, H, I) in nn.Linear [out, in] order (any float dtype,
         stored as bf16)."""
+        for name, t in (("w13", w13), ("w2", w2), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
+            if t is not None or name in ("w13", "w2"):
+                _float_weight(t, name)
         if w13.dim() != 3 or w2.dim() != 3:
             raise ValueError(f"w13, w2: expected 3 dimensions, got {tuple(w13.shape)}, {tuple(w2.shape)}")
         e, i2, h = (int(s) for s in w13.shape)
@@ -716,7 +736,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
         for name, t in (("w13", w13), ("w2", w2), ("w13_scales", w13_scales),
                         ("w2_scales", w2_scales), ("w13_bias", w13_bias), ("w2_bias", w2_bias)):
             if t is not None and name.endswith("bias"):
-                t = t.to(torch.bfloat16)
+                t = _float_weight(t, name).to(torch.bfloat16)
             mod.register_buffer(name, None if t is None else t.contiguous())
         mod._init_prepared()
         return mod
@@ -841,6 +861,9 @@ class Linear(_PreparedBuffer, _WeightFormatsKept):
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear: expected an nn.Linear, got {type(linear).__name__}")
         format = str_arg(format, "format", ("bf16", "int8"))
+        _float_weight(linear.weight, "linear.weight")
+        if linear.bias is not None:
+            _float_weight(linear.bias, "linear.bias")
         with torch.no_grad():
             w = linear.weight.detach().to(torch.bfloat16).contiguous()  # shares a bf16 weight
             scales = None

@@ -194,10 +194,8 @@ def adopt_prepared(t: Tensor, name: str, isa: str = "", verify: bool = True,
         t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)  # torch aligns new tensors to 64
     try:
         w = _ternary.from_buffer(t, verify=verify, isa=_isa(isa), name=name)
-    except ValueError as e:
-        if "cannot be unpacked" in str(e) or "cannot unpack" in str(e):
-            return None
-        raise
+    except _ext.LayoutNotRunnableError:
+        return None
     if w.is_view:
         return t
     return _to_tensor(w, int8)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from cpukern import _packed
+from cpukern import _ext, _packed
 
 __all__ = ["PackedWeightsTensor"]
 
@@ -49,11 +49,6 @@ def _new_blob(nbytes: int) -> Tensor:
 def _load(blob: Tensor, verify: bool, name: str, isa: Optional[str] = None) -> Any:
     """The prepared object viewing `blob` (cpukern.from_buffer: the op its header names)."""
     return _packed.from_buffer(blob, verify=verify, isa=isa, name=name)
-
-
-def _cannot_run_here(e: ValueError) -> bool:
-    """Whether from_buffer refused a layout made for another CPU (not a damaged blob)."""
-    return "cannot be unpacked" in str(e) or "cannot unpack" in str(e)
 
 
 def _is_eager(t: Tensor) -> bool:
@@ -93,9 +88,7 @@ class PackedWeightsTensor(Tensor):
             if blob.numel() and weights is None and (verify or _shape is None):
                 try:
                     weights = _load(blob, verify, name)
-                except ValueError as e:
-                    if not _cannot_run_here(e):
-                        raise
+                except _ext.LayoutNotRunnableError:
                     runs_here = False
             if _shape is None:
                 if weights is None and blob.numel():
@@ -170,9 +163,7 @@ class PackedWeightsTensor(Tensor):
             if self._runs_here:
                 try:
                     w = self._weights = _load(self._blob, False, "prepared")
-                except ValueError as e:
-                    if not _cannot_run_here(e):
-                        raise
+                except _ext.LayoutNotRunnableError:
                     self._runs_here = False
             if w is None:
                 raise RuntimeError("PackedWeightsTensor: prepared for a variant this CPU cannot "

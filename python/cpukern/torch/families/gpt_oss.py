@@ -5,10 +5,15 @@ Expert formats: an MXFP4 checkpoint (``*_blocks`` / ``*_scales``) loads its bloc
 into the MXFP4 layout (``format=None`` or ``"mxfp4"``; never expanded to bf16), or runs them
 W4A8 (``"mxfp4_a8"``) or dequantised (``"bf16"``). bf16 experts stay bf16 unless their values
 are exactly MXFP4 (then packing loses nothing and they are packed); ``format="mxfp4"`` or
-``"mxfp4_a8"`` packs them anyway, with a warning, as that rounds them."""
+``"mxfp4_a8"`` packs them anyway, with a warning, as that rounds them.
+
+Other swiglu constants (config ``swiglu_alpha`` / ``swiglu_limit``) have no cpukern kernel: such
+experts stay transformers' ``GptOssExperts`` (an MXFP4 checkpoint's dequantised to bf16 once
+loaded, with a warning), and the report says why."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -16,12 +21,15 @@ import torch
 from torch import nn
 
 from cpukern import moe as _moe
+from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.families.common import (Family, MoEExperts, Options, Step, fused_moe,
                                            is_exact_mxfp4)
 from cpukern.torch.modules import FusedMoE
 
 SWIGLU = (1.702, 7.0)  # cpukern's swigluoai constants (alpha, limit)
 _A8 = "format='mxfp4_a8' (experts' activations rounded to int8)"
+_DEQUANTISED = (" (the checkpoint's MXFP4 weights dequantised to bf16, run by transformers' "
+                "GptOssExperts)")
 
 
 class GptOssMxfp4Experts(nn.Module):
@@ -47,11 +55,28 @@ class GptOssMxfp4Experts(nn.Module):
         raise RuntimeError("GptOssMxfp4Experts only holds a checkpoint's tensors while it loads")
 
 
+def _dequantised(mod: GptOssMxfp4Experts, config: Any) -> nn.Module:
+    """transformers' own GptOssExperts (its swiglu constants read from config) on the
+    placeholder's MXFP4 weights dequantised (exact): what stock transformers computes."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    with torch.device("meta"):
+        new = GptOssExperts(config)
+    dtype = mod.gate_up_proj_bias.dtype
+    for proj in ("gate_up_proj", "down_proj"):
+        w = _moe.dequantize(getattr(mod, f"{proj}_blocks"), getattr(mod, f"{proj}_scales"))
+        # (E, O, I) as stored -> (E, I, O): gate_up (E, H, 2I), down (E, I, H)
+        w = w.transpose(1, 2).to(dtype).contiguous()
+        setattr(new, proj, nn.Parameter(w, requires_grad=False))
+        setattr(new, f"{proj}_bias", nn.Parameter(getattr(mod, f"{proj}_bias").detach(),
+                                                  requires_grad=False))
+    return new
+
+
 def _swiglu_reason(mod: nn.Module) -> Optional[str]:
     got = (float(getattr(mod, "alpha", SWIGLU[0])), float(getattr(mod, "limit", SWIGLU[1])))
     if not np.allclose(got, SWIGLU, rtol=0, atol=1e-6):
-        return (f"swigluoai with alpha={got[0]}, limit={got[1]}: cpukern's kernel fixes "
-                f"alpha=1.702, limit=7")
+        return (f"swiglu_alpha={got[0]}, swiglu_limit={got[1]}: cpukern's swigluoai kernel "
+                f"fixes alpha=1.702, limit=7")
     return None
 
 
@@ -65,6 +90,14 @@ class GptOss(Family):
         if type(mod) not in (GptOssExperts, GptOssMxfp4Experts):
             return None
         why = _swiglu_reason(mod)
+        if why and isinstance(mod, GptOssMxfp4Experts):
+            # The placeholder never runs: transformers' own module on the dequantised weights
+            # takes its place (computing what stock transformers does), and the plan leaves it.
+            model.set_submodule(name, _dequantised(mod, model.config))
+            drop_mapped_pages(mod.parameters(), [*model.parameters(), *model.buffers()])
+            why += _DEQUANTISED
+            warnings.warn(f"cpukern: gpt-oss experts left in torch: {why}", UserWarning,
+                          stacklevel=4)
         if why:
             return why
         topk = int(model.config.num_experts_per_tok)
@@ -110,6 +143,12 @@ class GptOss(Family):
             return
         if source.get("quant_method") != "mxfp4":
             super().before_loading(model, source)
+        qc = getattr(model.config, "quantization_config", None)
+        get = qc.get if isinstance(qc, dict) else lambda k: getattr(qc, k, None)
+        if get("quant_method") == "cpukern" and get("prepared_modules"):
+            # cpukern's own save: its experts are prepared modules (put in place from their
+            # description) or GptOssExperts stored in bf16 (swiglu cpukern does not run)
+            return
         from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
         c = model.config
         for name, mod in list(model.named_modules()):
