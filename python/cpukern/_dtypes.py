@@ -3,12 +3,9 @@
 Weight formats: "bf16", "mxfp4", "int8" (cpukern.moe) and the ternary ops' packed uint32
 codes. Activation types (`act=`): "fp32" (activations as given, the exact kernels) and
 "int8" (quantised per token at run time); ternary also has "int8_bitnet".
-Where one string must name both (PackedExperts.format, the prepared-weights header,
+Where one string must name both (PackedWeights.format, the prepared-weights header,
 cpukern.torch.patch's `format`), it is the weight format, plus "_a8" for int8 activations:
 W4A8, format="mxfp4" with act="int8", is "mxfp4_a8" (C++: WeightFormat::kMxfp4A8).
-
-Former spellings stay accepted for one release: act="float" (now "fp32") and
-cpukern.moe.prepack (now cpukern.moe.prepare).
 """
 
 from __future__ import annotations
@@ -20,19 +17,15 @@ from cpukern._arrays import str_arg
 FP32 = "fp32"
 INT8 = "int8"
 
-# act= spellings of earlier releases -> today's.
-ACT_ALIASES = {"float": FP32}
-
 # The one-string token of MXFP4 weights with int8 activations (W4A8).
 W4A8 = "mxfp4_a8"
 
 
 def act_arg(act: Any, choices: Optional[tuple[str, ...]] = None) -> str:
-    """`act` with a former spelling mapped to today's: a string (TypeError naming `act`), one of
-    `choices` if given (ValueError naming `act`; None: the extension checks the name)."""
+    """`act` checked: a string (TypeError naming `act`), one of `choices` if given (ValueError
+    naming `act`; None: the extension checks the name)."""
     if not isinstance(act, str):
         raise TypeError(f"act: expected a string, got {type(act).__name__} {act!r}")
-    act = ACT_ALIASES.get(act, act)
     return act if choices is None else str_arg(act, "act", choices)
 
 

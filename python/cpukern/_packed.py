@@ -3,8 +3,7 @@
 
 One class: `op`, `format`, `act`, `variant` (= `isa`), `ukernel`, `layout`, `shape`, `nbytes`,
 `is_view`; `to_bytes()`, `PackedWeights.from_buffer(buf)`, pickling, copy and deepcopy (through
-the serialised form; unpickling verifies the checksum). cpukern.ternary.TernaryWeights,
-cpukern.widely_linear.WidelyLinearWeights and cpukern.moe.PackedExperts are aliases of it.
+the serialised form; unpickling verifies the checksum).
 """
 
 from __future__ import annotations

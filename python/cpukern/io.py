@@ -226,7 +226,7 @@ def load(path: str | os.PathLike, mmap: bool = True) -> Checkpoint:
     truncated or rewritten in place while its arrays are alive: touching a page past the new
     end raises SIGBUS and kills the process, as with numpy.memmap or safetensors' mappings
     (replace files by writing a new one and renaming it, or load with mmap=False). What
-    ternary.prepare, widely_linear.prepare and moe.prepack return are copies in their own
+    ternary.prepare, widely_linear.prepare and moe.prepare return are copies in their own
     layouts and do not depend on the file; so are the modules TernaryLinear.from_checkpoint
     builds."""
     tensors, meta = _st.read(path, mmap=mmap, check=_check_cpukern)

@@ -18,7 +18,7 @@ for a GEMM, and no intermediate overflows (an output is inf only where the exact
 fp32's range; tokens up to bf16's max give finite results wherever bf16 experts do).
 
 W4A8 (opt-in): ``prepare(blocks, format="mxfp4", scales=s, act="int8")`` packs the MXFP4
-experts for int8 activations (``PackedExperts.format`` "mxfp4_a8", the one-string name of that
+experts for int8 activations (``PackedWeights.format`` "mxfp4_a8", the one-string name of that
 pair, docs/formats/datatypes.md): each token row is quantised
 as the int8 path does (qa in [-127, 127], scale sa = amax / 127), each 32-weight block's
 products summed exactly in int32 against the integers 2 * e2m1 in [-12, 12], scaled by the
@@ -46,21 +46,16 @@ from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, isa_a
 
 from cpukern import _packed as packed_weights
 from cpukern._packed import PackedWeights, check_op
-from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
-
-# The former name of cpukern.PackedWeights (kept for one release).
-PackedExperts = PackedWeights
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
 FORMATS = ("bf16", "mxfp4", "int8")
 
-# Activation types prepare accepts: "fp32" (the exact kernels), "int8" (W4A8, MXFP4 only);
-# "float", fp32's former spelling, is accepted for one release.
+# Activation types prepare accepts: "fp32" (the exact kernels), "int8" (W4A8, MXFP4 only).
 ACTS = ("fp32", "int8")
 
-__all__ = ["route", "prepare", "prepack", "fused_moe", "linear", "quantize", "dequantize", "load_gpt_oss",
-           "PackedExperts", "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
+__all__ = ["route", "prepare", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
+           "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
 
 
 def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[Any, Any]:
@@ -84,7 +79,7 @@ def _str(v: Any, name: str) -> str:
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
-            isa: Optional[str] = None) -> PackedExperts:
+            isa: Optional[str] = None) -> PackedWeights:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
     kernel family.
 
@@ -96,7 +91,7 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     (quantize(w_bf16, format="int8") makes both); 1 <= I <= 133144.
     act="fp32" (default): activations as they come (bf16; MXFP4 exact). act="int8", only with
     format="mxfp4": W4A8, activations quantised per token to int8 at run time
-    (PackedExperts.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
+    (PackedWeights.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
     packed = _packed_for(w, format, scales, act, isa)
@@ -104,7 +99,7 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     return packed
 
 
-def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedExperts:
+def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedWeights:
     """prepare's packing for `isa` ("" or a variant name), not logged (cpukern.linear logs its
     own op's selection)."""
     # format, act and scales given or not (moe::prepare_format), then the arrays of that
@@ -114,27 +109,23 @@ def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedE
     return _ext.moe_prepack(ext_array(w, "w"), sc, format, act_arg(act), isa)
 
 
-# prepare's former name (ternary and widely_linear say prepare), kept for one release.
-prepack = prepare
-
-
-def to_bytes(experts: PackedExperts, *, out: Any = None) -> Any:
+def to_bytes(experts: PackedWeights, *, out: Any = None) -> Any:
     """Packed experts as one contiguous uint8 array (64-byte aligned), the format of
     cpukern.ternary.to_bytes (op "moe": header with the variant, micro-kernel, weight format
     and (E, O, I), then the packing). out: None (a new numpy array) or a 1-D uint8 array /
     tensor of serialized_size(experts) bytes, 64-byte aligned."""
-    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepare")
+    check_op(experts, ("moe",), "experts", "PackedWeights from cpukern.moe.prepare")
     return packed_weights.to_bytes(experts, out=out)
 
 
-def serialized_size(experts: PackedExperts) -> int:
+def serialized_size(experts: PackedWeights) -> int:
     """Bytes of to_bytes(experts)."""
-    check_op(experts, ("moe",), "experts", "PackedExperts from cpukern.moe.prepare")
+    check_op(experts, ("moe",), "experts", "PackedWeights from cpukern.moe.prepare")
     return packed_weights.serialized_size(experts)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
-                name: str = "buffer") -> PackedExperts:
+                name: str = "buffer") -> PackedWeights:
     """Packed experts viewing a buffer written by to_bytes (a numpy buffer zero-copy, kept
     alive; torch memory as cpukern.PackedWeights.from_buffer says: copied once unless torch
     cannot free or move it). The
@@ -178,7 +169,7 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
     return result(out, blocks, bf16=True)
 
 
-def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any, *,
+def fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, topk_ids: Any, *,
               activation: str = "silu", w13_bias: Any = None, w2_bias: Any = None,
               skip_weighted: bool = False, isa: Optional[str] = None, threads: Optional[int] = None,
               out: Any = None) -> Any:
@@ -198,13 +189,13 @@ def fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, 
                       skip_weighted, isa, threads, out, "int32")
 
 
-def _fused_moe(x: Any, w13: PackedExperts, w2: PackedExperts, topk_weights: Any, topk_ids: Any,
+def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, topk_ids: Any,
                activation: str, w13_bias: Any, w2_bias: Any, skip_weighted: bool,
                isa: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
     """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
-        check_op(w, None, name, "PackedExperts from cpukern.moe.prepare")
+        check_op(w, None, name, "PackedWeights from cpukern.moe.prepare")
     _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
@@ -228,7 +219,7 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
     interleaved, as activation="swigluoai" reads them) and ``down_proj_blocks`` /
     ``_scales`` / ``_bias`` (E, H, I/32, 16) / (E, H, I/32) / (E, H). The blocks and scales are
     packed from the mapping (no bf16 copy of the layer is ever made). Returns
-    {"w13", "w2": PackedExperts (format "mxfp4"), "w13_bias", "w2_bias": bf16 arrays (private
+    {"w13", "w2": PackedWeights (format "mxfp4"), "w13_bias", "w2_bias": bf16 arrays (private
     copies), "activation": "swigluoai"}: pass them to fused_moe.
 
     The file is read by cpukern's one safetensors reader (cpukern._safetensors: regular files
@@ -262,12 +253,3 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
         out[key + "_bias"] = bias
     return out
 
-
-def __getattr__(name: str) -> Any:
-    """cpukern.moe.linear: the dense layer's former name, cpukern.linear.linear (the op
-    "linear"), kept for one release (looked up on use: cpukern.linear imports this module)."""
-    if name == "linear":
-        from cpukern.linear import linear
-
-        return linear
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

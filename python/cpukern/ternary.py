@@ -1,9 +1,6 @@
 """Multiplication-free ternary layers (FairyFuse): a GEMV over {-1, 0, +1} weights, and the
 serialisation of prepared weights of both ternary ops (this GEMV and cpukern.widely_linear).
 
-phase_quantize, widely_linear_dense, prepare_widely_linear and widely_linear are aliases of
-cpukern.widely_linear's quantize, dense, prepare and apply, kept for one release.
-
 Results are torch tensors when the (first) array argument is one, numpy arrays otherwise.
 
 Packed format (public, stable): 16 weights per uint32; weight k of a row goes to word k//16,
@@ -22,24 +19,16 @@ from cpukern._dtypes import act_arg
 from cpukern._arrays import (describe, ext_array, ext_out, float32_scale, int_arg, is_torch,
                              isa_arg, require_array, result, str_arg, threads_arg)
 
-from cpukern._packed import PackedWeights, aligned, aligned_empty, check_op, import_buffer
-from cpukern._packed import _from_pickle  # noqa: F401 (pickles made by earlier releases name it here)
-
-# Former names of cpukern.PackedWeights (kept for one release).
-TernaryWeights = PackedWeights
-WidelyLinearWeights = PackedWeights
+from cpukern._packed import PackedWeights, aligned_empty, check_op, import_buffer
 
 __all__ = [
-    "pack", "unpack", "quantize", "prepare", "gemv", "TernaryWeights",
-    "phase_quantize", "widely_linear_dense", "prepare_widely_linear", "widely_linear",
-    "WidelyLinearWeights", "save", "load", "to_bytes", "from_buffer", "serialized_size",
-    "aligned_empty", "ACTS",
+    "pack", "unpack", "quantize", "prepare", "gemv", "save", "load", "to_bytes", "from_buffer",
+    "serialized_size", "aligned_empty", "ACTS",
 ]
 
 
 # gemv's activation rules: fp32 (exact), int8 (cpukern's absmax), int8_bitnet (Hugging Face
-# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does);
-# "float", fp32's former spelling, is accepted for one release.
+# BitNet's: the same integer kernels, max|x| floored at 1e-5 as transformers' BitLinear does).
 ACTS = ("fp32", "int8", "int8_bitnet")
 
 
@@ -84,7 +73,7 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int] = None,
-            isa: Optional[str] = None, threads: Optional[int] = None) -> TernaryWeights:
+            isa: Optional[str] = None, threads: Optional[int] = None) -> PackedWeights:
     """Converts packed weights once into the selected (or forced) kernel's own layout.
 
     The result keeps K and the scale (None, a float or float32 (M,)); pass it to gemv.
@@ -98,7 +87,7 @@ def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int]
 
 
 def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: Any = None,
-             threads: Any = None) -> TernaryWeights:
+             threads: Any = None) -> PackedWeights:
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
@@ -121,12 +110,12 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
     return prepared
 
 
-def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",
+def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",
          isa: Optional[str] = None, threads: Optional[int] = None, out: Any = None) -> Any:
     """y[..., m] = scale[m] * sum_k w[m, k] * x[..., k].
 
     weights: a packed uint32 (M, ceil(K/16)) array (converted on every call) or a
-    TernaryWeights from prepare (the fast path; its scale is used unless `scale` is given;
+    PackedWeights from prepare (the fast path; its scale is used unless `scale` is given;
     weights with group scales take none here).
     x: float32 (K,) or (B, K). scale: None (1), a float or float32 (M,).
     act="fp32": activations stay fp32 and weights act as masked add/subtract; the result is
@@ -159,7 +148,7 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
         cols = tuple(x.shape[-1:])  # () for a 0-d x, which the extension refuses
         w = _prepare(weights, int(cols[0]) if cols else 0, None, isa, "weights")
     else:
-        raise TypeError(f"weights: expected TernaryWeights from cpukern.ternary.prepare or a packed "
+        raise TypeError(f"weights: expected PackedWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
     # x, the scale and out=: checked by the extension, which returns a new array without out=.
     y = _ext.ternary_gemv(w, xa, s, act, nthreads, ext_out(out))
@@ -171,14 +160,13 @@ def gemv(weights: Union[TernaryWeights, Any], x: Any, scale: Any = None, *, act:
 _OPS = ("ternary", "widely_linear")
 
 
-def serialized_size(weights: Union[TernaryWeights, WidelyLinearWeights], *,
-                    int8: bool = False) -> int:
+def serialized_size(weights: PackedWeights, *, int8: bool = False) -> int:
     """Bytes of to_bytes(weights, int8=int8)."""
-    check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
+    check_op(weights, _OPS, "weights", "PackedWeights of op 'ternary' or 'widely_linear'")
     return packed_weights.serialized_size(weights, int8=int8)
 
 
-def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool = False,
+def to_bytes(weights: PackedWeights, *, int8: bool = False,
              threads: Optional[int] = None, out: Any = None) -> Any:
     """The prepared weights as one contiguous uint8 array (64-byte aligned): a versioned header
     (magic, format version, op, variant and micro-kernel name, layout word, shapes, group size,
@@ -186,17 +174,16 @@ def to_bytes(weights: Union[TernaryWeights, WidelyLinearWeights], *, int8: bool 
     scales, optionally the int8 layout). Store it anywhere a uint8 tensor or array goes
     (torch buffer, state_dict, torch.save, pickle, np.save) and use it with from_buffer.
 
-    int8=True (TernaryWeights): include the int8 layout too (packed now if needed), so that
+    int8=True (op "ternary"): include the int8 layout too (packed now if needed), so that
     act="int8" on the imported weights packs nothing; included anyway when already packed.
     out: None (a new numpy array) or a 1-D uint8 array / tensor of serialized_size(weights,
     int8=int8) bytes, 64-byte aligned (torch.empty(n, dtype=torch.uint8) is)."""
-    check_op(weights, _OPS, "weights", "TernaryWeights or WidelyLinearWeights")
+    check_op(weights, _OPS, "weights", "PackedWeights of op 'ternary' or 'widely_linear'")
     return packed_weights.to_bytes(weights, int8=int8, threads=threads, out=out)
 
 
 def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
-                threads: Optional[int] = None, name: str = "buffer"
-                ) -> Union[TernaryWeights, WidelyLinearWeights]:
+                threads: Optional[int] = None, name: str = "buffer") -> PackedWeights:
     """Prepared weights from a buffer written by to_bytes (a 1-D uint8 numpy array or torch
     tensor, 64-byte aligned): the result views a numpy `buf` without copying and keeps it
     alive; torch memory is viewed only where torch cannot free or move it, else copied once
@@ -211,7 +198,7 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
 
     A buffer prepared for a variant this CPU cannot run (e.g. AVX-512 on an AVX2 machine) or
     another than `isa` is unpacked to the public ternary format and prepared again for this
-    CPU (a copy; TernaryWeights.is_view is then False); widely-linear layouts other than the
+    CPU (a copy; PackedWeights.is_view is then False); widely-linear layouts other than the
     public one cannot be unpacked and raise ValueError instead."""
     w = import_buffer(buf, _OPS, verify, isa, threads, name)
     op = "widely_linear" if w.op == "widely_linear" else "ternary_gemv"
@@ -219,15 +206,6 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
                    _ext.widely_linear_variants if w.op == "widely_linear" else _ext.ternary_variants)
     return w
 
-
-_aligned = aligned  # its former name here
-
-
-# The widely-linear layer's former names here (its API is cpukern.widely_linear): aliases,
-# kept for one release.
-from cpukern.widely_linear import (apply as widely_linear, dense as widely_linear_dense,  # noqa: E402
-                                   prepare as prepare_widely_linear,
-                                   quantize as phase_quantize)
 
 # Weights on disk (safetensors, mapped on load): see cpukern.io.
 from cpukern.io import load, save  # noqa: E402

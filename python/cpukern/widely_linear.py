@@ -20,10 +20,7 @@ from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, int_arg, is
 
 from cpukern._packed import PackedWeights
 
-# The former name of cpukern.PackedWeights (kept for one release).
-WidelyLinearWeights = PackedWeights
-
-__all__ = ["quantize", "dense", "prepare", "apply", "WidelyLinearWeights"]
+__all__ = ["quantize", "dense", "prepare", "apply"]
 
 
 def quantize(a: Any, stages: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +47,7 @@ def dense(planes: Any, scales: Any, m: int) -> np.ndarray:
 
 
 def prepare(planes: Any, scales: Any, m: int, *,
-            isa: Optional[str] = None) -> WidelyLinearWeights:
+            isa: Optional[str] = None) -> PackedWeights:
     """Converts a widely-linear layer once into the selected (or forced) kernel's layout."""
     m = int_arg(m, "m", 1)
     isa = isa_arg(isa)
@@ -60,7 +57,7 @@ def prepare(planes: Any, scales: Any, m: int, *,
     return layer
 
 
-def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *,
+def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
           fused: bool = True, isa: Optional[str] = None, threads: Optional[int] = None,
           out: Any = None) -> Any:
     """y = U x + W conj(x) as a real layer: x float32 (2m,) or (B, 2m) = [x_re | x_im];
@@ -68,7 +65,7 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     a = dense(planes, scales, m).
 
     planes: uint32 (S, 4, n, ceil(m/16)) (or (4, n, words) for S = 1) with scales (S, 4) /
-    (S, 4, n), or a WidelyLinearWeights (then scales may be None).
+    (S, 4, n), or PackedWeights from prepare (then scales may be None).
     fused=False runs the naive schedule (8 GEMV passes per stage) over the same bytes.
     """
     xa = ext_array(x, "x")
@@ -91,7 +88,8 @@ def apply(planes: Union[WidelyLinearWeights, Any], x: Any, scales: Any = None, *
     else:
         got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
                else type(planes).__name__)
-        raise TypeError(f"planes: expected WidelyLinearWeights or uint32 planes, got {got}")
+        raise TypeError(f"planes: expected PackedWeights from cpukern.widely_linear.prepare or "
+                        f"uint32 planes, got {got}")
     # x and out=: checked by the extension, which returns a new array without out=.
     y = _ext.widely_linear_run(layer, xa, fused, nthreads, ext_out(out))
     return out if out is not None else result(y, x)

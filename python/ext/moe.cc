@@ -23,7 +23,7 @@ using moe::PackedExperts;
 namespace {
 
 const PackedExperts& experts(const PackedWeights& w, const char* arg) {
-  return weights_of<PackedExperts>(w, arg, "PackedExperts from cpukern.moe.prepare");
+  return weights_of<PackedExperts>(w, arg, "PackedWeights from cpukern.moe.prepare");
 }
 
 // "[i, j, k]": the multi-index of flat index `flat` in an array of `shape`.

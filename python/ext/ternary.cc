@@ -17,7 +17,7 @@ using ternary::PreparedWeights;
 namespace {
 
 const PreparedWeights& ternary_weights(const PackedWeights& w) {
-  return weights_of<PreparedWeights>(w, "weights", "TernaryWeights from cpukern.ternary.prepare");
+  return weights_of<PreparedWeights>(w, "weights", "PackedWeights from cpukern.ternary.prepare");
 }
 
 }  // namespace

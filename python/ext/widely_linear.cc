@@ -133,7 +133,7 @@ void bind_widely_linear(nb::module_& m) {
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
                                 int threads, const std::optional<OutArray>& out) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
-        packed, "planes", "WidelyLinearWeights from cpukern.widely_linear.prepare");
+        packed, "planes", "PackedWeights from cpukern.widely_linear.prepare");
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));

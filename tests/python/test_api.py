@@ -271,7 +271,7 @@ def test_spin_env_results_and_warning(value, warns):
     assert r.stdout.split() == ["True", str(warns)], r.stdout
 
 
-# --- the datatype vocabulary and its former spellings -----------------------------------------
+# --- the datatype vocabulary: one name per concept ----------------------------------------------
 
 def test_one_act_vocabulary_for_every_op():
     from cpukern import moe, ternary
@@ -280,25 +280,82 @@ def test_one_act_vocabulary_for_every_op():
     assert set(moe.ACTS) <= set(ternary.ACTS)
 
 
-def test_former_spellings_are_aliases():
-    """moe.prepack (now moe.prepare) and act="float" (now "fp32") are accepted for one release
-    and give the same weights and results as today's spellings."""
-    from cpukern import _dtypes, moe, ternary
+def test_format_token_names_weights_and_act():
+    from cpukern import _dtypes, moe
 
-    assert moe.prepack is moe.prepare
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((2, 8, 64)).astype(ml_dtypes.bfloat16)
+    w = np.random.default_rng(3).standard_normal((2, 8, 64)).astype(ml_dtypes.bfloat16)
     blocks, scales = moe.quantize(w)
     for act in ("fp32", "int8"):
-        old = moe.prepack(blocks, format="mxfp4", scales=scales, act="float" if act == "fp32" else act)
-        new = moe.prepare(blocks, format="mxfp4", scales=scales, act=act)
-        np.testing.assert_array_equal(moe.to_bytes(old), moe.to_bytes(new))
-        assert new.format == _dtypes.token("mxfp4", act)
-        assert _dtypes.split_token(new.format) == ("mxfp4", act)
-    tw = ternary.prepare(ternary.pack(rng.integers(-1, 2, (8, 32)).astype(np.int8)), 32)
-    x = rng.standard_normal(32).astype(np.float32)
-    np.testing.assert_array_equal(ternary.gemv(tw, x, act="float"), ternary.gemv(tw, x, act="fp32"))
-    with pytest.raises(ValueError, match="^act: expected one of 'fp32', 'int8', 'int8_bitnet', got 'fp16'"):
-        ternary.gemv(tw, x, act="fp16")
+        p = moe.prepare(blocks, format="mxfp4", scales=scales, act=act)
+        assert p.format == _dtypes.token("mxfp4", act)
+        assert _dtypes.split_token(p.format) == ("mxfp4", act)
+
+
+# Second names cpukern had before its first release (issue 46): each is gone.
+REMOVED_NAMES = [
+    ("ternary", "TernaryWeights"), ("ternary", "WidelyLinearWeights"),
+    ("ternary", "phase_quantize"), ("ternary", "widely_linear_dense"),
+    ("ternary", "prepare_widely_linear"), ("ternary", "widely_linear"),
+    ("ternary", "_aligned"), ("ternary", "_from_pickle"),
+    ("widely_linear", "WidelyLinearWeights"),
+    ("moe", "PackedExperts"), ("moe", "prepack"), ("moe", "linear"), ("moe", "_from_pickle"),
+    ("_dtypes", "ACT_ALIASES"),
+]
+
+
+@pytest.mark.parametrize("module,name", REMOVED_NAMES, ids=[f"{m}.{n}" for m, n in REMOVED_NAMES])
+def test_removed_names_are_gone(module, name):
+    import importlib
+
+    mod = importlib.import_module(f"cpukern.{module}")
+    with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+        getattr(mod, name)
+    with pytest.raises(ImportError, match=name):
+        exec(f"from cpukern.{module} import {name}", {})
+    assert name not in getattr(mod, "__all__", ())
+
+
+def _act_float_case(case):
+    """A call with act="float" and the names `act` accepts there."""
+    from cpukern import linear, moe, ternary
+
+    rng = np.random.default_rng(4)
+    bf = lambda *shape: rng.standard_normal(shape).astype(ml_dtypes.bfloat16)  # noqa: E731
+    if case == "ternary.gemv":
+        tw = ternary.prepare(ternary.pack(rng.integers(-1, 2, (8, 32)).astype(np.int8)), 32)
+        return lambda: ternary.gemv(tw, np.ones(32, np.float32), act="float"), ternary.ACTS
+    if case == "moe.prepare":
+        return lambda: moe.prepare(bf(2, 8, 64), act="float"), moe.ACTS
+    if case == "moe.prepare/mxfp4":
+        blocks, scales = moe.quantize(bf(2, 8, 64))
+        return lambda: moe.prepare(blocks, format="mxfp4", scales=scales, act="float"), moe.ACTS
+    if case == "linear.prepare":
+        return lambda: linear.prepare(bf(8, 64), act="float"), moe.ACTS
+    import cpukern.torch as ct
+
+    if case == "torch.TernaryLinear":
+        return lambda: ct.TernaryLinear(32, 8, act="float"), ternary.ACTS
+    assert case == "torch.FusedMoE.from_mxfp4"
+    (b13, s13), (b2, s2) = (map(torch.from_numpy, moe.quantize(bf(2, o, 32))) for o in (64, 32))
+    return lambda: ct.FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=1, act="float"), moe.ACTS
+
+
+@pytest.mark.parametrize("case", [
+    "ternary.gemv", "moe.prepare", "moe.prepare/mxfp4", "linear.prepare",
+    pytest.param("torch.TernaryLinear", marks=needs_torch),
+    pytest.param("torch.FusedMoE.from_mxfp4", marks=needs_torch)])
+def test_act_float_is_refused_naming_the_accepted_names(case):
+    call, accepted = _act_float_case(case)
+    with pytest.raises(ValueError) as e:
+        call()
+    msg = str(e.value)
+    assert msg.startswith("act: expected ") and msg.endswith("got 'float'"), msg
+    assert all(repr(a) in msg for a in accepted), msg
+
+
+def test_act_names_are_strings():
+    from cpukern import ternary
+
+    tw = ternary.prepare(ternary.pack(np.ones((8, 32), np.int8)), 32)
     with pytest.raises(TypeError, match="^act: "):
-        ternary.gemv(tw, x, act=None)
+        ternary.gemv(tw, np.ones(32, np.float32), act=None)

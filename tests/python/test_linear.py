@@ -1,5 +1,5 @@
 """The op "linear", a dense layer on the fused-MoE micro-kernels: cpukern.linear (prepare,
-linear), its former name cpukern.moe.linear, the torch ops cpukern::linear / linear_prepared
+linear), the torch ops cpukern::linear / linear_prepared
 and the cpukern.torch.Linear module, on every linear variant this CPU runs, against a float64
 model and against torch's bf16 nn.Linear; its listing (fused_moe's rows under its own name),
 selection and forcing; bad input names the argument. (Every variant and format, the SIMDe rows
@@ -70,11 +70,10 @@ def test_linear_matches_float64_model(isa, t, o, k):
             assert np.array_equal(
                 dense.linear(x[r0:r0 + n], packed, b, threads=threads).view(np.uint16),
                 y[r0:r0 + n].view(np.uint16))
-    # out= is written and returned; the former name runs the same function
+    # out= is written and returned
     out = np.full((t, o), 7, ml_dtypes.bfloat16)
     assert dense.linear(x, packed, b, out=out, isa=isa) is out
     assert np.array_equal(out.view(np.uint16), y.view(np.uint16))
-    assert np.array_equal(moe.linear(x, packed, b).view(np.uint16), y.view(np.uint16))
 
 
 @pytest.mark.parametrize("isa", LINEAR)
@@ -106,7 +105,7 @@ def test_linear_int8_weights_quantise_activations_per_row(isa):
     exact = x.astype(np.float64) @ w.astype(np.float64).T
     assert np.max(np.abs(y.astype(np.float64) - exact)) <= 0.02 * np.max(np.abs(exact))
     # the same as the one-expert packing of cpukern.moe
-    via_moe = moe.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
+    via_moe = dense.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
     assert np.array_equal(via_moe.view(np.uint16), y.view(np.uint16))
 
 
@@ -139,7 +138,7 @@ def test_linear_takes_torch_tensors_without_copies():
     assert np.array_equal(y.view(torch.int16).numpy().view(np.uint16), want.view(np.uint16))
 
 
-# --- the op: listing, selection, forcing, the former name, saved packings --------------------
+# --- the op: listing, selection, forcing, saved packings ------------- --------------------
 
 def test_kernels_lists_linear_as_fused_moe_rows_under_its_own_name():
     dense_rows, moe_rows = cpukern.kernels("linear"), cpukern.kernels("fused_moe")
@@ -164,10 +163,6 @@ def test_readme_variant_table_has_the_linear_row():
     order = lambda row: list(dict.fromkeys(n for n in re.findall(r"`(\w+)`", row) if n in names))  # noqa: E731
     assert sorted(order(rows["linear"])) == sorted(names), rows["linear"]
     assert order(rows["linear"]) == order(rows["fused_moe"])
-
-
-def test_former_name_is_the_same_function():
-    assert moe.linear is dense.linear
 
 
 def test_saved_one_expert_packings_run_as_they_are():

@@ -111,7 +111,7 @@ def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
 
 @pytest.mark.parametrize("isa", variant_params("fused_moe"))
 def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
-    """Each fused_moe GEMM meets moe.linear's bound, underflow term included: w2's products
+    """Each fused_moe GEMM meets cpukern.linear's bound, underflow term included: w2's products
     a_k w2_k lie below 2**-126 (vdpbf16ps flushes them to zero), the exact output is a normal
     float of about 7e-38."""
     h = inter = 32
@@ -160,7 +160,7 @@ def test_fused_moe_bad_input_names_the_argument():
         moe.fused_moe(x, p13, p2, tw, ids, skip_weighted=True)
     with pytest.raises(ValueError, match="w2|w13"):
         moe.fused_moe(x, p13, p13, tw, ids)
-    with pytest.raises(TypeError, match="w13: expected PackedExperts"):
+    with pytest.raises(TypeError, match="w13: expected PackedWeights"):
         moe.fused_moe(x, w13, p2, tw, ids)
     with pytest.raises(ValueError, match="x"):
         moe.fused_moe(x[:, :5].copy(), p13, p2, tw, ids)

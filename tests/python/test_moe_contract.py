@@ -1,8 +1,9 @@
-"""The fused_moe contract (cpukern.moe: route, prepare, fused_moe, linear, quantize, dequantize,
-and the FusedMoE module): the shapes it accepts, its bad input (each case names the argument), and
-its guarantees (the float64 model's bound, NaN staying in its token, batch and thread invariance,
-out= overlap refusal, memory the caller owns, scratch memory given back). Numerics per variant and
-weight format: test_moe.py, test_moe_int8.py, test_moe_mxfp4.py, test_moe_w4a8.py."""
+"""The fused_moe contract (cpukern.moe: route, prepare, fused_moe, quantize, dequantize; linear on
+its one-expert packings; and the FusedMoE module): the shapes it accepts, its bad input (each
+case names the argument), and its guarantees (the float64 model's bound, NaN staying in its
+token, batch and thread invariance, out= overlap refusal, memory the caller owns, scratch memory
+given back). Numerics per variant and weight format: test_moe.py, test_moe_int8.py,
+test_moe_mxfp4.py, test_moe_w4a8.py."""
 
 from __future__ import annotations
 
@@ -133,10 +134,10 @@ BAD_INPUT = [
                          lambda w, buf: c.moe_call(w2=w, out=c.tail(buf, BF16, (3, 16))))),
     ("moe_linear/out_in_prepared_buffer", ValueError, "out",
      lambda c: c.in_view(moe.prepare(c.W2[:1].copy()), moe.from_buffer,
-                         lambda w, buf: moe.linear(c.xb[:, :8].copy(), w, out=c.tail(buf, BF16, (3, 16))))),
+                         lambda w, buf: cpukern.linear.linear(c.xb[:, :8].copy(), w, out=c.tail(buf, BF16, (3, 16))))),
     ("moe_linear/out_overlaps_x", ValueError, "out",
-     lambda c: (lambda b: moe.linear(b[:24].reshape(3, 8), moe.prepare(c.W2[:1].copy()),
-                                     out=b[16:64].reshape(3, 16)))(np.zeros(64, BF16))),
+     lambda c: (lambda b: cpukern.linear.linear(b[:24].reshape(3, 8), moe.prepare(c.W2[:1].copy()),
+                                                out=b[16:64].reshape(3, 16)))(np.zeros(64, BF16))),
     ("moe/to_bytes_out_is_the_viewed_buffer", ValueError, "out",
      lambda c: c.in_view(c.p2, moe.from_buffer, lambda w, buf: moe.to_bytes(w, out=buf))),
 ]

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cpukern import _ext, moe, ternary, widely_linear
+from cpukern import _ext, linear, moe, ternary, widely_linear
 
 BF = ml_dtypes.bfloat16
 
@@ -139,7 +139,7 @@ def test_wrong_input_ndim_names_it_before_any_result_exists():
     with pytest.raises(ValueError, match="^w: expected 2 dimensions"):
         ternary.pack(np.ones(3, np.int8))
     with pytest.raises(ValueError, match="^x: expected 2 dimensions"):
-        moe.linear(np.ones(16, BF), moe.prepare(np.ones((1, 4, 16), BF)))
+        linear.linear(np.ones(16, BF), moe.prepare(np.ones((1, 4, 16), BF)))
     with pytest.raises(ValueError, match="^scales: expected"):
         moe.dequantize(np.zeros((2, 16), np.uint8), np.zeros((), np.uint8))
     with pytest.raises(ValueError, match="^w: expected"):

@@ -82,7 +82,7 @@ def test_packed_experts_pickle_and_deepcopy(fmt):
         a, b = moe.quantize(w, format=fmt)
         p = moe.prepare(a, format=fmt, scales=b)
     for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p), copy.copy(p)):
-        assert isinstance(q, moe.PackedExperts) and q.format == fmt and q.shape == p.shape
+        assert isinstance(q, cpukern.PackedWeights) and q.format == fmt and q.shape == p.shape
         np.testing.assert_array_equal(moe.to_bytes(q), moe.to_bytes(p))
 
 
@@ -123,7 +123,7 @@ def test_argument_errors_are_one_line():
     assert one_line(e).startswith("out: expected a writeable array")
     with pytest.raises(TypeError) as e:
         moe.serialized_size(np.zeros(4))
-    assert one_line(e).startswith("experts: expected PackedExperts")
+    assert one_line(e).startswith("experts: expected PackedWeights")
     with pytest.raises(TypeError) as e:
         tw.to_bytes(int8="yes")
     assert one_line(e).startswith("int8: expected a bool")

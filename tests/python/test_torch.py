@@ -69,7 +69,7 @@ def test_fused_moe_bf16_tensors_in_and_out_in_place():
     w13, w2 = (torch.randn(e, 2 * i, h) / 6).to(BF16), (torch.randn(e, h, i) / 5).to(BF16)
     x = torch.randn(t, h).to(BF16)
     tw, ids = moe.route(torch.randn(t, e), 2)
-    p13, p2 = moe.prepack(w13), moe.prepack(w2)
+    p13, p2 = moe.prepare(w13), moe.prepare(w2)
     out = torch.empty(t, h, dtype=BF16)
     ptr = out.data_ptr()
     assert moe.fused_moe(x, p13, p2, tw, ids, out=out) is out and out.data_ptr() == ptr
@@ -83,7 +83,7 @@ def test_non_contiguous_tensors_are_refused_not_copied():
     with pytest.raises(TypeError, match="non-contiguous"):
         ternary.gemv(prepared, torch.randn(70, 3).T)
     with pytest.raises(TypeError, match="bfloat16"):
-        moe.prepack(torch.randn(2, 4, 4))
+        moe.prepare(torch.randn(2, 4, 4))
 
 
 # --- custom ops ----------------------------------------------------------------------------

@@ -200,11 +200,3 @@ def test_prepared_layer_fuzz_raises_or_returns():
                 outcomes.add("raised")
         assert outcomes == {"ran", "raised"}, outcomes
 
-
-def test_ternary_keeps_the_former_names_as_aliases():
-    # cpukern.ternary's widely-linear names stay for one release, as the same functions.
-    assert ternary.phase_quantize is widely_linear.quantize
-    assert ternary.widely_linear_dense is widely_linear.dense
-    assert ternary.prepare_widely_linear is widely_linear.prepare
-    assert ternary.widely_linear is widely_linear.apply
-    assert ternary.WidelyLinearWeights is widely_linear.WidelyLinearWeights

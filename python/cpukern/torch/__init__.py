@@ -76,7 +76,7 @@ for another CPU are prepared again for this one). See cpukern.torch.modules and
 cpukern.torch.packed.
 
 The raw-weight ops below prepare the weights themselves: prepared forms (the kernels' own
-layouts: cpukern.ternary.prepare, moe.prepack) are kept out of the op schemas, and each op keeps the prepared form
+layouts: cpukern.ternary.prepare, moe.prepare) are kept out of the op schemas, and each op keeps the prepared form
 on the weight tensor's storage (``_weight_cache``), tagged with the view (offset, shape,
 strides, dtype), the op's own key and the version counter (``tensor._version``). The first
 call with given weights converts them (O(weights)); later calls reuse the conversion, also

@@ -1,5 +1,5 @@
 """The prepared-weight cache of cpukern.torch: prepared forms (cpukern.ternary.prepare,
-cpukern.moe.prepack) kept on the weight tensor's *storage* (torch keeps a storage's Python
+cpukern.moe.prepare) kept on the weight tensor's *storage* (torch keeps a storage's Python
 object, and so its attributes, alive exactly as long as the storage), under the view
 (offset, shape, strides, dtype) and the op's own key, tagged with the tensor's version counter
 (``tensor._version``, shared by every alias of the tensor: views, ``detach()``,

@@ -44,10 +44,11 @@ from torch import Tensor, nn
 
 from cpukern import _ext
 from cpukern import moe as _moe
-from cpukern.moe import PackedExperts
 from cpukern import ternary as _ternary
+from cpukern import widely_linear as _widely_linear
 from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern._dtypes import act_arg
+from cpukern._packed import PackedWeights
 from cpukern.torch import ops as _ops  # noqa: F401 - registers torch.ops.cpukern.*
 from cpukern.torch._weight_cache import _warn_untracked
 from cpukern.torch.packed import EAGER, PackedWeightsTensor
@@ -511,13 +512,13 @@ class TernaryLinear(_PreparedBuffer, _LinearLike):
 class WidelyLinear(_PreparedBuffer, _LinearLike):
     """A Fairy2i widely-linear ternary layer standing in for an nn.Linear with even in/out
     features: the real weight is read as a complex (n, m) matrix, quantised to {+-1, +-i}
-    in ``stages`` residual stages (cpukern.ternary.phase_quantize) and run by the fused kernel.
+    in ``stages`` residual stages (cpukern.widely_linear.quantize) and run by the fused kernel.
 
     Buffers: ``planes`` int32 (stages, 4, n, ceil(m/16)), ``scales`` float32 (stages, 4),
     optional ``bias``. Input float32 (..., 2m); output float32 (..., 2n).
 
     Bounds (tested):
-      * against ``dequantized()`` (nn.Linear with weight = widely_linear_dense(planes, scales)):
+      * against ``dequantized()`` (nn.Linear with weight = widely_linear.dense(planes, scales)):
         |y - y_ref| <= 1e-4 * (|x| @ |A_q|.T) + 1e-5.
       * against the float module it was made from: quantisation error, data dependent; for
         Gaussian weights the relative Frobenius error of the outputs is <= 0.7 with 1 stage and
@@ -550,7 +551,7 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
         if linear.bias is not None:
             _float_weight(linear.bias, "linear.bias")
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, stages=stages, isa=isa)
-        planes, scales = _ternary.phase_quantize(a, stages=stages)
+        planes, scales = _widely_linear.quantize(a, stages=stages)
         mod.planes.copy_(planes.view(torch.int32))
         mod.scales.copy_(scales)
         if linear.bias is not None:
@@ -560,8 +561,8 @@ class WidelyLinear(_PreparedBuffer, _LinearLike):
     def dequantized(self) -> nn.Linear:
         self._need_plain("dequantized")
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
-        dense = _ternary.widely_linear_dense(self.planes.view(torch.uint32), self.scales,
-                                             self.in_features // 2)
+        dense = _widely_linear.dense(self.planes.view(torch.uint32), self.scales,
+                                     self.in_features // 2)
         with torch.no_grad():
             lin.weight.copy_(dense)
             if self.bias is not None:
@@ -611,8 +612,8 @@ def _ternary_layout_for(t: PackedWeightsTensor, isa: str, op: str,
         return None
 
 
-def _moe_layout_for(t: PackedWeightsTensor, isa: str) -> Optional[PackedExperts]:
-    """The PackedExperts of `t`, or None when it was packed for another forced isa: MoE
+def _moe_layout_for(t: PackedWeightsTensor, isa: str) -> Optional[PackedWeights]:
+    """The packed experts of `t`, or None when it was packed for another forced isa: MoE
     packings cannot be unpacked, so the caller packs again from its plain weights."""
     forced = _ops._isa(isa, "fused_moe")
     p = t.weights
@@ -626,7 +627,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
     bf16 (E, H, I), optional ``w13_bias`` (E, 2I) / ``w2_bias`` (E, H) bf16. Quantized experts
     (``from_mxfp4``, ``from_int8``) keep their own format with ``w13_scales`` / ``w2_scales``.
     ``act``: "fp32" (exact) or, for MXFP4 experts only, "int8": W4A8 (int8 activations per
-    token, cpukern.moe.prepack's act; its bound is in cpukern.moe's docstring).
+    token, cpukern.moe.prepare's act; its bound is in cpukern.moe's docstring).
     ``forward(x, router_logits)`` routes with softmax + top-k in torch (renormalised if
     ``renormalize``) and runs ``torch.ops.cpukern.fused_moe``; ``experts(x, topk_weights,
     topk_ids)`` takes the routing from the caller. x: bf16 (..., H) (float32 and float16 are
@@ -765,7 +766,7 @@ class FusedMoE(_PreparedBuffer, _WeightFormatsKept):
             name=name, verify=False)
 
     def _act(self) -> str:
-        # (modules pickled before W4A8 have none; older ones may say "float", fp32's former name)
+        # (modules pickled before W4A8 have none)
         return act_arg(getattr(self, "act", "fp32"), _moe.ACTS)
 
     def _check_fits(self, name: str, p: Any) -> None:

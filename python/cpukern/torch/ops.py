@@ -15,6 +15,7 @@ from cpukern import _ext
 from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
+from cpukern import widely_linear as _widely_linear
 from cpukern._arrays import native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
@@ -100,7 +101,7 @@ def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act:
 
 def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str,
                      group_size: int = 0) -> Any:
-    """The TernaryWeights of packed (M, ceil(k/16)) with scale, from the cache or made now."""
+    """The prepared weights of packed (M, ceil(k/16)) with scale, from the cache or made now."""
     p = _u32(packed, "packed")
 
     def build() -> Any:
@@ -124,18 +125,18 @@ def _(packed, x, scale=None, act="fp32", isa="", group_size=0):
 
 @torch.library.custom_op("cpukern::widely_linear", mutates_args=())
 def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, isa: str = "") -> Tensor:
-    """y = U x + W conj(x) as a real layer (see cpukern.ternary.widely_linear)."""
+    """y = U x + W conj(x) as a real layer (see cpukern.widely_linear.apply)."""
     _check_2d_or_1d(x, "x")
     layer = prepared_widely_linear(planes, scales, int(x.shape[-1]) // 2, isa)
-    return _ternary.widely_linear(layer, x, threads=_threads())
+    return _widely_linear.apply(layer, x, threads=_threads())
 
 
 def prepared_widely_linear(planes: Tensor, scales: Tensor, m: int, isa: str) -> Any:
-    """The WidelyLinearWeights of planes and scales, from the cache or made now."""
+    """The prepared layer of planes and scales, from the cache or made now."""
     p = _u32(planes, "planes")
     forced = _isa(isa, "widely_linear")
     return _CACHE.get(planes, (m, _fingerprint(scales), forced),
-                      lambda: _ternary.prepare_widely_linear(p, scales, m, isa=forced))
+                      lambda: _widely_linear.prepare(p, scales, m, isa=forced))
 
 
 @widely_linear.register_fake
@@ -173,8 +174,8 @@ def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa:
 def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: str = "") -> Tensor:
     """The widely-linear layer prepared for this CPU as one uint8 tensor for
     widely_linear_prepared."""
-    layer = _ternary.prepare_widely_linear(_u32(planes, "planes"), scales, m,
-                                           isa=_isa(isa, "widely_linear"))
+    layer = _widely_linear.prepare(_u32(planes, "planes"), scales, m,
+                                   isa=_isa(isa, "widely_linear"))
     return _to_tensor(layer)
 
 
@@ -251,7 +252,7 @@ def widely_linear_prepared(prepared: Tensor, x: Tensor, out_features: int) -> Te
 def _(prepared, x, out_features):
     layer = weights_of(prepared, "prepared")
     _check_rows(layer, out_features)
-    return _ternary.widely_linear(layer, x, threads=_threads())
+    return _widely_linear.apply(layer, x, threads=_threads())
 
 
 @widely_linear_prepared.register_fake
@@ -266,7 +267,7 @@ def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
                            scales: Optional[Tensor] = None, act: str = "fp32") -> Tensor:
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
-    act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepack)."""
+    act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepare)."""
     packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales, act)
     return _packed.to_owned_tensor(packed)
 
@@ -293,7 +294,7 @@ def _expert_format(w: Tensor, name: str, scales: Optional[Tensor]) -> str:
 def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
                               scales: Optional[Tensor] = None, act: str = "fp32") -> Any:
     fmt = _expert_format(w, name, scales)
-    return _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa)
+    return _moe.prepare(w, format=fmt, scales=scales, act=act, isa=isa)
 
 
 def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, topk_weights: Tensor,
@@ -338,13 +339,13 @@ def experts_cache_key(fmt: str, scales: Optional[Tensor], isa: Optional[str]) ->
 
 def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None,
                      act: str = "fp32") -> Any:
-    """The PackedExperts of one expert tensor (any format, see _expert_format), from the cache
+    """The packed experts of one expert tensor (any format, see _expert_format), from the cache
     or made now (isa: a forced variant name or None; act: "fp32", or "int8" for W4A8 on MXFP4
     blocks, cached apart from the exact packing)."""
     fmt = _expert_format(w, name, scales)
     key = fmt if act == "fp32" else f"{fmt}/act={act}"
     return _CACHE.get(w, experts_cache_key(key, scales, isa),
-                      lambda: _moe.prepack(w, format=fmt, scales=scales, act=act, isa=isa))
+                      lambda: _moe.prepare(w, format=fmt, scales=scales, act=act, isa=isa))
 
 
 def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids: Tensor,

@@ -5,7 +5,7 @@ blob: cpukern.ternary.to_bytes / cpukern.moe.to_bytes's format, header + kernel 
 scales). Its outer shape is the logical shape of the weights ((M, K) for a ternary layer,
 (2n, 2m) for a widely-linear one, (E, O, I) for packed experts, (1, O, I) for a dense
 Linear), its dtype uint8, and it never requires grad. The prepared Python object
-(TernaryWeights, WidelyLinearWeights, PackedExperts) is made from the blob at first use
+(cpukern.PackedWeights of the op its header names) is made from the blob at first use
 (``weights``; a zero-copy view) and kept on the tensor, so a forward never rebuilds it.
 
 Semantics:
@@ -119,7 +119,7 @@ class PackedWeightsTensor(Tensor):
 
     @classmethod
     def from_weights(cls, weights: Any, *, int8: bool = False) -> "PackedWeightsTensor":
-        """TernaryWeights / WidelyLinearWeights / PackedExperts serialised into a new blob
+        """cpukern.PackedWeights (any op) serialised into a new blob
         (int8: with the ternary int8 layout too); the cached object views the blob."""
         blob = _packed.to_owned_tensor(weights, int8)
         return cls(blob, verify=False)

@@ -46,7 +46,7 @@ def prepack_moe_weight(weight: Tensor, packed_weight: Tensor, isa: str) -> None:
     # packed_weight once more after this returns: the version seen here and the next match.
     v = _version(packed_weight)
     isa_ = _isa(isa, "fused_moe")
-    packed = _moe.prepack(packed_weight, isa=isa_)
+    packed = _moe.prepare(packed_weight, isa=isa_)
     if v is not None:  # inference tensors cannot be tracked: cpu_fused_moe packs per call
         _CACHE.put(packed_weight, experts_cache_key("bf16", None, isa_), packed, versions=(v, v + 1))
 
