@@ -163,15 +163,34 @@ def test_loaded_module_survives_what_torch_does_to_its_blob(what):
     torch.testing.assert_close(other(x), want, rtol=0, atol=0)
 
 
-def test_module_share_memory_moves_the_packed_weights_and_keeps_the_result():
-    lin, x = _linear()
-    want = lin(x).clone()
-    assert lin.share_memory() is lin
-    assert lin.prepared.is_shared()
+def _modules():
+    """Every cpukern module kind, packed: (module, call)."""
+    from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear
+
+    torch.manual_seed(1)
+    dense = torch.nn.Linear(64, 32)
+    x = torch.randn(3, 64)
+    moe_mod = FusedMoE.from_experts(torch.randn(4, 32, 64), torch.randn(4, 64, 16), topk=2)
+    logits = torch.randn(3, 4)
+    return {
+        "TernaryLinear": (TernaryLinear.from_linear(dense), lambda m: m(x)),
+        "WidelyLinear": (WidelyLinear.from_linear(dense), lambda m: m(x)),
+        "Linear": (Linear.from_linear(dense), lambda m: m(x.to(torch.bfloat16))),
+        "FusedMoE": (moe_mod, lambda m: m(x.to(torch.bfloat16), logits)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"])
+def test_module_share_memory_moves_the_packed_weights_and_keeps_the_result(kind):
+    module, call = _modules()[kind]
+    want = call(module).clone()
+    assert module.share_memory() is module
+    packed = [t for t in module.buffers() if hasattr(t, "is_empty") and not t.is_empty]
+    assert packed and all(t.is_shared() for t in packed)
     _scribble()
-    torch.testing.assert_close(lin(x), want, rtol=0, atol=0)
-    lin.share_memory()  # twice: nothing more to move
-    torch.testing.assert_close(lin(x), want, rtol=0, atol=0)
+    torch.testing.assert_close(call(module), want, rtol=0, atol=0)
+    module.share_memory()  # twice: nothing more to move
+    torch.testing.assert_close(call(module), want, rtol=0, atol=0)
 
 
 def test_share_memory_of_a_module_not_yet_packed():
