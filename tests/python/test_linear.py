@@ -353,20 +353,6 @@ def test_module_int8_format_and_compile():
     torch.library.opcheck(torch.ops.cpukern.linear_prepared.default, (x, mod.prepared, 40, None))
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "bool", "complex64"])
-@pytest.mark.parametrize("param", ["weight", "bias"])
-def test_from_linear_refuses_non_float_weights(param, dtype):
-    """from_linear rounds float weights to bf16: integer, bool and complex ones are refused,
-    never taken by value."""
-    lin = torch.nn.Linear(16, 8)
-    t = torch.ones_like(getattr(lin, param)).to(getattr(torch, dtype))
-    setattr(lin, param, torch.nn.Parameter(t, requires_grad=False))
-    with pytest.raises(TypeError, match="^" + re.escape(
-            f"linear.{param}: expected a floating-point tensor, got {t.dtype} tensor of shape "
-            f"{tuple(t.shape)}")):
-        ct.Linear.from_linear(lin)
-
-
 def test_module_bad_input_names_the_argument():
     mod = ct.Linear(16, 8)
     with pytest.raises(ValueError, match=r"^x: expected 16 input features"):

@@ -254,3 +254,20 @@ def _saved(obj) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
+
+
+@pytest.mark.parametrize("module", ["TernaryLinear", "WidelyLinear", "Linear"])
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "bool", "complex64"])
+@pytest.mark.parametrize("param", ["weight", "bias"])
+def test_from_linear_refuses_non_float_weights(module, param, dtype):
+    """from_linear quantises or rounds float weights: integer, bool and complex ones are a
+    TypeError naming the tensor, never taken by value (issue 47, item 8)."""
+    import re
+
+    lin = torch.nn.Linear(32, 8)
+    t = torch.ones_like(getattr(lin, param)).to(getattr(torch, dtype))
+    setattr(lin, param, torch.nn.Parameter(t, requires_grad=False))
+    with pytest.raises(TypeError, match="^" + re.escape(
+            f"linear.{param}: expected a floating-point tensor, got {t.dtype} tensor of shape "
+            f"{tuple(t.shape)}")):
+        getattr(ct, module).from_linear(lin)

@@ -112,22 +112,6 @@ def test_module_constructor_checks_its_arguments():
         WidelyLinear(16, 4, stages=0)
 
 
-@needs_torch
-@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "bool", "complex64"])
-@pytest.mark.parametrize("param", ["weight", "bias"])
-def test_from_linear_refuses_non_float_weights(param, dtype):
-    """from_linear quantises float weights: integer, bool and complex ones are refused, never
-    taken by value."""
-    from cpukern.torch import WidelyLinear
-
-    lin = torch.nn.Linear(16, 8)
-    t = torch.ones_like(getattr(lin, param)).to(getattr(torch, dtype))
-    setattr(lin, param, torch.nn.Parameter(t, requires_grad=False))
-    with pytest.raises(TypeError, match=rf"^linear\.{param}: expected a floating-point tensor, "
-                                        rf"got torch\.{dtype} tensor of shape \(8,"):
-        WidelyLinear.from_linear(lin)
-
-
 # --- guarantees: the dense model, NaN / Inf, batch, thread and fused-or-not invariance ------------
 
 @st.composite
