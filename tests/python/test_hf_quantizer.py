@@ -281,6 +281,22 @@ def test_gpt_oss_mxfp4_other_swiglu_limit(tmp_path):
     assert torch.equal(decode(again, steps=2)[0], logits)
 
 
+@pytest.mark.parametrize("drop", ["down_proj_blocks", "gate_up_proj_scales", "down_proj_bias"])
+def test_gpt_oss_mxfp4_checkpoint_missing_an_expert_tensor_is_refused(tmp_path, drop):
+    """An MXFP4 checkpoint without one of its experts' tensors is a ValueError naming it, at
+    load: the experts would otherwise run on uninitialised memory (transformers only notes the
+    tensor as newly initialised, and its initialiser does not know the load-time module)."""
+    path = str(tmp_path / "missing")
+    gpt_oss_checkpoint(path)
+    file = os.path.join(path, "model.safetensors")
+    sd = load_file(file)
+    key = next(k for k in sd if k.endswith("experts." + drop))
+    del sd[key]
+    save_file(sd, file, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=rf"stores no tensor '{key}'"):
+        ct.from_pretrained(path)
+
+
 def test_gpt_oss_bf16_other_swiglu_limit(tmp_path):
     """bf16 experts with a swiglu_limit cpukern does not compute stay transformers' own (patch
     and the quantizer), with the reason in the report."""

@@ -223,6 +223,12 @@ class Family:
                 return None
         return [(tuple(t.shape), t.dtype.is_floating_point)]
 
+    def required_tensors(self, model: nn.Module) -> list:
+        """Checkpoint tensors the model cannot do without: ones that load into a module of the
+        family's own (a load-time placeholder) that transformers would not initialise when
+        they are missing, leaving uninitialised memory in the weights."""
+        return []
+
     # -- shared by every family --
 
     def check_config(self, config: Any) -> None:
@@ -343,11 +349,17 @@ def safetensors_header(path: str) -> dict:
 
 def check_checkpoint(family: Family, model: nn.Module, files: list) -> None:
     """Every stored tensor whose place the family knows has that place's shape and kind (float
-    or not): ValueError naming the file and the tensor, before anything is loaded."""
+    or not), and every tensor the family requires is stored: ValueError naming the file and
+    the tensor, before anything is loaded."""
+    stored: Optional[set] = set()
     for path in files or ():
         if not str(path).endswith(".safetensors"):
+            stored = None  # another format: what it holds is not known here
             continue
-        for key, (shape, is_float, code) in safetensors_header(path).items():
+        header = safetensors_header(path)
+        if stored is not None:
+            stored.update(header)
+        for key, (shape, is_float, code) in header.items():
             try:
                 want = family.expected_tensor(key, model)
             except ValueError as e:
@@ -362,3 +374,10 @@ def check_checkpoint(family: Family, model: nn.Module, files: list) -> None:
                                  f"expects {shapes}")
             kind = "a float" if want[0][1] else "an integer"
             raise ValueError(f"{path}: tensor {key!r} is {code}, the model expects {kind} tensor")
+    if files and stored is not None:
+        missing = [k for k in family.required_tensors(model) if k not in stored]
+        if missing:
+            where = os.path.dirname(str(files[0])) or "."
+            raise ValueError(f"{where}: the checkpoint stores no tensor {missing[0]!r} (nor "
+                             f"{len(missing) - 1} more the model needs): it would run on "
+                             f"uninitialised memory")

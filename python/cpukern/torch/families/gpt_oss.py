@@ -138,6 +138,11 @@ class GptOss(Family):
         return Step(name, cls, f"FusedMoE {fmt} swigluoai{note}",
                     lambda: MoEExperts(fused_moe(w13, w2, b13, b2, fmt=fmt, **kw)), lossy)
 
+    def required_tensors(self, model: nn.Module) -> list:
+        # The placeholder's tensors: transformers initialises none of them when missing.
+        return [f"{name}.{p}" for name, mod in model.named_modules()
+                if isinstance(mod, GptOssMxfp4Experts) for p, _ in mod.named_parameters()]
+
     def before_loading(self, model: nn.Module, source: Optional[dict]) -> None:
         if not source:
             return
