@@ -160,11 +160,13 @@ def _int_value(v: Any, path: Any, what: str) -> int:
     return v
 
 
-def parse_header(header_bytes: bytes, data_size: int, path: Any = None
-                 ) -> tuple[dict[str, dict], dict[str, str]]:
+def parse_header(header_bytes: bytes, data_size: int, path: Any = None, *,
+                 any_dtype: bool = False) -> tuple[dict[str, dict], dict[str, str]]:
     """The safetensors structure of a JSON header for `data_size` data bytes (see the module
-    docstring). Returns (entries: name -> {"dtype": np.dtype, "shape": tuple, "begin": int,
-    "end": int}, metadata). ValueError naming `path` and the tensor on any inconsistency."""
+    docstring). Returns (entries: name -> {"dtype": np.dtype, "code": str, "shape": tuple,
+    "begin": int, "end": int}, metadata). ValueError naming `path` and the tensor on any
+    inconsistency. any_dtype: a dtype code numpy has no type for (F8_E4M3, ...) is kept, with
+    dtype None and its byte count unchecked (for reading the header alone)."""
     try:
         header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except _Duplicate as e:
@@ -185,9 +187,10 @@ def parse_header(header_bytes: bytes, data_size: int, path: Any = None
         at = f"tensor {name!r:.80}"
         if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
             fail(path, f"{at}: expected exactly the keys dtype, shape, data_offsets")
-        dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
-        if dtype is None:
-            fail(path, f"{at}: unsupported dtype {info['dtype']!r:.80}")
+        code = info["dtype"]
+        dtype = DTYPES.get(code) if isinstance(code, str) else None
+        if dtype is None and not (any_dtype and isinstance(code, str) and code):
+            fail(path, f"{at}: unsupported dtype {code!r:.80}")
         shape = info["shape"]
         if not isinstance(shape, list) or len(shape) > MAX_DIMS:
             fail(path, f"{at}: shape must be a list of at most {MAX_DIMS} integers")
@@ -201,11 +204,12 @@ def parse_header(header_bytes: bytes, data_size: int, path: Any = None
         if not begin <= end <= data_size:
             fail(path, f"{at}: data_offsets [{begin}, {end}] outside the {data_size} data bytes "
                        f"(truncated file?)")
-        nbytes = dtype.itemsize * math.prod(shape)
+        nbytes = dtype.itemsize * math.prod(shape) if dtype is not None else end - begin
         if end - begin != nbytes:
-            fail(path, f"{at}: {info['dtype']} shape {shape} needs {nbytes} bytes, data_offsets "
+            fail(path, f"{at}: {code} shape {shape} needs {nbytes} bytes, data_offsets "
                        f"give {end - begin}")
-        entries[name] = {"dtype": dtype, "shape": tuple(shape), "begin": begin, "end": end}
+        entries[name] = {"dtype": dtype, "code": code, "shape": tuple(shape), "begin": begin,
+                         "end": end}
     pos = 0
     for begin, end, name in sorted((e["begin"], e["end"], n) for n, e in entries.items()):
         if begin != pos:
@@ -215,6 +219,22 @@ def parse_header(header_bytes: bytes, data_size: int, path: Any = None
     if pos != data_size:
         fail(path, f"data: tensors cover {pos} bytes, the file holds {data_size} after the header")
     return entries, meta
+
+
+def header(path: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype code) of a safetensors file, from its header alone (no data
+    read): a regular file, the header validated as read() validates it, except that dtype
+    codes numpy has no type for (F8_E4M3, ...) are kept as they are."""
+    fd, size = open_regular(path)
+    try:
+        n, data_size = split(read_exact(fd, 8), size, path)
+        raw = read_exact(fd, n, 8)
+    finally:
+        os.close(fd)
+    if len(raw) != n:
+        fail(path, f"header: {len(raw)} of its {n} bytes (the file shrank while read)")
+    entries, _ = parse_header(raw, data_size, path, any_dtype=True)
+    return {name: (e["shape"], e["code"]) for name, e in entries.items()}
 
 
 def views(buf: Any, base: int, entries: Mapping[str, dict],

@@ -57,7 +57,15 @@ def header_file(path, header, body=b""):
     return path
 
 
+def _checkpoint_header(path):
+    """The header read of cpukern.torch's checkpoint checks (the same reader, header only)."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    from cpukern.torch.families.common import safetensors_header
+    return safetensors_header(path)
+
+
 LOADERS = {
+    "torch.checkpoint_header": _checkpoint_header,
     "ternary.load": lambda p: ternary.load(p),
     "io.read_safetensors": lambda p: io.read_safetensors(p),
     "moe.load_gpt_oss": lambda p: moe.load_gpt_oss(p, 0),
@@ -148,7 +156,8 @@ def test_every_loader_refuses_a_directory(tmp_path, loader):
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-@pytest.mark.parametrize("loader", ["io.read_safetensors", "moe.load_gpt_oss", "convert"])
+@pytest.mark.parametrize("loader", ["io.read_safetensors", "moe.load_gpt_oss", "convert",
+                                    "torch.checkpoint_header"])
 def test_malformed_headers_are_value_errors_naming_the_file(tmp_path, loader, case):
     pytest.importorskip("safetensors")
     header, match = MALFORMED[case]
@@ -156,6 +165,23 @@ def test_malformed_headers_are_value_errors_naming_the_file(tmp_path, loader, ca
     with pytest.raises(ValueError, match=match) as e:
         LOADERS[loader](path)
     assert "bad.safetensors" in str(e.value)
+
+
+def test_header_reads_shapes_and_codes_without_the_data_and_keeps_fp8_codes(tmp_path):
+    """The header-only read (cpukern.torch's checkpoint checks) validates what read() validates
+    but keeps dtype codes numpy has no type for: a checkpoint with FP8 tensors is described,
+    not refused, while the tensor reader refuses to make arrays of them."""
+    from cpukern import _safetensors
+    header = {"a": {"dtype": "F8_E4M3", "shape": [2, 3], "data_offsets": [0, 6]},
+              "b": {"dtype": "BF16", "shape": [1], "data_offsets": [6, 8]}}
+    path = header_file(tmp_path / "fp8.safetensors", header, b"\0" * 8)
+    assert _safetensors.header(path) == {"a": ((2, 3), "F8_E4M3"), "b": ((1,), "BF16")}
+    with pytest.raises(ValueError, match="tensor 'a': unsupported dtype 'F8_E4M3'"):
+        io.read_safetensors(path)
+    # the data part still has to be where the offsets say
+    short = header_file(tmp_path / "short.safetensors", header, b"\0" * 7)
+    with pytest.raises(ValueError, match="short.safetensors.*outside the 7 data bytes"):
+        _safetensors.header(short)
 
 
 def test_load_gpt_oss_takes_integer_layers_only(tmp_path):

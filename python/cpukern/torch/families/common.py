@@ -5,10 +5,9 @@ and a config's sizes before transformers loads them."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-import json
 import os
-import struct
 import warnings
 from typing import Any, Callable, Iterable, Optional
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 import cpukern
+from cpukern import _safetensors
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import MAX_THREADS, int_arg, str_arg
@@ -325,26 +325,18 @@ _FLOAT_CODES = ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")
 
 
 def safetensors_header(path: str) -> dict:
-    """name -> (shape, is float) of one safetensors file, from its header (no data read)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or n > 100 << 20 or n > os.path.getsize(path) - 8:
-            raise ValueError(f"{path}: not a safetensors file (header size {n})")
-        try:
-            meta = json.loads(f.read(n))
-        except (ValueError, RecursionError) as e:
-            raise ValueError(f"{path}: unreadable safetensors header ({e})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: unreadable safetensors header")
-    out = {}
-    for key, v in meta.items():
-        if key == "__metadata__":
-            continue
-        if not isinstance(v, dict) or not isinstance(v.get("shape"), list):
-            raise ValueError(f"{path}: tensor {key!r} has no shape in the header")
-        out[key] = (tuple(v["shape"]), v.get("dtype") in _FLOAT_CODES, v.get("dtype"))
-    return out
+    """name -> (shape, is float, dtype code) of one safetensors file, from its header (no data
+    read), by cpukern's one safetensors reader (ValueError naming the file). A load asks for a
+    file's header several times (the layer count, the shape checks, saved modules): it is read
+    once while the file stays the same."""
+    st = os.stat(path)
+    return dict(_header_of(os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _header_of(path: str, ino: int, size: int, mtime_ns: int) -> dict:
+    return {key: (shape, code in _FLOAT_CODES, code)
+            for key, (shape, code) in _safetensors.header(path).items()}
 
 
 def check_checkpoint(family: Family, model: nn.Module, files: list) -> None:
