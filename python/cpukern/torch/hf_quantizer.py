@@ -154,7 +154,7 @@ class CpukernHfQuantizer(HfQuantizer):
     def update_attn_implementation(self, config: Any) -> Any:
         """The config checked before transformers builds a model of its shape: the family is
         known, its sizes are integers >= 1, and a local checkpoint holds as many layers."""
-        family = family_for(config, "config")
+        self._family = family = family_for(config, "config")  # resolved once per load
         family.check_config(config)
         path = getattr(config, "_name_or_path", "") or ""
         if os.path.isdir(path):
@@ -167,7 +167,9 @@ class CpukernHfQuantizer(HfQuantizer):
     def _process_model_before_weight_loading(self, model: Any, checkpoint_files: Any = None,
                                              **kwargs: Any) -> None:
         qc = self.quantization_config
-        self._family = family = family_for(model.config, "model")
+        if self._family is None:  # transformers skipped update_attn_implementation
+            self._family = family_for(model.config, "model")
+        family = self._family
         self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads,
                                 getattr(qc, "lm_head", None))
         family.before_loading(model, qc.checkpoint_quantization)
