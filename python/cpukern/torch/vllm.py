@@ -1,6 +1,8 @@
 """vLLM-order ops (vllm._custom_ops): ``cpukern::prepack_moe_weight(weight, packed_weight,
 isa)`` and ``cpukern::cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
-topk_id, skip_weighted, act, isa)``; see the cpukern.torch docstring.
+topk_id, skip_weighted, activation, isa)``; see the cpukern.torch docstring. ``activation``
+is vLLM's ``act`` (the activation function: silu, swigluoai, ...), named apart from cpukern's
+``act`` (the activation datatype).
 
 vLLM's own convention (no cache): in ``process_weights_after_loading`` replace the weights
 with their packed form, ``replace_parameter(layer, "w13_weight", prepack_moe_tensor(w13))``
@@ -59,14 +61,15 @@ def _(weight, packed_weight, isa):
 @torch.library.custom_op("cpukern::cpu_fused_moe", mutates_args=("output",))
 def cpu_fused_moe(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
                   w13_bias: Optional[Tensor], w2_bias: Optional[Tensor], topk_weights: Tensor,
-                  topk_id: Tensor, skip_weighted: bool, act: str, isa: str) -> None:
+                  topk_id: Tensor, skip_weighted: bool, activation: str, isa: str) -> None:
     """vLLM order: output (T, H) bf16 <- fused MoE of input with the packed w13, w2."""
-    _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, act, w13_bias, w2_bias,
+    _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, activation, w13_bias, w2_bias,
                     skip_weighted, isa)
 
 
 @cpu_fused_moe.register_fake
-def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, isa):
+def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, activation,
+      isa):
     return None
 
 
@@ -79,10 +82,10 @@ def prepack_moe_tensor(weight: Tensor, isa: str = "", scales: Optional[Tensor] =
 def _cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
                            w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
                            topk_weights: Tensor, topk_id: Tensor, skip_weighted: bool,
-                           act: str) -> None:
+                           activation: str) -> None:
     """vLLM order: output (T, H) bf16 <- fused MoE of input with w13, w2 from
     prepack_moe_tensor (uint8)."""
-    output.copy_(_fused_moe_prepared(input, w13, w2, topk_weights, topk_id, act, w13_bias,
+    output.copy_(_fused_moe_prepared(input, w13, w2, topk_weights, topk_id, activation, w13_bias,
                                      w2_bias, skip_weighted))
 
 
@@ -92,5 +95,6 @@ eager_impl(torch.ops.cpukern.cpu_fused_moe_prepared.default)(_cpu_fused_moe_prep
 
 
 @cpu_fused_moe_prepared.register_fake
-def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act):
+def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted,
+      activation):
     return None
