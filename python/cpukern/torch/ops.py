@@ -24,7 +24,7 @@ from cpukern.torch.packed import eager_impl, weights_of
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
-           "adopt_prepared", "fused_moe_prepared", "prepare_experts_tensor", "linear",
+           "fused_moe_prepared", "prepare_experts_tensor", "linear",
            "linear_prepared"]
 
 # isa= in the torch ops: "" or "auto" select automatically; any other name must be a variant
@@ -177,29 +177,6 @@ def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: st
     layer = _widely_linear.prepare(_u32(planes, "planes"), scales, m,
                                    isa=_isa(isa, "widely_linear"))
     return _to_tensor(layer)
-
-
-def adopt_prepared(t: Tensor, name: str, isa: str = "", verify: bool = True,
-                   int8: bool = False) -> Optional[Tensor]:
-    """A prepared tensor read from outside (a state_dict, torch.load, unpickling), checked
-    and made usable on this CPU: the header always (O(1)), the checksum when verify. Returns
-    `t` itself when its variant runs here (and is `isa` when one is forced), a new tensor
-    prepared again for this CPU from its own layout when that layout can be unpacked, and None
-    when it cannot (the caller prepares from its plain weights). ValueError naming `name` for
-    a corrupted buffer."""
-    if not isinstance(t, Tensor) or t.dtype != torch.uint8 or t.dim() != 1:
-        raise TypeError(f"{name}: expected a 1-D uint8 tensor of prepared weights, got "
-                        f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
-    t = t.detach()
-    if not t.is_contiguous() or t.data_ptr() % 64:  # a view into a larger storage
-        t = torch.empty(t.numel(), dtype=torch.uint8).copy_(t)  # torch aligns new tensors to 64
-    try:
-        w = _ternary.from_buffer(t, verify=verify, isa=_isa(isa), name=name)
-    except _ext.LayoutNotRunnableError:
-        return None
-    if w.is_view:
-        return t
-    return _to_tensor(w, int8)
 
 
 @torch.library.custom_op("cpukern::ternary_gemv_prepared", mutates_args=())
