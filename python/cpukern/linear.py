@@ -84,9 +84,9 @@ def linear(x: Any, w: PackedWeights, bias: Any = None, *, threads: Optional[int]
     default, or 1..cpukern.MAX_THREADS. isa, if given, must be the variant w was packed for.
     out: None (a new array) or a bf16 (T, O) array to write."""
     check_op(w, ("moe",), "w", "PackedWeights from cpukern.linear.prepare")
-    _ext.packed_check_isa(w, isa_arg(isa))
     nthreads = threads_arg(threads)
-    # x, bias and out= against w (E = 1, in-features): checked by the extension and moe::linear.
+    # x, bias, isa (w's variant) and out= against w (E = 1, in-features): checked by the
+    # extension and moe::linear.
     y = _ext.moe_linear(ext_array(x, "x"), w, None if bias is None else ext_array(bias, "bias"),
-                        nthreads, ext_out(out))
+                        isa_arg(isa), nthreads, ext_out(out))
     return out if out is not None else result(y, x, bf16=True)

@@ -196,7 +196,6 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
         check_op(w, None, name, "PackedWeights from cpukern.moe.prepare")
-    _ext.packed_check_isa(w13, isa_arg(isa))  # w2's variant: moe::fused_moe (w13's)
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
     nthreads = threads_arg(threads)
     # The arrays (dtypes; shapes: x / w13 / w2 / topk_ids / topk_weights / biases / out= agree,
@@ -207,7 +206,7 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
                            _str(activation, "activation"),
                            None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
                            None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
-                           skip_weighted, nthreads, ext_out(out))
+                           skip_weighted, isa_arg(isa), nthreads, ext_out(out))
     return out if out is not None else result(y, x, bf16=True)
 
 

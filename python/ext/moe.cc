@@ -200,9 +200,10 @@ void bind_moe(nb::module_& m) {
 
   m.def(
       "moe_linear",
-      [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias, int threads,
-         const std::optional<OutArray>& out) {
+      [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias,
+         const std::string& isa, int threads, const std::optional<OutArray>& out) {
         const PackedExperts& w = experts(packed, "w");
+        packed.check_isa(isa);  // "" or the variant w was packed for
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), k = int64_t(x.shape(1));
         if (k != w.i)
@@ -220,7 +221,7 @@ void bind_moe(nb::module_& m) {
         }
         return std::move(y.array);
       },
-      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"),
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("isa"), nb::arg("threads"),
       nb::arg("out").none());
 
   m.def(
@@ -229,9 +230,10 @@ void bind_moe(nb::module_& m) {
          const InArray& topk_weights, const InArray& topk_ids, bool int64_ids,
          const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
-         int threads, const std::optional<OutArray>& out) {
+         const std::string& isa, int threads, const std::optional<OutArray>& out) {
         const PackedExperts& w13 = experts(packed13, "w13");
         const PackedExperts& w2 = experts(packed2, "w2");
+        packed13.check_isa(isa);  // "" or w13's variant (w2's: moe::fused_moe checks it is w13's)
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
@@ -273,7 +275,7 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
       nb::arg("int64_ids"), nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
-      nb::arg("skip_weighted"), nb::arg("threads"), nb::arg("out").none());
+      nb::arg("skip_weighted"), nb::arg("isa"), nb::arg("threads"), nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

@@ -61,9 +61,9 @@ def ops():
                               np.float32),
         "widely_linear_run_buffer": (lambda out: _ext.widely_linear_run_buffer(lbuf, 8, xw, 1, out),
                                      (2, 8), np.float32),
-        "moe_linear": (lambda out: _ext.moe_linear(xb, lin, None, 1, out), (t, 12), np.uint16),
+        "moe_linear": (lambda out: _ext.moe_linear(xb, lin, None, "", 1, out), (t, 12), np.uint16),
         "moe_fused_moe": (lambda out: _ext.moe_fused_moe(xb, p13, p2, tw_, ti, False, "silu", None,
-                                                         None, False, 1, out), (t, h), np.uint16),
+                                                         None, False, "", 1, out), (t, h), np.uint16),
         "packed_serialize": (lambda out: _ext.packed_serialize(tw, False, 1, out),
                              (_ext.packed_serialized_size(tw, False),), np.uint8),
     }

@@ -107,6 +107,7 @@ def test_pool_polls_only_while_torch_runs_on_one_thread():
     """torch's OpenMP threads poll too: the ops turn cpukern's polling off while torch has more
     than one thread, and back on at one; the results do not change."""
     from cpukern import _ext
+    from cpukern.torch import ops
     w, packed = ternary_weights()
     x = torch.randn(3, 70)
     old = torch.get_num_threads()
@@ -120,6 +121,7 @@ def test_pool_polls_only_while_torch_runs_on_one_thread():
     finally:
         torch.set_num_threads(old)
         _ext.set_polling(True)
+        ops._polling_set_for = None  # set again by the next op
 
 
 def test_op_cache_reuses_and_invalidates_on_version_bump():

@@ -64,13 +64,21 @@ def linear_isa(isa: Optional[str]) -> str:
     return _ext.linear_isa(_isa(isa, "linear") or "")
 
 
+# torch's thread count when this module last set the pool's polling (None: not yet).
+_polling_set_for: Optional[int] = None
+
+
 def _threads() -> Optional[int]:
     """torch.get_num_threads() unless cpukern.set_num_threads chose a count (then None: the
     kernels use that one). cpukern's pool polls between calls only while torch's own OpenMP
     threads, which poll too, are off (torch on one thread): two polling pools on the same
-    cores take turns by the scheduler's time slice."""
+    cores take turns by the scheduler's time slice. Set when torch's count changes, so that
+    an op's call crosses into C++ once."""
+    global _polling_set_for
     n = torch.get_num_threads()
-    _ext.set_polling(n == 1)  # one atomic store: cheaper to repeat than to cache
+    if n != _polling_set_for:
+        _ext.set_polling(n == 1)
+        _polling_set_for = n
     return None if _cpukern.num_threads_is_set() else n
 
 
