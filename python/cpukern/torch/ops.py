@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 import cpukern as _cpukern
-from cpukern import _ext
+from cpukern import _ext, _packed
 from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
@@ -19,7 +19,6 @@ from cpukern import widely_linear as _widely_linear
 from cpukern._arrays import native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
-from cpukern import _packed
 from cpukern.torch.packed import eager_impl, weights_of
 
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
@@ -158,8 +157,8 @@ def _(planes, scales, x, isa=""):
 # --- prepared weights as plain uint8 tensors (no cache) ---------------------------------
 
 def _to_tensor(weights: Any, int8: bool = False) -> Tensor:
-    """The serialised form of prepared weights in a new uint8 tensor (torch's CPU allocator
-    aligns it to 64 bytes)."""
+    """The serialised form of prepared weights in a new uint8 tensor over memory cpukern owns
+    (_packed.owned_tensor: packed views of it need no copy)."""
     return _packed.to_owned_tensor(weights, int8, _threads())
 
 
