@@ -8,8 +8,18 @@
 
 namespace cpukern {
 
+// What a caller can do about an invalid argument, beyond the message: the Python extension
+// names its own API for it (python/ext/module.cc); kernels/ never names Python's.
+enum class Remedy {
+  kNone,
+  kAlignBuffer,  // copy the buffer into 64-byte aligned memory
+  kExportAgain,  // serialise the weights again with this build
+};
+
 struct InvalidArgument : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
+  InvalidArgument(const std::string& what, Remedy r) : std::invalid_argument(what), remedy(r) {}
+  Remedy remedy = Remedy::kNone;
 };
 struct TypeMismatch : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -30,6 +40,9 @@ struct LayoutNotRunnable : InvalidArgument {
 }
 inline void check_arg(bool ok, const std::string& arg, const std::string& msg) {
   if (!ok) throw_arg(arg, msg);
+}
+inline void check_arg(bool ok, const std::string& arg, const std::string& msg, Remedy remedy) {
+  if (!ok) throw InvalidArgument(arg + ": " + msg, remedy);
 }
 
 // Multiplies sizes with an overflow check; throws naming `arg` when the product

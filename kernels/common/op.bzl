@@ -46,4 +46,6 @@ def ukernel_op(name, ukernels, simde, srcs, hdrs = []):
         deps = [":ukernel_hdrs"],
     )
     native.filegroup(name = "fp32_ukernel_libs", srcs = libs + [":ukernels_simde_avx512"])
+    # Every source file (tests/static:check_kernels_no_python reads them).
+    native.filegroup(name = "sources", srcs = native.glob(["**/*.cc", "**/*.h", "**/*.inc"]))
     native.filegroup(name = "native_ukernel_libs", srcs = libs)

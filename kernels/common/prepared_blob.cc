@@ -139,8 +139,8 @@ Header parse(const unsigned char* buf, int64_t size, const OpFormat& fmt, const 
             "must start on a 64-byte boundary (the kernels read its sections with aligned "
             "loads), got an address that is " +
                 s(reinterpret_cast<uintptr_t>(buf) % kAlign) +
-                " bytes past one; copy it into a 64-byte aligned array (cpukern.ternary.aligned_empty, "
-                "or a new torch tensor)");
+                " bytes past one; copy it into 64-byte aligned memory",
+            Remedy::kAlignBuffer);
   Header h;
   std::memcpy(&h, buf, sizeof h);
   check_arg(std::memcmp(h.magic, kMagic, sizeof kMagic) == 0, arg,
@@ -148,7 +148,8 @@ Header parse(const unsigned char* buf, int64_t size, const OpFormat& fmt, const 
   check_arg(h.version != 1, arg,
             "prepared-weight format version 1 is no longer read (its checksum did not cover the "
             "header); this build reads version " + s(kVersion) +
-                ": export the weights again (to_bytes / state_dict) with this cpukern");
+                ": serialise the weights again with this build",
+            Remedy::kExportAgain);
   check_arg(h.version == kVersion, arg,
             "prepared-weight format version " + s(h.version) + " is not supported (this build reads " +
                 s(kVersion) + ")");
@@ -229,7 +230,7 @@ void check_can_prepare_again(const Header& h, const std::string& arg, bool allow
                            name(h.layout) + "'), " +
                            (made_by ? "not the variant asked for" : "which this CPU cannot run");
   check_arg(allow_reprepare, arg,
-            "was " + what + "; import it once with from_buffer (it prepares again for this CPU)");
+            "was " + what + "; import it once with from_buffer, which prepares it again for this CPU");
   if (!unpackable)
     throw LayoutNotRunnable(arg + ": " + what + ", and that layout cannot be unpacked; " + instead);
 }

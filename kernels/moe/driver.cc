@@ -353,9 +353,9 @@ void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w
   check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
   check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
   check_arg(w13.variant != nullptr && w13.ukernel != nullptr && w13.packed() != nullptr, "w13",
-            "not a packed tensor");
+            "not packed weights");
   check_arg(w2.variant != nullptr && w2.ukernel != nullptr && w2.packed() != nullptr, "w2",
-            "not a packed tensor");
+            "not packed weights");
   check_arg(w13.isa == w2.isa, "w2",
             "packings of different variants cannot be mixed (w13 is '" + w13.isa + "', w2 is '" +
                 w2.isa + "'): prepare both with the same isa");
@@ -556,7 +556,7 @@ void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const
             int threads, bf16_t* out) {
   check_arg(t >= 0, "x", "number of rows must be >= 0, got " + std::to_string(t));
   check_arg(w.variant != nullptr && w.ukernel != nullptr && w.packed() != nullptr, "w",
-            "not a packed tensor");
+            "not packed weights");
   check_arg(w.e == 1, "w",
             "expected one matrix packed as E = 1, got E = " + std::to_string(w.e));
   check_arg(w.i == k, "x",

@@ -19,7 +19,7 @@
 #include <cxxabi.h>
 #include <unistd.h>
 
-#include "kernels/common/sigint.h"
+#include "python/ext/sigint.h"
 
 namespace cpukern::ext {
 

@@ -128,6 +128,13 @@ NB_MODULE(_ext, m) {
       PyErr_SetString(layout_not_runnable, e.what());
     } catch (const TypeMismatch& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const InvalidArgument& e) {
+      // The remedy in this API's words (kernels/ names no Python API).
+      const char* how = e.remedy == Remedy::kAlignBuffer
+                            ? " (cpukern.ternary.aligned_empty, or a new torch tensor)"
+                        : e.remedy == Remedy::kExportAgain ? " (to_bytes / state_dict)"
+                                                           : "";
+      PyErr_SetString(PyExc_ValueError, (std::string(e.what()) + how).c_str());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::bad_alloc&) {

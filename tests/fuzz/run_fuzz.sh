@@ -93,7 +93,6 @@ sources_ternary_unpack() {
 
 sources_prepared_blob() {
   sources_common
-  echo "kernels/common/sigint.cc"
   sources_op ternary
   sources_op widely_linear
   sources_op moe

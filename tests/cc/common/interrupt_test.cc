@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/common/sigint.h"
+#include "python/ext/sigint.h"
 #include "kernels/common/thread_pool.h"
 
 namespace cpukern {

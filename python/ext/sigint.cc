@@ -1,4 +1,4 @@
-#include "kernels/common/sigint.h"
+#include "python/ext/sigint.h"
 
 #include <pthread.h>
 #include <signal.h>
