@@ -141,9 +141,9 @@ def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: 
     act = act_arg(act)  # the name: checked by the extension (one of ACTS)
     nthreads = threads_arg(threads)
     s = float32_scale(scale)
+    check = ""
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
-        _ext.packed_check_isa(weights, isa_arg(isa))  # "" or the variant they were prepared for
-        w = weights
+        w, check = weights, isa_arg(isa)  # the extension checks it names their variant
     elif isinstance(weights, np.ndarray) or is_torch(weights):
         cols = tuple(x.shape[-1:])  # () for a 0-d x, which the extension refuses
         w = _prepare(weights, int(cols[0]) if cols else 0, None, isa, "weights")
@@ -151,7 +151,7 @@ def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: 
         raise TypeError(f"weights: expected PackedWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
     # x, the scale and out=: checked by the extension, which returns a new array without out=.
-    y = _ext.ternary_gemv(w, xa, s, act, nthreads, ext_out(out))
+    y = _ext.ternary_gemv(w, xa, s, act, nthreads, ext_out(out), check)
     return out if out is not None else result(y, x)
 
 

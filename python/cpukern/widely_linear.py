@@ -71,12 +71,12 @@ def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
     xa = ext_array(x, "x")
     fused = bool_arg(fused, "fused")
     nthreads = threads_arg(threads)
+    check = ""
     if isinstance(planes, PackedWeights) and planes.op == "widely_linear":
         if scales is not None:
             raise ValueError("scales: expected None (the prepared layer carries its scales), got "
                              f"{type(scales).__name__}")
-        _ext.packed_check_isa(planes, isa_arg(isa))  # "" or the variant it was prepared for
-        layer = planes
+        layer, check = planes, isa_arg(isa)  # the extension checks it names its variant
     elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:
             raise ValueError("scales: expected float32 scales when planes is an array, got None")
@@ -91,5 +91,5 @@ def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
         raise TypeError(f"planes: expected PackedWeights from cpukern.widely_linear.prepare or "
                         f"uint32 planes, got {got}")
     # x and out=: checked by the extension, which returns a new array without out=.
-    y = _ext.widely_linear_run(layer, xa, fused, nthreads, ext_out(out))
+    y = _ext.widely_linear_run(layer, xa, fused, nthreads, ext_out(out), check)
     return out if out is not None else result(y, x)

@@ -107,8 +107,6 @@ void bind_packed_weights(nb::module_& m) {
       .def("__repr__", &repr);
 
   // A call's isa= on these weights (PackedWeights::check_isa): "" or their own variant.
-  m.def("packed_check_isa", [](const PackedWeights& w, const std::string& isa) { w.check_isa(isa); },
-        nb::arg("weights"), nb::arg("isa"));
   m.def(
       "packed_serialized_size",
       [](const PackedWeights& w, bool int8) { return w.serialized_size({int8, 0}); },

@@ -90,11 +90,14 @@ void bind_ternary(nb::module_& m) {
       nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
       nb::arg("group_size") = 0, nb::arg("threads") = 0);
 
+  // isa: "" or the variant the weights were prepared for (checked here: one call per forward).
   m.def(
       "ternary_gemv",
       [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
-         const std::string& act, int threads, const std::optional<OutArray>& out) {
+         const std::string& act, int threads, const std::optional<OutArray>& out,
+         const std::string& isa) {
         const PreparedWeights& w = ternary_weights(packed);
+        packed.check_isa(isa);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         ternary::check_x_columns(w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -109,7 +112,7 @@ void bind_ternary(nb::module_& m) {
         return std::move(y.array);
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
-      nb::arg("threads"), nb::arg("out").none());
+      nb::arg("threads"), nb::arg("out").none(), nb::arg("isa") = "");
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
   // header is validated per call (O(1)); no object outlives the call, nothing is cached.

@@ -130,10 +130,13 @@ void bind_widely_linear(nb::module_& m) {
               s.per_row, s.stages, s.n, s.words, m_, isa));
         });
 
+  // isa: "" or the variant the layer was prepared for (checked here: one call per forward).
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
-                                int threads, const std::optional<OutArray>& out) {
+                                int threads, const std::optional<OutArray>& out,
+                                const std::string& isa) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
         packed, "planes", "PackedWeights from cpukern.widely_linear.prepare");
+    packed.check_isa(isa);
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -144,7 +147,8 @@ void bind_widely_linear(nb::module_& m) {
       widely_linear::run(layer, xp, batch, fused, threads, y.data);
     }
     return std::move(y.array);
-  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("threads"), nb::arg("out").none());
+  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("threads"), nb::arg("out").none(),
+     nb::arg("isa") = "");
 }
 
 }  // namespace cpukern::ext
