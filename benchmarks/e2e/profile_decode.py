@@ -137,19 +137,19 @@ def pool_cost(threads: list[int], rows: int = 2) -> dict:
         mode = "polling" if polling else "sleeping"
         for n in threads:
             for _ in range(100):
-                _ext.ternary_gemv(w, x, None, "fp32", n, y)
+                _ext.ternary_gemv(w, x, None, "fp32", "", n, y)
             ts = []
             for _ in range(5):
                 t0 = time.perf_counter()
                 for _ in range(5000):
-                    _ext.ternary_gemv(w, x, None, "fp32", n, y)
+                    _ext.ternary_gemv(w, x, None, "fp32", "", n, y)
                 ts.append((time.perf_counter() - t0) / 5000 * 1e6)
             out[f"{mode} {n}T"] = statistics.median(ts)
             ts = []
             for _ in range(200):  # idle past the polling window (200 us): helpers sleep
                 time.sleep(0.001)
                 t0 = time.perf_counter()
-                _ext.ternary_gemv(w, x, None, "fp32", n, y)
+                _ext.ternary_gemv(w, x, None, "fp32", "", n, y)
                 ts.append((time.perf_counter() - t0) * 1e6)
             out[f"{mode} {n}T after 1 ms idle"] = statistics.median(ts)
         _ext.set_polling(prev)

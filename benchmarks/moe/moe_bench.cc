@@ -64,16 +64,16 @@ struct Packed {
 std::shared_ptr<const PackedExperts> pack_format(const std::vector<bf16_t>& raw, int64_t e,
                                                  int64_t o, int64_t i, const std::string& isa,
                                                  const std::string& format) {
-  if (format == "bf16") return prepack(raw.data(), e, o, i, isa);
+  if (format == "bf16") return prepare(raw.data(), e, o, i, isa);
   if (format == "int8") {
     std::vector<int8_t> q(raw.size());
     std::vector<float> s(size_t(e * o));
     int8::quantize_weights(raw.data(), e * o, i, q.data(), s.data());
-    return prepack_int8(q.data(), s.data(), e, o, i, isa);
+    return prepare_int8(q.data(), s.data(), e, o, i, isa);
   }
   std::vector<uint8_t> blocks(size_t(e * o * i / 2)), scales(size_t(e * o * i / 32));
   mxfp4::quantize(raw.data(), e * o, i, blocks.data(), scales.data());
-  return prepack_mxfp4(blocks.data(), scales.data(), e, o, i, isa, parse_format(format));
+  return prepare_mxfp4(blocks.data(), scales.data(), e, o, i, isa, parse_format(format));
 }
 
 Packed& packed(const Layer& l, const std::string& isa, const std::string& format) {

@@ -1,4 +1,4 @@
-// The fused-MoE driver, written once for every variant: validation, prepack, counting sort of
+// The fused-MoE driver, written once for every variant: validation, prepare, counting sort of
 // (token, slot) pairs by expert, then three parallel stages over tasks pulled from the pool:
 //   1. (expert, tile of I): gate+up GEMM of the expert's tokens, w13 bias, activation -> bf16
 //      rows of an expert-sorted buffer;
@@ -74,7 +74,7 @@ void check_quantize_k(WeightFormat format, int64_t k, const std::string& got) {
               "expected (..., K) with K a positive multiple of 32, got " + got);
 }
 
-// The row a prepack call packs for: an explicit one, or the one `isa` names (resolved only
+// The row a prepare call packs for: an explicit one, or the one `isa` names (resolved only
 // after the call's other arguments are checked, so that their errors come first).
 struct RowChoice {
   const Variant* row;
@@ -110,14 +110,14 @@ void PackedExperts::identify(const Variant& row, WeightFormat f, int64_t experts
 }
 
 // Every format's experts: e matrices of (o, i), each extent >= 1. Errors name the weights "w"
-// (the argument of each prepack*, whatever the format's pointer is called).
+// (the argument of each prepare*, whatever the format's pointer is called).
 static void check_weight_shape(int64_t e, int64_t o, int64_t i) {
   check_arg(e >= 1 && o >= 1 && i >= 1, "w",
             "expected (E, O, I) experts with E, O, I >= 1, got (" + std::to_string(e) + ", " +
                 std::to_string(o) + ", " + std::to_string(i) + ")");
 }
 
-static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blocks,
+static std::shared_ptr<const PackedExperts> prepare_mxfp4_for(const uint8_t* blocks,
                                                               const uint8_t* scales, int64_t e,
                                                               int64_t o, int64_t i,
                                                               const RowChoice& isa,
@@ -148,7 +148,7 @@ static std::shared_ptr<const PackedExperts> prepack_mxfp4_for(const uint8_t* blo
   return p;
 }
 
-static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, const float* scales,
+static std::shared_ptr<const PackedExperts> prepare_int8_for(const int8_t* q, const float* scales,
                                                              int64_t e, int64_t o, int64_t i,
                                                              const RowChoice& isa) {
   check_weight_shape(e, o, i);
@@ -176,7 +176,7 @@ static std::shared_ptr<const PackedExperts> prepack_int8_for(const int8_t* q, co
   return p;
 }
 
-static std::shared_ptr<const PackedExperts> prepack_for(const bf16_t* w, int64_t e, int64_t o,
+static std::shared_ptr<const PackedExperts> prepare_for(const bf16_t* w, int64_t e, int64_t o,
                                                         int64_t i, const RowChoice& isa) {
   check_weight_shape(e, o, i);
   checked_mul(checked_mul(e, o, "w"), i, "w");
@@ -189,31 +189,31 @@ static std::shared_ptr<const PackedExperts> prepack_for(const bf16_t* w, int64_t
   return p;
 }
 
-std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa) {
-  return prepack_for(w, e, o, i, {nullptr, isa});
+  return prepare_for(w, e, o, i, {nullptr, isa});
 }
-std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const Variant& v) {
-  return prepack_for(w, e, o, i, {&v, v.name});
+  return prepare_for(w, e, o, i, {&v, v.name});
 }
-std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const std::string& isa, WeightFormat format) {
-  return prepack_mxfp4_for(blocks, scales, e, o, i, {nullptr, isa}, format);
+  return prepare_mxfp4_for(blocks, scales, e, o, i, {nullptr, isa}, format);
 }
-std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const Variant& v, WeightFormat format) {
-  return prepack_mxfp4_for(blocks, scales, e, o, i, {&v, v.name}, format);
+  return prepare_mxfp4_for(blocks, scales, e, o, i, {&v, v.name}, format);
 }
-std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
                                                   int64_t o, int64_t i, const std::string& isa) {
-  return prepack_int8_for(q, scales, e, o, i, {nullptr, isa});
+  return prepare_int8_for(q, scales, e, o, i, {nullptr, isa});
 }
-std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
                                                   int64_t o, int64_t i, const Variant& v) {
-  return prepack_int8_for(q, scales, e, o, i, {&v, v.name});
+  return prepare_int8_for(q, scales, e, o, i, {&v, v.name});
 }
 
 namespace {

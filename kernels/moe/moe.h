@@ -48,7 +48,7 @@ WeightFormat prepare_format(const std::string& format, const std::string& act, b
 void check_quantize_k(WeightFormat format, int64_t k, const std::string& got);
 
 // op "moe"; format "bf16" | "mxfp4" | "int8" | "mxfp4_a8"; dims = {e, o, i}; one section: the
-// packed experts as prepack wrote them.
+// packed experts as prepare wrote them.
 inline constexpr blob::OpFormat kBlobFormat{"moe", 3, 1};
 
 // Expert weights (e, o, i) in nn.Linear [out, in] order, packed for one kernel family (a
@@ -72,21 +72,21 @@ struct PackedExperts final : PackedWeights {
   BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 };
 
-// Every prepack*: e, o, i >= 1, else throws naming "w" (the weights, whatever their format);
+// Every prepare*: e, o, i >= 1, else throws naming "w" (the weights, whatever their format);
 // isa "" (the default variant) or a variant this CPU runs (else throws naming "isa").
-std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const std::string& isa);
 // MXFP4 experts: blocks (e, o, i/32, 16), scales (e, o, i/32); i a multiple of 32 (throws
 // naming "i"), no scale 255 (throws naming "scales" with its position). format: kMxfp4 (exact)
 // or kMxfp4A8 (int8 activations; else throws naming "format").
-std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const std::string& isa,
                                                    WeightFormat format = WeightFormat::kMxfp4);
 // int8 experts: q (e, o, i) int8 in [-127, 127] (-128 throws naming "w"), scales (e, o) fp32,
 // finite and >= 0 (else throws naming "scales" with its position); i <= int8::kMaxK (the int32
 // sums stay exact; throws naming "i").
-std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
                                                   int64_t o, int64_t i, const std::string& isa);
 
 // x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same variant, any
@@ -107,7 +107,7 @@ void fused_moe_int64_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExpe
                          int threads, bf16_t* out);
 
 // A dense layer on the same micro-kernels (one expert, no routing): out (t, w.o) bf16 =
-// bf16(x (t, w.i) bf16 . W^T + bias) for W packed by prepack* with e == 1 (any format), bias
+// bf16(x (t, w.i) bf16 . W^T + bias) for W packed by prepare* with e == 1 (any format), bias
 // (w.o) bf16 or nullptr; fp32 accumulation, one rounding to bf16. As in fused_moe, every
 // output element is one full-K dot product, so results do not depend on the thread count or
 // on how many rows share a call. threads as for fused_moe.
@@ -121,7 +121,7 @@ std::vector<VariantInfo> list_variants();
 // priorities) under the op name "linear": CPUKERN_ISA's "linear=<name>" forces them for the
 // dense layer alone, and errors and listings say "linear". Its weights are one expert
 // (PackedExperts with op "moe" and e == 1: the MoE packing, byte for byte, and its
-// serialised form), packed by prepack* for the row linear_isa names; linear() above runs them.
+// serialised form), packed by prepare* for the row linear_isa names; linear() above runs them.
 std::vector<VariantInfo> list_linear_variants();
 // The name of the row a dense layer packs for: `isa` ("" = linear's default: CPUKERN_ISA if it
 // forces one for linear, else the best this CPU runs), else throws naming "isa" (unknown for

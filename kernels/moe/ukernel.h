@@ -117,15 +117,15 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
                                                  const ImportOptions& opts,
                                                  const Registry<Ukernel>& rows);
 
-// prepack, prepack_mxfp4 and prepack_int8 (moe.h) for an explicit row (the tests' rows of the
+// prepare, prepare_mxfp4 and prepare_int8 (moe.h) for an explicit row (the tests' rows of the
 // kernel list); `v` must outlive the packed experts.
-std::shared_ptr<const PackedExperts> prepack(const bf16_t* w, int64_t e, int64_t o, int64_t i,
+std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
                                              const Variant& v);
-std::shared_ptr<const PackedExperts> prepack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
+std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const Variant& v,
                                                    WeightFormat format = WeightFormat::kMxfp4);
-std::shared_ptr<const PackedExperts> prepack_int8(const int8_t* q, const float* scales, int64_t e,
+std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
                                                   int64_t o, int64_t i, const Variant& v);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

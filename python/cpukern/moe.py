@@ -103,10 +103,10 @@ def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedW
     """prepare's packing for `isa` ("" or a variant name), not logged (cpukern.linear logs its
     own op's selection)."""
     # format, act and scales given or not (moe::prepare_format), then the arrays of that
-    # format (shapes, values): checked by the extension and moe::prepack*.
+    # format (shapes, values): checked by the extension and moe::prepare*.
     format = _str(format, "format")
     sc = None if scales is None else ext_array(scales, "scales")
-    return _ext.moe_prepack(ext_array(w, "w"), sc, format, act_arg(act), isa)
+    return _ext.moe_prepare(ext_array(w, "w"), sc, format, act_arg(act), isa)
 
 
 def to_bytes(experts: PackedWeights, *, out: Any = None) -> Any:

@@ -151,7 +151,7 @@ def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: 
         raise TypeError(f"weights: expected PackedWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
     # x, the scale and out=: checked by the extension, which returns a new array without out=.
-    y = _ext.ternary_gemv(w, xa, s, act, nthreads, ext_out(out), check)
+    y = _ext.ternary_gemv(w, xa, s, act, check, nthreads, ext_out(out))
     return out if out is not None else result(y, x)
 
 

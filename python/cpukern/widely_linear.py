@@ -91,5 +91,5 @@ def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
         raise TypeError(f"planes: expected PackedWeights from cpukern.widely_linear.prepare or "
                         f"uint32 planes, got {got}")
     # x and out=: checked by the extension, which returns a new array without out=.
-    y = _ext.widely_linear_run(layer, xa, fused, nthreads, ext_out(out), check)
+    y = _ext.widely_linear_run(layer, xa, fused, check, nthreads, ext_out(out))
     return out if out is not None else result(y, x)

@@ -74,25 +74,25 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
 
-  // prepack(w, scales, format, act, isa): prepare_format's rules first (format, act, scales
+  // prepare(w, scales, format, act, isa): prepare_format's rules first (format, act, scales
   // given or not), then the arrays of that format. bf16: w (E, O, I). MXFP4: w = blocks uint8
   // (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
   // scales float32 (E, O).
-  m.def("moe_prepack", [](const InArray& w, std::optional<InArray> scales, const std::string& format,
+  m.def("moe_prepare", [](const InArray& w, std::optional<InArray> scales, const std::string& format,
                           const std::string& act, const std::string& isa) {
     const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
     std::shared_ptr<const PackedExperts> packed;
     if (f == moe::WeightFormat::kBf16) {
       const auto* wp = in_ptr<uint16_t>(w, "w", {3});
       GilRelease release(double(w.size()));
-      packed = moe::prepack(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
+      packed = moe::prepare(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
     } else if (f == moe::WeightFormat::kInt8) {
       const auto* qp = in_ptr<int8_t>(w, "w", {3});
       const auto* sp = in_ptr<float>(*scales, "scales", {2});
       const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), i = int64_t(w.shape(2));
       check_shape(*scales, "scales", {e, o});
       GilRelease release(double(w.size()));
-      packed = moe::prepack_int8(qp, sp, e, o, i, isa);
+      packed = moe::prepare_int8(qp, sp, e, o, i, isa);
     } else {
       const auto* bp = in_ptr<uint8_t>(w, "w", {4});
       const auto* sp = in_ptr<uint8_t>(*scales, "scales", {3});
@@ -101,7 +101,7 @@ void bind_moe(nb::module_& m) {
         throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(w));
       check_shape(*scales, "scales", {e, o, nb});
       GilRelease release(double(w.size()) * 2.0);
-      packed = moe::prepack_mxfp4(bp, sp, e, o, nb * moe::mxfp4::kBlock, isa, f);
+      packed = moe::prepare_mxfp4(bp, sp, e, o, nb * moe::mxfp4::kBlock, isa, f);
     }
     return std::shared_ptr<const PackedWeights>(std::move(packed));
   }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"));
@@ -171,7 +171,7 @@ void bind_moe(nb::module_& m) {
   }, nb::arg("blocks"), nb::arg("scales"));
 
   // int8 weights q int8 (..., K) and scales float32 (...) -> float32 (..., K) = q * s (the
-  // weights the int8 kernels multiply by), a new numpy array; prepack_int8's rules (no -128,
+  // weights the int8 kernels multiply by), a new numpy array; prepare_int8's rules (no -128,
   // scales finite and >= 0), errors naming "blocks" and "scales" (cpukern.moe.dequantize's
   // arguments).
   m.def("moe_int8_dequantize", [](const InArray& q, const InArray& scales) {

@@ -94,8 +94,8 @@ void bind_ternary(nb::module_& m) {
   m.def(
       "ternary_gemv",
       [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
-         const std::string& act, int threads, const std::optional<OutArray>& out,
-         const std::string& isa) {
+         const std::string& act, const std::string& isa, int threads,
+         const std::optional<OutArray>& out) {
         const PreparedWeights& w = ternary_weights(packed);
         packed.check_isa(isa);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
@@ -111,8 +111,8 @@ void bind_ternary(nb::module_& m) {
         }
         return std::move(y.array);
       },
-      nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"),
-      nb::arg("threads"), nb::arg("out").none(), nb::arg("isa") = "");
+      nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"), nb::arg("isa"),
+      nb::arg("threads"), nb::arg("out").none());
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
   // header is validated per call (O(1)); no object outlives the call, nothing is cached.

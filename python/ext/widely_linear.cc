@@ -132,8 +132,8 @@ void bind_widely_linear(nb::module_& m) {
 
   // isa: "" or the variant the layer was prepared for (checked here: one call per forward).
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
-                                int threads, const std::optional<OutArray>& out,
-                                const std::string& isa) {
+                                const std::string& isa, int threads,
+                                const std::optional<OutArray>& out) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
         packed, "planes", "PackedWeights from cpukern.widely_linear.prepare");
     packed.check_isa(isa);
@@ -147,8 +147,8 @@ void bind_widely_linear(nb::module_& m) {
       widely_linear::run(layer, xp, batch, fused, threads, y.data);
     }
     return std::move(y.array);
-  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("threads"), nb::arg("out").none(),
-     nb::arg("isa") = "");
+  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("isa"), nb::arg("threads"),
+     nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

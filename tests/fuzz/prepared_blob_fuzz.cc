@@ -67,8 +67,8 @@ void run_moe(const cpukern::moe::PackedExperts& w, int threads) {
   std::vector<cpukern::bf16_t> other(size_t(w.e * h * inter * 2), 0);
   std::shared_ptr<const PackedExperts> partner;
   try {
-    partner = as_w13 ? prepack(other.data(), w.e, h, inter, w.isa)
-                     : prepack(other.data(), w.e, 2 * inter, h, w.isa);
+    partner = as_w13 ? prepare(other.data(), w.e, h, inter, w.isa)
+                     : prepare(other.data(), w.e, 2 * inter, h, w.isa);
   } catch (const std::invalid_argument&) {
     return;  // a shape the bf16 packer refuses (e.g. a dimension too large)
   }

@@ -54,10 +54,10 @@ def ops():
     xb = rng.standard_normal((t, h)).astype(BF).view(np.uint16)
     tw_, ti = moe.route(rng.standard_normal((t, e)).astype(np.float32), 2)
     return {
-        "ternary_gemv": (lambda out: _ext.ternary_gemv(tw, x, None, "fp32", 1, out), (2, 4), np.float32),
+        "ternary_gemv": (lambda out: _ext.ternary_gemv(tw, x, None, "fp32", "", 1, out), (2, 4), np.float32),
         "ternary_gemv_buffer": (lambda out: _ext.ternary_gemv_buffer(tbuf, 4, x, "fp32", 1, out),
                                 (2, 4), np.float32),
-        "widely_linear_run": (lambda out: _ext.widely_linear_run(layer, xw, True, 1, out), (2, 8),
+        "widely_linear_run": (lambda out: _ext.widely_linear_run(layer, xw, True, "", 1, out), (2, 8),
                               np.float32),
         "widely_linear_run_buffer": (lambda out: _ext.widely_linear_run_buffer(lbuf, 8, xw, 1, out),
                                      (2, 8), np.float32),
@@ -150,15 +150,15 @@ def test_moe_prepare_rules_are_the_extensions():
     """format / act / scales: moe::prepare_format's rules, through the binding alone."""
     w = np.ones((1, 4, 32), BF).view(np.uint16)
     with pytest.raises(ValueError, match=r"^act: expected 'fp32' with format='bf16'"):
-        _ext.moe_prepack(w, None, "bf16", "int8", "")
+        _ext.moe_prepare(w, None, "bf16", "int8", "")
     with pytest.raises(ValueError, match=r"^scales: required with format='int8'"):
-        _ext.moe_prepack(np.ones((1, 4, 32), np.int8), None, "int8", "fp32", "")
+        _ext.moe_prepare(np.ones((1, 4, 32), np.int8), None, "int8", "fp32", "")
     with pytest.raises(ValueError, match=r"^scales: required with format='mxfp4'"):
-        _ext.moe_prepack(np.ones((1, 4, 1, 16), np.uint8), None, "mxfp4", "fp32", "")
+        _ext.moe_prepare(np.ones((1, 4, 1, 16), np.uint8), None, "mxfp4", "fp32", "")
     with pytest.raises(ValueError, match=r"^scales: only with format='mxfp4' or format='int8'"):
-        _ext.moe_prepack(w, np.ones((1, 4), np.float32), "bf16", "fp32", "")
+        _ext.moe_prepare(w, np.ones((1, 4), np.float32), "bf16", "fp32", "")
     with pytest.raises(ValueError, match=r"^format: expected one of 'bf16', 'mxfp4', 'int8'"):
-        _ext.moe_prepack(w, None, "fp8", "fp32", "")
+        _ext.moe_prepare(w, None, "fp8", "fp32", "")
     with pytest.raises(ValueError, match=r"^w: expected \(\.\.\., K\) with K a positive multiple of 32"):
         _ext.moe_mxfp4_quantize(np.ones((2, 48), BF).view(np.uint16))
     with pytest.raises(ValueError, match=r"^w: expected \(\.\.\., K\) with K >= 1"):

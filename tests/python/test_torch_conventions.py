@@ -171,7 +171,7 @@ def prepares(monkeypatch):
     """How many times each prepare entry of the extension runs."""
     counts = {"ternary": 0, "widely": 0, "moe": 0}
     for kind, name in (("ternary", "ternary_prepare"), ("widely", "widely_linear_prepare"),
-                       ("moe", "moe_prepack")):
+                       ("moe", "moe_prepare")):
         real = getattr(_ext, name)
 
         def spy(*args, _real=real, _kind=kind):

@@ -175,11 +175,11 @@ def test_torch_compile_fullgraph_runs_the_prepared_op_on_the_blob(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_forward_reuses_the_cached_prepared_object(kind, monkeypatch):
-    """No forward makes the prepared object again (from_buffer, prepare or prepack)."""
+    """No forward makes the prepared object again (from_buffer or a prepare)."""
     mod, args = _module(kind)
     mod(*args)
     calls = []
-    for name in ("packed_from_buffer", "ternary_prepare", "widely_linear_prepare", "moe_prepack"):
+    for name in ("packed_from_buffer", "ternary_prepare", "widely_linear_prepare", "moe_prepare"):
         orig = getattr(_ext, name)
         monkeypatch.setattr(_ext, name, lambda *a, _o=orig, _n=name, **k: calls.append(_n) or _o(*a, **k))
     for _ in range(3):

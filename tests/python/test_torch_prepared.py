@@ -39,7 +39,7 @@ class PrepareCounter:
     def __init__(self, monkeypatch):
         self.calls = 0
         for name in ("ternary_prepare", "widely_linear_prepare", "packed_from_buffer",
-                     "moe_prepack"):
+                     "moe_prepare"):
             orig = getattr(_ext, name)
 
             def counted(*a, _orig=orig, _name=name, **k):

@@ -73,18 +73,18 @@ Packed pack(const std::string& isa, const std::string& format, const std::vector
   Packed p;
   p.wf.resize(size_t(o * k));
   if (format == "bf16") {
-    p.w = prepack(w.data(), 1, o, k, test_row(isa));
+    p.w = prepare(w.data(), 1, o, k, test_row(isa));
     for (size_t j = 0; j < w.size(); ++j) p.wf[j] = bf16_to_f32(w[j]);
   } else if (format == "int8") {
     std::vector<int8_t> q(static_cast<size_t>(o * k));
     std::vector<float> s(static_cast<size_t>(o));
     int8::quantize_weights(w.data(), o, k, q.data(), s.data());
-    p.w = prepack_int8(q.data(), s.data(), 1, o, k, test_row(isa));
+    p.w = prepare_int8(q.data(), s.data(), 1, o, k, test_row(isa));
     int8::dequantize(q.data(), s.data(), o, k, p.wf.data());
   } else {
     std::vector<uint8_t> blocks(size_t(o * k / 2)), scales(size_t(o * k / 32));
     mxfp4::quantize(w.data(), o, k, blocks.data(), scales.data());
-    p.w = prepack_mxfp4(blocks.data(), scales.data(), 1, o, k, test_row(isa), parse_format(format));
+    p.w = prepare_mxfp4(blocks.data(), scales.data(), 1, o, k, test_row(isa), parse_format(format));
     std::vector<bf16_t> d(size_t(o * k));
     mxfp4::dequantize(blocks.data(), scales.data(), o, k, d.data());
     for (size_t j = 0; j < d.size(); ++j) p.wf[j] = bf16_to_f32(d[j]);
@@ -146,7 +146,7 @@ TEST_P(LinearTest, MatchesModelAndIsThreadAndBatchInvariant) {
     } else if (format == "mxfp4") {  // exactly the bf16 kernel on the dequantized weights
       std::vector<bf16_t> wd(p.wf.size());
       for (size_t j = 0; j < wd.size(); ++j) wd[j] = f32_to_bf16(p.wf[j]);
-      EXPECT_TRUE(same_bits(y, run(x, s, *prepack(wd.data(), 1, s.o, s.k, *v), bias, 1)));
+      EXPECT_TRUE(same_bits(y, run(x, s, *prepare(wd.data(), 1, s.o, s.k, *v), bias, 1)));
     } else {  // int8 / mxfp4_a8: every variant gives the reference's bits
       const Packed ref = pack("reference", format, w, s.o, s.k);
       EXPECT_TRUE(same_bits(y, run(x, s, *ref.w, bias, 1)));
@@ -182,8 +182,8 @@ TEST(LinearValidation, NamesTheArgumentAndLeavesOutputAlone) {
   std::mt19937 rng(1);
   const auto w = random_bf16(2 * 16 * 8, 1.0f, rng);
   const auto x = random_bf16(3 * 8, 1.0f, rng);
-  const auto two = prepack(w.data(), 2, 16, 8, "");
-  const auto one = prepack(w.data(), 1, 16, 8, "");
+  const auto two = prepare(w.data(), 2, 16, 8, "");
+  const auto one = prepare(w.data(), 1, 16, 8, "");
   std::vector<bf16_t> out(3 * 16, bf16_t(0x1234));
   expect_arg_error("w", [&] { linear(x.data(), 3, 8, *two, nullptr, 1, out.data()); });
   expect_arg_error("x", [&] { linear(x.data(), 3, 7, *one, nullptr, 1, out.data()); });
@@ -230,7 +230,7 @@ TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
   std::vector<bf16_t> x(xf.size()), w(wf.size()), y(t * o);
   for (size_t j = 0; j < xf.size(); ++j) x[j] = f32_to_bf16(xf[j]);
   for (size_t j = 0; j < wf.size(); ++j) w[j] = f32_to_bf16(wf[j]);
-  const auto p = prepack(w.data(), 1, o, k, test_row(GetParam()));
+  const auto p = prepare(w.data(), 1, o, k, test_row(GetParam()));
   linear(x.data(), t, k, *p, nullptr, 1, y.data());
   for (int64_t r = 0; r < t; ++r)
     for (int64_t c = 0; c < o; ++c) {
@@ -276,7 +276,7 @@ TEST(LinearOp, HasTheFusedMoeRowsUnderItsOwnName) {
   }
   // A dense layer packed for linear's row runs and reports that row.
   const bf16_t w[2] = {f32_to_bf16(1.0f), f32_to_bf16(2.0f)};
-  const auto p = prepack(w, 1, 1, 2, linear_isa(""));
+  const auto p = prepare(w, 1, 1, 2, linear_isa(""));
   EXPECT_EQ(p->isa, linear_isa(""));
   EXPECT_EQ(p->op, "moe");
   bf16_t y = 0;

@@ -209,8 +209,8 @@ std::vector<double> model(const Problem& p) {
 
 std::vector<bf16_t> run(const Problem& p, const std::string& isa, int threads) {
   const Case& c = p.c;
-  auto w13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
-  auto w2 = prepack(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
+  auto w13 = prepare(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
+  auto w2 = prepare(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
   EXPECT_EQ(w13->isa, isa);
   std::vector<bf16_t> out(size_t(c.t * c.h) + 1, 0x7fc1);  // +1 sentinel past the end
   fused_moe(p.x.data(), c.t, c.h, *w13, *w2, p.weights.data(), p.ids.data(), c.topk, c.act,
@@ -540,10 +540,10 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   auto x = random_bf16(size_t(t * h), 1.0f, rng);
   auto w13r = random_bf16(size_t(e * 2 * i * h), 0.3f, rng);
   auto w2r = random_bf16(size_t(e * h * i), 0.3f, rng);
-  auto w13 = prepack(w13r.data(), e, 2 * i, h, "reference");
-  auto w2 = prepack(w2r.data(), e, h, i, "reference");
-  auto w2_bad_i = prepack(w2r.data(), e, h, i - 1, "reference");
-  auto w2_bad_e = prepack(w2r.data(), e - 1, h, i, "reference");
+  auto w13 = prepare(w13r.data(), e, 2 * i, h, "reference");
+  auto w2 = prepare(w2r.data(), e, h, i, "reference");
+  auto w2_bad_i = prepare(w2r.data(), e, h, i - 1, "reference");
+  auto w2_bad_e = prepare(w2r.data(), e - 1, h, i, "reference");
   std::vector<float> wt(size_t(t * k), 0.5f);
   std::vector<int32_t> ids = {0, 1, 2, 3, 1, 2};
   std::vector<bf16_t> out(size_t(t * h), 0x1234);
@@ -567,12 +567,12 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   bad_ids[3] = -1;
   EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
   for (bf16_t v : out) ASSERT_EQ(v, 0x1234) << "output written before validation finished";
-  EXPECT_EQ(error_of([&] { prepack(w2r.data(), e, h, i, "no_such_isa"); }).rfind("isa:", 0), 0u);
-  EXPECT_EQ(error_of([&] { prepack(w2r.data(), 0, h, i, ""); }).rfind("w:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepare(w2r.data(), e, h, i, "no_such_isa"); }).rfind("isa:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepare(w2r.data(), 0, h, i, ""); }).rfind("w:", 0), 0u);
   // A second family, when this CPU has one, must not mix with the reference packing.
   for (const auto& v : list_variants()) {
     if (!v.supported || v.name == "reference") continue;
-    auto other = prepack(w2r.data(), e, h, i, v.name);
+    auto other = prepare(w2r.data(), e, h, i, v.name);
     const std::string msg = call(*w13, *other, ids, k, false, 1, h);
     EXPECT_EQ(msg.rfind("w2:", 0), 0u) << msg;
     EXPECT_NE(msg.find("cannot be mixed"), std::string::npos) << msg;
@@ -634,11 +634,11 @@ TEST_P(MoeMxfp4Test, EqualsBf16OfDequantizedBitwise) {
   p.w13 = m13.deq;
   p.w2 = m2.deq;
   const std::string& isa = prm.variant;
-  auto b13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
-  auto b2 = prepack(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
-  auto q13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
+  auto b13 = prepare(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
+  auto b2 = prepare(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
+  auto q13 = prepare_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
                            test_variant(isa));
-  auto q2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, test_variant(isa));
+  auto q2 = prepare_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i, test_variant(isa));
   EXPECT_EQ(q13->format, WeightFormat::kMxfp4);
   EXPECT_EQ(q13->nbytes() * 32, c.e * round_up(2 * c.i, q13->ukernel->nr) * c.h * 17)
       << "4.25 bits per weight";
@@ -983,10 +983,10 @@ TEST_P(MoeInt8Test, MatchesFloat64ModelOfTheQuantisation) {
   const Problem p = make_problem(c, 8642u + uint32_t(c.h * 7 + c.i));
   const Q8 w13 = make_q8(p.w13, c.e * 2 * c.i, c.h), w2 = make_q8(p.w2, c.e * c.h, c.i);
   const std::string& isa = prm.variant;
-  auto i13 = prepack_int8(w13.q.data(), w13.s.data(), c.e, 2 * c.i, c.h, test_variant(isa));
-  auto i2 = prepack_int8(w2.q.data(), w2.s.data(), c.e, c.h, c.i, test_variant(isa));
-  auto b13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
-  auto b2 = prepack(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
+  auto i13 = prepare_int8(w13.q.data(), w13.s.data(), c.e, 2 * c.i, c.h, test_variant(isa));
+  auto i2 = prepare_int8(w2.q.data(), w2.s.data(), c.e, c.h, c.i, test_variant(isa));
+  auto b13 = prepare(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(isa));
+  auto b2 = prepare(p.w2.data(), c.e, c.h, c.i, test_variant(isa));
   EXPECT_EQ(i13->format, WeightFormat::kInt8);
   auto go = [&](const PackedExperts& x13, const PackedExperts& x2, int threads) {
     std::vector<bf16_t> out(size_t(c.t * c.h) + 1, 0x7fc1);
@@ -1075,28 +1075,28 @@ TEST(Int8, QuantizeWeightsFormulaAndRoundTrip) {
 TEST(Int8, ValidationNamesTheArgument) {
   std::vector<int8_t> q(2 * 3 * 8, 5);
   std::vector<float> s(2 * 3, 0.5f);
-  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 0, ""); }).rfind("w:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepare_int8(q.data(), s.data(), 2, 3, 0, ""); }).rfind("w:", 0), 0u);
   {
     std::vector<int8_t> big(size_t(int8::kMaxK + 1), 1);
     std::vector<float> one(1, 1.0f);
-    EXPECT_EQ(error_of([&] { prepack_int8(big.data(), one.data(), 1, 1, int8::kMaxK + 1, ""); })
+    EXPECT_EQ(error_of([&] { prepare_int8(big.data(), one.data(), 1, 1, int8::kMaxK + 1, ""); })
                   .rfind("i:", 0), 0u);
-    EXPECT_NO_THROW(prepack_int8(big.data(), one.data(), 1, 1, int8::kMaxK, "reference"));
+    EXPECT_NO_THROW(prepare_int8(big.data(), one.data(), 1, 1, int8::kMaxK, "reference"));
   }
-  EXPECT_EQ(error_of([&] { prepack_int8(q.data(), s.data(), 0, 3, 8, ""); }).rfind("w:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepare_int8(q.data(), s.data(), 0, 3, 8, ""); }).rfind("w:", 0), 0u);
   q[11] = -128;
-  std::string msg = error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 8, ""); });
+  std::string msg = error_of([&] { prepare_int8(q.data(), s.data(), 2, 3, 8, ""); });
   EXPECT_EQ(msg.rfind("w:", 0), 0u) << msg;
   EXPECT_NE(msg.find("expert 0, row 1, column 3"), std::string::npos) << msg;
   q[11] = 127;
   for (float bad : {-1.0f, std::nanf(""), INFINITY}) {
     s[4] = bad;
-    msg = error_of([&] { prepack_int8(q.data(), s.data(), 2, 3, 8, ""); });
+    msg = error_of([&] { prepare_int8(q.data(), s.data(), 2, 3, 8, ""); });
     EXPECT_EQ(msg.rfind("scales:", 0), 0u) << msg;
     EXPECT_NE(msg.find("expert 1, row 1"), std::string::npos) << msg;
   }
   s[4] = 0.0f;
-  auto p = prepack_int8(q.data(), s.data(), 2, 3, 8, "reference");
+  auto p = prepare_int8(q.data(), s.data(), 2, 3, 8, "reference");
   EXPECT_EQ(p->format, WeightFormat::kInt8);
   EXPECT_EQ(parse_format("int8"), WeightFormat::kInt8);
   EXPECT_STREQ(format_name(WeightFormat::kInt8), "int8");
@@ -1138,17 +1138,17 @@ TEST_P(MoeBatchInvariance, SplitsAndThreadsGiveTheSameBits) {
     if (prm.format == WeightFormat::kMxfp4 || prm.format == WeightFormat::kMxfp4A8) {
       const Mx m13 = make_mx(p.w13, c.e * 2 * c.i, c.h, false, rng);
       const Mx m2 = make_mx(p.w2, c.e * c.h, c.i, false, rng);
-      w13 = prepack_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
+      w13 = prepare_mxfp4(m13.blocks.data(), m13.scales.data(), c.e, 2 * c.i, c.h,
                           test_variant(prm.variant), prm.format);
-      w2 = prepack_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i,
+      w2 = prepare_mxfp4(m2.blocks.data(), m2.scales.data(), c.e, c.h, c.i,
                          test_variant(prm.variant), prm.format);
     } else if (prm.format == WeightFormat::kInt8) {
       const Q8 q13 = make_q8(p.w13, c.e * 2 * c.i, c.h), q2 = make_q8(p.w2, c.e * c.h, c.i);
-      w13 = prepack_int8(q13.q.data(), q13.s.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant));
-      w2 = prepack_int8(q2.q.data(), q2.s.data(), c.e, c.h, c.i, test_variant(prm.variant));
+      w13 = prepare_int8(q13.q.data(), q13.s.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant));
+      w2 = prepare_int8(q2.q.data(), q2.s.data(), c.e, c.h, c.i, test_variant(prm.variant));
     } else {
-      w13 = prepack(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant));
-      w2 = prepack(p.w2.data(), c.e, c.h, c.i, test_variant(prm.variant));
+      w13 = prepare(p.w13.data(), c.e, 2 * c.i, c.h, test_variant(prm.variant));
+      w2 = prepare(p.w2.data(), c.e, c.h, c.i, test_variant(prm.variant));
     }
     ASSERT_EQ(w13->format, prm.format);
     // Tokens [t0, t0 + n) as one call.
@@ -1259,17 +1259,17 @@ TEST(Mxfp4, ValuesQuantizeAndDequantize) {
 
 TEST(Mxfp4, ValidationNamesTheArgument) {
   std::vector<uint8_t> blocks(2 * 3 * 2 * 16, 0x21), scales(2 * 3 * 2, 127);
-  EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 48, ""); })
+  EXPECT_EQ(error_of([&] { prepare_mxfp4(blocks.data(), scales.data(), 2, 3, 48, ""); })
                 .rfind("i:", 0), 0u);
-  EXPECT_EQ(error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 0, ""); })
+  EXPECT_EQ(error_of([&] { prepare_mxfp4(blocks.data(), scales.data(), 2, 3, 0, ""); })
                 .rfind("w:", 0), 0u);
   scales[7] = 255;
   const std::string msg =
-      error_of([&] { prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference"); });
+      error_of([&] { prepare_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference"); });
   EXPECT_EQ(msg.rfind("scales:", 0), 0u) << msg;
   EXPECT_NE(msg.find("expert 1, row 0, block 1"), std::string::npos) << msg;
   scales[7] = 254;
-  auto p = prepack_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference");
+  auto p = prepare_mxfp4(blocks.data(), scales.data(), 2, 3, 64, "reference");
   EXPECT_EQ(p->format, WeightFormat::kMxfp4);
   EXPECT_EQ(parse_format("mxfp4"), WeightFormat::kMxfp4);
   EXPECT_EQ(error_of([] { parse_format("int4"); }).rfind("format:", 0), 0u);

@@ -42,18 +42,18 @@ std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int6
                                           std::mt19937& rng) {
   if (f == WeightFormat::kBf16) {
     const auto w = random_bf16(kE * o * i, 0.1f, rng);
-    return prepack(w.data(), kE, o, i, v);
+    return prepare(w.data(), kE, o, i, v);
   }
   if (f == WeightFormat::kMxfp4 || f == WeightFormat::kMxfp4A8) {
     std::vector<uint8_t> blocks(static_cast<size_t>(kE * o * i / 2)), scales(static_cast<size_t>(kE * o * i / 32));
     for (auto& b : blocks) b = uint8_t(rng());
     for (auto& s : scales) s = uint8_t(120 + rng() % 8);
-    return prepack_mxfp4(blocks.data(), scales.data(), kE, o, i, v, f);
+    return prepare_mxfp4(blocks.data(), scales.data(), kE, o, i, v, f);
   }
   std::vector<int8_t> q(static_cast<size_t>(kE * o * i));
   for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
   std::vector<float> s(static_cast<size_t>(kE * o), 0.01f);
-  return prepack_int8(q.data(), s.data(), kE, o, i, v);
+  return prepare_int8(q.data(), s.data(), kE, o, i, v);
 }
 
 std::shared_ptr<const PackedExperts> import(const unsigned char* p, int64_t size, bool verify,

@@ -4,7 +4,7 @@
 // scalar oracle: every row count 1..17, ragged o, K of one block to past 2880, e8m0 scales 0,
 // 1, 127, 254 and columns whose blocks lie more than 2**126 apart (flushed), activation rows
 // with the quantiser's edges (zero, tiny, huge, NaN), a sub-range of panels, both C modes.
-// fused_moe on W4A8 experts: empty batches, prepack validation, the format's name.
+// fused_moe on W4A8 experts: empty batches, prepare validation, the format's name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,7 +197,7 @@ TEST_P(MoeW4a8Test, FusedMoeEqualsReferenceRow) {
   make_weights(E * H, I, 1, rng, b2, s2);
   auto pk = [&](const std::string& isa, const std::vector<uint8_t>& b, const std::vector<uint8_t>& s,
                 int64_t o, int64_t i) {
-    return prepack_mxfp4(b.data(), s.data(), E, o, i, test_variant(isa), WeightFormat::kMxfp4A8);
+    return prepare_mxfp4(b.data(), s.data(), E, o, i, test_variant(isa), WeightFormat::kMxfp4A8);
   };
   auto w13 = pk(v.name, b13, s13, 2 * I, H), w2 = pk(v.name, b2, s2, H, I);
   auto r13 = pk("reference", b13, s13, 2 * I, H), r2 = pk("reference", b2, s2, H, I);
@@ -229,19 +229,19 @@ INSTANTIATE_TEST_SUITE_P(All, MoeW4a8Test, ::testing::ValuesIn(variant_names()),
 TEST(MoeW4a8, PrepackNamesTheArgument) {
   std::vector<uint8_t> b(2 * 16), s(2, 127);
   try {
-    prepack_mxfp4(b.data(), s.data(), 1, 2, 32, "", WeightFormat::kInt8);
+    prepare_mxfp4(b.data(), s.data(), 1, 2, 32, "", WeightFormat::kInt8);
     ADD_FAILURE() << "format int8 accepted for MXFP4 blocks";
   } catch (const InvalidArgument& ex) {
     EXPECT_EQ(std::string(ex.what()).rfind("format: ", 0), 0u) << ex.what();
   }
   s[1] = 255;
   try {
-    prepack_mxfp4(b.data(), s.data(), 1, 2, 32, "", WeightFormat::kMxfp4A8);
+    prepare_mxfp4(b.data(), s.data(), 1, 2, 32, "", WeightFormat::kMxfp4A8);
     ADD_FAILURE() << "scale 255 accepted";
   } catch (const InvalidArgument& ex) {
     EXPECT_EQ(std::string(ex.what()).rfind("scales: ", 0), 0u) << ex.what();
   }
-  EXPECT_THROW(prepack_mxfp4(b.data(), s.data(), 1, 2, 48, "", WeightFormat::kMxfp4A8),
+  EXPECT_THROW(prepare_mxfp4(b.data(), s.data(), 1, 2, 48, "", WeightFormat::kMxfp4A8),
                InvalidArgument);
 }
 

@@ -312,7 +312,7 @@ TEST(PackedWeights, Moe) {
   const int64_t e = 2, o = 8, i = 64;
   std::vector<bf16_t> w(size_t(e * o * i));
   for (size_t x = 0; x < w.size(); ++x) w[x] = f32_to_bf16(float(int(x % 11) - 5) * 0.125f);
-  const auto p = moe::prepack(w.data(), e, o, i, "");
+  const auto p = moe::prepare(w.data(), e, o, i, "");
   EXPECT_EQ(p->op, "moe");
   EXPECT_EQ(p->weight_format, "bf16");
   EXPECT_EQ(p->act, "bf16");
