@@ -9,15 +9,10 @@
 
 namespace cpukern::moe {
 
-// The row's ukernel: the bf16 one, with its ukernel per format (the kernel list's columns).
-inline Ukernel list_row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8,
-                        const Ukernel& w4a8) {
-  Ukernel u = bf16;
-  u.formats[int(WeightFormat::kBf16)] = &bf16;
-  u.formats[int(WeightFormat::kMxfp4)] = &mxfp4;
-  u.formats[int(WeightFormat::kInt8)] = &int8;
-  u.formats[int(WeightFormat::kMxfp4A8)] = &w4a8;
-  return u;
+// The row's GEMM config: its ukernel per format (the kernel list's columns, WeightFormat order).
+inline GemmConfig list_row(const Ukernel& bf16, const Ukernel& mxfp4, const Ukernel& int8,
+                           const Ukernel& w4a8) {
+  return GemmConfig{bf16.name, {&bf16, &mxfp4, &int8, &w4a8}};
 }
 
 }  // namespace cpukern::moe

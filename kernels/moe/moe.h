@@ -23,7 +23,8 @@ Activation parse_activation(const std::string& name);  // else throws naming "ac
 void route(const float* logits, int64_t t, int64_t e, int64_t topk, bool renormalize,
            float* weights, int32_t* ids);
 
-struct Ukernel;  // the micro-kernel interface (ukernel.h)
+struct Ukernel;     // the micro-kernel interface (ukernel.h)
+struct GemmConfig;  // a registry row: its ukernel per format (ukernel.h)
 
 // Expert weight formats. kBf16: (e, o, i) bf16. kMxfp4: gpt-oss's on-disk layout, blocks
 // (e, o, i/32, 16) uint8 (e2m1 pairs, low nibble first) + scales (e, o, i/32) uint8 (e8m0,
@@ -57,13 +58,13 @@ inline constexpr blob::OpFormat kBlobFormat{"moe", 3, 1};
 // per weight. Any scales live inside the packed section.
 struct PackedExperts final : PackedWeights {
   PackedExperts() : PackedWeights(kBlobFormat, -1, "experts") {}
-  const cpukern::Variant<Ukernel>* variant = nullptr;  // the registry row
-  const Ukernel* ukernel = nullptr;                     // the row's ukernel for `format`
+  const cpukern::Variant<GemmConfig>* variant = nullptr;  // the registry row
+  const Ukernel* ukernel = nullptr;                        // the row's ukernel for `format`
   WeightFormat format = WeightFormat::kBf16;
   int64_t e = 0, o = 0, i = 0;
   // Sets what the experts are (the row, its micro-kernel for `f`, the shape); the section is
   // the caller's to fill.
-  void identify(const cpukern::Variant<Ukernel>& row, WeightFormat f, int64_t experts,
+  void identify(const cpukern::Variant<GemmConfig>& row, WeightFormat f, int64_t experts,
                 int64_t out_features, int64_t in_features);
   const char* packed() const { return static_cast<const char*>(section(0)); }
   std::vector<int64_t> shape() const override { return {e, o, i}; }
@@ -132,7 +133,7 @@ std::string linear_isa(const std::string& isa);
 // Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a
 // buffer for a variant this CPU cannot run (or not the one opts.isa forces) is an error
 // (allow_reprepare and threads are not used): prepare again from the expert weights.
-using ImportOptions = blob::ImportOptions<cpukern::Variant<Ukernel>>;
+using ImportOptions = blob::ImportOptions<cpukern::Variant<GemmConfig>>;
 int64_t serialized_size(const PackedExperts& w);
 void serialize(const PackedExperts& w, unsigned char* out, int64_t size);
 // O(1) header validation against `size` (InvalidArgument naming opts.arg), the checksum of

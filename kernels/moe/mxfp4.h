@@ -142,6 +142,40 @@ inline int64_t first_nan_scale(const uint8_t* scales, int64_t n) {
   return p ? static_cast<const uint8_t*>(p) - scales : -1;
 }
 
+// The "mxfp4p32x8" packing (NR = 32), read by the avx512_bf16 row's MXFP4 tile
+// (avx512_bf16_mxfp4.h) and the avx512 rows' (avx512_fma_mxfp4.h): per (panel, 32-k block) the
+// NR scales, then per group g of 8 k one 32-bit word per column, whose nibble t (bits 4t..4t+3)
+// holds the code of k = 8g + 2t for t < 4 and of k = 8g + 2(t - 4) + 1 for t >= 4 (a k pair's
+// two codes in the word's two 16-bit halves: the vdpbf16ps pair order). Shifting the word
+// right by x8_shift(q) brings the code of k = 8g + q to bits 0-3. Internal linkage: compiled
+// per ISA.
+namespace {
+constexpr int x8_shift(int q) { return q % 2 ? 16 + 4 * (q / 2) : 4 * (q / 2); }
+constexpr int x8_block_bytes(int nr) { return nr + kBlockBytes * nr; }
+
+template <int NR>
+void pack_x8(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t k, void* dst) {
+  const int64_t nb = k / kBlock, panels = (o + NR - 1) / NR;
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* out = d + (p * nb + b) * x8_block_bytes(NR);
+      for (int col = 0; col < NR; ++col) {
+        const int64_t n = p * NR + col;  // columns past o: scale 0, codes 0
+        out[col] = n < o ? scales[n * nb + b] : 0;
+        for (int g = 0; g < 4; ++g) {
+          uint32_t word = 0;
+          if (n < o)
+            for (int q = 0; q < 8; ++q)
+              word |= uint32_t(code_at(blocks + (n * nb + b) * kBlockBytes, 8 * g + q))
+                      << x8_shift(q);
+          std::memcpy(out + NR + (g * NR + col) * 4, &word, 4);
+        }
+      }
+    }
+}
+}  // namespace
+
 // The nearest e2m1 code of v (|v| <= 6 after scaling; ties to the even mantissa, as OCP MX).
 inline uint8_t nearest_code(float v) {
   const uint8_t sign = std::signbit(v) ? 8 : 0;

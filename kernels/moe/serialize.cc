@@ -35,7 +35,7 @@ void serialize(const PackedExperts& w, unsigned char* out, int64_t size) { w.ser
 
 std::shared_ptr<const PackedExperts> from_buffer(
     const unsigned char* buf, int64_t size, std::shared_ptr<const void> owner,
-    const ImportOptions& opts, const Registry<Ukernel>& rows) {
+    const ImportOptions& opts, const Registry<GemmConfig>& rows) {
   const std::string& arg = opts.arg;
   const blob::Header h = blob::parse_import(buf, size, kOp, opts);
   const int64_t e = h.dims[0], o = h.dims[1], i = h.dims[2];

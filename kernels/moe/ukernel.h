@@ -1,9 +1,12 @@
-// The micro-kernel interface every fused-MoE variant implements, and the registry row type.
+// The micro-kernel interface of fused MoE (Ukernel), and the registry row built from it
+// (GemmConfig: one micro-kernel per weight format).
 //
 // A ukernel is stateless: a tile shape, a weight packer (one expert, nn.Linear [o][i] order),
 // an A (token rows) packer, a GEMM over a range of NR-column panels, and an activation hook
 // compiled with the variant's ISA flags. The driver (driver.cc) is written once against it;
-// micro-kernel files build theirs from a register tile with make_ukernel (gemm_loop.h).
+// micro-kernel files build theirs from a register tile with make_ukernel (gemm_loop.h). A
+// ukernel knows nothing of the rows that use it: a row (the kernel list's line) is a
+// GemmConfig naming the ukernel of each format, chosen once per CPU by the registry.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -69,9 +72,6 @@ struct Ukernel {
                      void* dst) = nullptr;
   void (*pack_int8)(const int8_t* q, const float* scales, int64_t o, int64_t i,
                     void* dst) = nullptr;
-  // In a registry row (the row's bf16 ukernel): its ukernel per format (kernel list columns),
-  // indexed by WeightFormat; every row has every format. Null in the ukernel objects.
-  const Ukernel* formats[kNumFormats] = {};
 
   // Optional (AMX): the GEMM of calls with more than tiles_min_rows rows per expert on
   // average, over the same packed weights (its own A packing and tile height). The driver
@@ -95,27 +95,35 @@ inline const Ukernel& ukernel_for_call(const Ukernel& u, int64_t rows, int64_t e
   return u.tiles && rows > int64_t(u.tiles_min_rows) * experts ? *u.tiles : u;
 }
 
+// A registry row's GEMM config: its ukernel per weight format (the kernel list's columns;
+// every row has every format), as XNNPACK keeps a GEMM config per datatype apart from the
+// operators. Adding a format's micro-kernel to a row is one column of its kernel-list line.
+struct GemmConfig {
+  const char* name;  // the bf16 ukernel's full name (what list_variants reports for the row)
+  const Ukernel* formats[kNumFormats];
+  const Ukernel& bf16() const { return *formats[int(WeightFormat::kBf16)]; }
+};
+
 // The registry row is the variant; prepared weights point at it.
-using Variant = cpukern::Variant<Ukernel>;
+using Variant = cpukern::Variant<GemmConfig>;
 
 // The row's ukernel for weights of format f.
 inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
-  const Ukernel* u = v.ukernel.formats[int(f)];
-  return u ? *u : v.ukernel;
+  return *v.ukernel.formats[int(f)];
 }
 
 // The op's registry (the shipped rows and the catalogue), from the kernel list
 // (ukernels/ukernels.inc).
-const Registry<Ukernel>& registry();
+const Registry<GemmConfig>& registry();
 // The dense layer's (op "linear"): the same rows under its own name (moe.h, linear_isa).
-const Registry<Ukernel>& linear_registry();
+const Registry<GemmConfig>& linear_registry();
 
 // from_buffer (moe.h) looking the row up among `rows` instead of registry()'s (the serialize
 // tests pass a registry that also holds the SIMDe rows).
 std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64_t size,
                                                  std::shared_ptr<const void> owner,
                                                  const ImportOptions& opts,
-                                                 const Registry<Ukernel>& rows);
+                                                 const Registry<GemmConfig>& rows);
 
 // prepare, prepare_mxfp4 and prepare_int8 (moe.h) for an explicit row (the tests' rows of the
 // kernel list); `v` must outlive the packed experts.

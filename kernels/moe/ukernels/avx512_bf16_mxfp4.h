@@ -189,9 +189,10 @@ struct Mxfp4Src {
   }
 };
 
-// MXFP4 weights ("mxfp4p32x8": per panel per block of 32 k, the 32 columns' scales, then per
-// group g of 8 k the 32 columns' 32-bit words: nibble t (bits 4t..4t+3) of a column's word
-// holds k = 8g + 2t for t < 4 and k = 8g + 2(t - 4) + 1 for t >= 4; 544 bytes). Shifting the
+// MXFP4 weights ("mxfp4p32x8", mxfp4.h pack_x8: per panel per block of 32 k, the 32 columns'
+// scales, then per group g of 8 k the 32 columns' 32-bit words: nibble t (bits 4t..4t+3) of a
+// column's word holds k = 8g + 2t for t < 4 and k = 8g + 2(t - 4) + 1 for t >= 4; 544
+// bytes). Shifting the
 // 16-bit halves right by 4t leaves k pair t's two codes in bits 0-3 of the two halves, in the
 // vdpbf16ps pair order already; vpermw (index bits 0-4: a table of the 16 codes' bf16 words,
 // twice) then gives 32 weights per permute, so the decode of 32 weights is one shift and one
@@ -272,31 +273,8 @@ struct Mxfp4x8Src {
       }
     }
   }
-  // A column's word of 4 k pairs (byte t: pair t, low nibble the even k) -> the nibble order.
-  static uint32_t word_of_pairs(uint32_t pairs) {
-    uint32_t out = 0;
-    for (int t = 0; t < 4; ++t) {
-      const uint32_t b = (pairs >> (8 * t)) & 0xFF;
-      out |= (b & 15) << (4 * t) | (b >> 4) << (4 * t + 16);
-    }
-    return out;
-  }
-  static void pack(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
-                   void* dst) {  // code byte j of a column -> byte j % 4 of its group's word
-    mxfp4::pack_panels<kNR>(blocks, scales, o, i, kBlockBytes, dst, [](int col, int j) {
-      return (j / 4) * kGroupBytes + col * 4 + j % 4;
-    });
-    const int64_t steps = (o + kNR - 1) / kNR * (i / mxfp4::kBlock);
-    for (int64_t s = 0; s < steps; ++s) {
-      uint8_t* words = static_cast<uint8_t*>(dst) + s * kBlockBytes + kNR;
-      for (int q = 0; q < 4 * kNR; ++q) {
-        uint32_t v;
-        std::memcpy(&v, words + 4 * q, 4);
-        v = word_of_pairs(v);
-        std::memcpy(words + 4 * q, &v, 4);
-      }
-    }
-  }
+  static constexpr auto pack = mxfp4::pack_x8<kNR>;
+  static_assert(kBlockBytes == mxfp4::x8_block_bytes(kNR));
 };
 
 namespace mxfp4_fast {

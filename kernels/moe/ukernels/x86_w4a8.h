@@ -2,6 +2,7 @@
 // MXFP4 weights decoded by one vpshufb per 32 (ymm) or 64 (zmm) weights, then one fp32 FMA per
 // block with the block multiplier. Written once over the vector traits V:
 //   Zmm      AVX-512 VNNI, vpdpbusd on zmm (16 columns per vector)
+//   ZmmBw    AVX-512 BW without VNNI, vpmaddubsw + vpmaddwd on zmm
 //   YmmVnni  AVX-VNNI, vpdpbusd on ymm (two vectors per 16 columns)
 //   YmmAvx2  AVX2, vpmaddubsw + vpmaddwd (two vectors per 16 columns)
 // vpdpbusd and vpmaddubsw multiply unsigned by signed bytes: the weights decode to
@@ -36,12 +37,14 @@ struct Lut {
 };
 inline constexpr Lut kLut{};
 
-#if defined(__AVX512VNNI__) || defined(CPUKERN_SIMDE)
-struct Zmm {
+#if defined(__AVX512BW__) || defined(CPUKERN_SIMDE)
+// The zmm forms share everything but the dot product (Dot: ZmmVnniDot, ZmmBwDot below).
+template <class Dot>
+struct ZmmOf {
   using I = __m512i;
   using F = __m512;
   static constexpr int kLanes = 16;
-  static constexpr bool kSplit = true;  // two sum chains per accumulator when few rows
+  static constexpr bool kSplit = Dot::kSplit;
   static I zero() { return _mm512_setzero_si512(); }
   static F fzero() { return _mm512_setzero_ps(); }
   static I set1(int32_t v) { return _mm512_set1_epi32(v); }
@@ -52,10 +55,7 @@ struct Zmm {
   static I hi(I raw, I lut, I m) {
     return _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m));
   }
-  static void dot2(I& c0, I& c1, I wlo, I whi, I ae, I ao) {
-    c0 = _mm512_dpbusd_epi32(c0, wlo, ae);
-    c1 = _mm512_dpbusd_epi32(c1, whi, ao);
-  }
+  static void dot2(I& c0, I& c1, I wlo, I whi, I ae, I ao) { Dot::dot2(c0, c1, wlo, whi, ae, ao); }
   static I add(I x, I y) { return _mm512_add_epi32(x, y); }
 #if defined(CPUKERN_SIMDE)
   // SIMDe 0.7.4 has neither vpmovzxbd nor vcvtdq2ps on zmm: element loops (tests only).
@@ -86,6 +86,29 @@ struct Zmm {
 #endif
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
 };
+
+// Two k steps in int16 (vpmaddubsw each, one vpaddw; at most 12192, above), then vpmaddwd with
+// ones to int32: Avx2Dot on zmm.
+struct ZmmBwDot {
+  static constexpr bool kSplit = false;  // one vpaddd per two k steps: no long chain
+  static void dot2(__m512i& c0, __m512i&, __m512i wlo, __m512i whi, __m512i ae, __m512i ao) {
+    const __m512i s16 =
+        _mm512_add_epi16(_mm512_maddubs_epi16(wlo, ae), _mm512_maddubs_epi16(whi, ao));
+    c0 = _mm512_add_epi32(c0, _mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
+  }
+};
+using ZmmBw = ZmmOf<ZmmBwDot>;
+#endif
+
+#if defined(__AVX512VNNI__) || defined(CPUKERN_SIMDE)
+struct ZmmVnniDot {
+  static constexpr bool kSplit = true;  // two sum chains per accumulator when few rows
+  static void dot2(__m512i& c0, __m512i& c1, __m512i wlo, __m512i whi, __m512i ae, __m512i ao) {
+    c0 = _mm512_dpbusd_epi32(c0, wlo, ae);
+    c1 = _mm512_dpbusd_epi32(c1, whi, ao);
+  }
+};
+using Zmm = ZmmOf<ZmmVnniDot>;
 #endif
 
 // The ymm forms share everything but the dot product.
@@ -202,8 +225,8 @@ inline void tile(const int8_t* a, int64_t lda, const int32_t* corr, int64_t ldco
       V::store(acc + r * ldacc + j * 16 + v * V::kLanes, f[j][r][v]);
 }
 
-// Zmm: 8 rows (8 sums + 8 fp32 chains + decode); 1 row streams 4 panels per call, 2 rows 2.
-// Ymm (16 registers, two vectors per 16 columns): 2 rows; 1 row streams 2 panels.
+// Zmm, ZmmBw: 8 rows (8 sums + 8 fp32 chains + decode); 1 row streams 4 panels per call, 2
+// rows 2. Ymm (16 registers, two vectors per 16 columns): 2 rows; 1 row streams 2 panels.
 template <class V>
 struct Tile : W4a8TileDefaults {
   static constexpr int kMR = V::kLanes == 16 ? 8 : 2, kNR = 16, kNP = 4, kActW = V::kLanes;

@@ -12,8 +12,8 @@ _DEPS = [
 
 def moe_variant_tests(name, srcs, **kwargs):
     """<name>_test over the kernel list's rows (shipped and catalogue-only, :list_rows), and
-    <name>_simde_test over its simde lines (:simde_rows: the
-    avx512_bf16 row's micro-kernels and the VNNI int8 tiles compiled against SIMDe), on x86-64
+    <name>_simde_test over its simde lines (:simde_rows: the avx512_bf16, amx, avx512_vnni and
+    avx512 rows' micro-kernels and the VNNI int8 tiles compiled against SIMDe), on x86-64
     hosts only: SIMDe's AVX-512 emulation under qemu-user is too slow for these tables."""
     cpukern_cc_test(name = name + "_test", srcs = srcs, deps = _DEPS, **kwargs)
     cpukern_cc_test(

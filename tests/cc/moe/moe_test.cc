@@ -288,7 +288,7 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
   std::mt19937 rng(7);
   // 301: past one K block, a partial last block; o 37 and 61 from panel 1: 2 and 3 panels
   // (even and odd counts at NR = 16; tiles that take 2 panels per call get a 1-panel tail).
-  for (const Ukernel* g : gemms_of(v.ukernel))
+  for (const Ukernel* g : gemms_of(v.ukernel.bf16()))
   for (int64_t o : {37, 61})
   for (int64_t k : {45, 301})
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
