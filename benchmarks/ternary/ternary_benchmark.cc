@@ -1,6 +1,7 @@
 // Ternary GEMV benchmarks, registered from the registry (the kernel list): every row this CPU runs,
 // fp32 and int8 modes, real layer shapes (M x K), batch 1/4/16, 1 thread and all threads; plus
-// BitNet b1.58 2B-4T's decode layers at batch 1 in fp32 and int8_bitnet (its decode's mode).
+// BitNet b1.58 2B-4T's decode layers at batch 1 in fp32 and int8_bitnet (its decode's mode),
+// and at prefill batches 64 and 512 in int8_bitnet.
 // Every name ends in /hot or /cold:
 //   hot:  the same prepared weights every call (cached where they fit in the L3);
 //   cold: calls rotate over distinct prepared copies spanning >= 3x the L3 (sysfs), so every
@@ -128,6 +129,10 @@ const Shape kColdShapes[] = {{4096, 14336}, {14336, 4096}, {32768, 14336}};
 // modes its decode runs: fp32 and act="int8_bitnet" (per-token int8, BitNet's rule).
 const Shape kBitNetShapes[] = {{2560, 2560}, {640, 2560}, {6912, 2560}, {2560, 6912}};
 
+// Prefill: BitNet's layers at prompt-sized batches in its prefill mode (int8_bitnet), hot:
+// the int8 kernels' fraction of the machine's int8 peak (//benchmarks/peak).
+const int64_t kPrefillBatches[] = {64, 512};
+
 // A call with almost no work (two 64-row tasks): its time is the driver's and the thread
 // pool's per-call cost (all threads against 1: the wake-up and the barrier).
 const Shape kDispatchShape = {128, 256};
@@ -179,6 +184,13 @@ const bool registered = [] {
       add(v, kDispatchShape, Act::kInt8BitNet, 1, threads, false);
       if (all == 1) break;
     }
+    if (!scalar)
+      for (const Shape& sh : kBitNetShapes)
+        for (int64_t batch : kPrefillBatches)
+          for (int threads : {1, all}) {
+            add(v, sh, Act::kInt8BitNet, batch, threads, false);
+            if (all == 1) break;
+          }
   }
   return true;
 }();
