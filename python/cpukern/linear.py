@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from cpukern import _ext, _log, moe
+from cpukern import _experts, _ext, _log
 from cpukern._arrays import (describe, ext_array, ext_out, isa_arg, require_array, result,
                              shape_of, threads_arg)
 from cpukern._packed import PackedWeights, check_op
@@ -70,7 +70,7 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
         if scales is None:
             raise ValueError(f"scales: required with format={format!r} ({scales_are})")
         scales = _one_expert(scales, "scales", scales_ndim)
-    packed = moe._packed_for(w, format, scales, act, _ext.linear_isa(isa))
+    packed = _experts.pack(w, format, scales, act, _ext.linear_isa(isa))
     _log.selection("linear", packed.isa, isa, _ext.linear_variants)
     return packed
 

@@ -39,8 +39,7 @@ from typing import Any, Optional
 
 import ml_dtypes
 
-from cpukern import _ext, _log
-from cpukern._dtypes import act_arg
+from cpukern import _experts, _ext, _log
 from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, isa_arg,
                              result, str_arg, threads_arg)
 
@@ -71,13 +70,6 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
     return result(weights, router_logits), result(ids, router_logits)
 
 
-def _str(v: Any, name: str) -> str:
-    """A str (TypeError naming `name`); its value: checked by the extension."""
-    if not isinstance(v, str):
-        raise TypeError(f"{name}: expected a str, got {type(v).__name__} {v!r}")
-    return v
-
-
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
             isa: Optional[str] = None) -> PackedWeights:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
@@ -94,19 +86,9 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     (PackedWeights.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
     """
     isa = isa_arg(isa)
-    packed = _packed_for(w, format, scales, act, isa)
+    packed = _experts.pack(w, format, scales, act, isa)
     _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
     return packed
-
-
-def _packed_for(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedWeights:
-    """prepare's packing for `isa` ("" or a variant name), not logged (cpukern.linear logs its
-    own op's selection)."""
-    # format, act and scales given or not (moe::prepare_format), then the arrays of that
-    # format (shapes, values): checked by the extension and moe::prepare*.
-    format = _str(format, "format")
-    sc = None if scales is None else ext_array(scales, "scales")
-    return _ext.moe_prepare(ext_array(w, "w"), sc, format, act_arg(act), isa)
 
 
 def to_bytes(experts: PackedWeights, *, out: Any = None) -> Any:
@@ -203,7 +185,7 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
     # the extension and moe::fused_moe.
     y = _ext.moe_fused_moe(ext_array(x, "x"), w13, w2, ext_array(topk_weights, "topk_weights"),
                            ext_array(topk_ids, "topk_ids"), ids_dtype == "int64",
-                           _str(activation, "activation"),
+                           _experts.str_arg(activation, "activation"),
                            None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
                            None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
                            skip_weighted, isa_arg(isa), nthreads, ext_out(out))
