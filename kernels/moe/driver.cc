@@ -18,9 +18,7 @@
 #include "kernels/common/limits.h"
 #include "kernels/common/scratch.h"
 #include "kernels/common/thread_pool.h"
-#include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
-#include "kernels/moe/mxfp4.h"
 #include "kernels/moe/ukernel.h"
 
 namespace cpukern::moe {

@@ -237,6 +237,13 @@ def str_arg(v: Any, name: str, choices: tuple[str, ...]) -> str:
     return v
 
 
+def str_value(v: Any, name: str) -> str:
+    """A str (TypeError naming `name`) whose value the extension checks (str_arg checks it here)."""
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: expected a str, got {type(v).__name__} {v!r}")
+    return v
+
+
 def c_int(v: Any, name: str, bits: int = 64) -> int:
     """A Python or numpy integer (bool refused: TypeError) that fits the extension's C integer
     type of `bits` bits (ValueError otherwise). The range rules are C++'s."""

@@ -41,7 +41,7 @@ import ml_dtypes
 
 from cpukern import _experts, _ext, _log
 from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, isa_arg,
-                             result, str_arg, threads_arg)
+                             result, str_arg, str_value, threads_arg)
 
 from cpukern import _packed as packed_weights
 from cpukern._packed import PackedWeights, check_op
@@ -185,7 +185,7 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
     # the extension and moe::fused_moe.
     y = _ext.moe_fused_moe(ext_array(x, "x"), w13, w2, ext_array(topk_weights, "topk_weights"),
                            ext_array(topk_ids, "topk_ids"), ids_dtype == "int64",
-                           _experts.str_arg(activation, "activation"),
+                           str_value(activation, "activation"),
                            None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
                            None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
                            skip_weighted, isa_arg(isa), nthreads, ext_out(out))
