@@ -133,6 +133,10 @@ const Shape kBitNetShapes[] = {{2560, 2560}, {640, 2560}, {6912, 2560}, {2560, 6
 // the int8 kernels' fraction of the machine's int8 peak (//benchmarks/peak).
 const int64_t kPrefillBatches[] = {64, 512};
 
+// Small batches (speculative decoding, batched serving): BitNet's layers at B = 2, 4, 8 in
+// both decode modes, cold, beside the batch-1 rows above (the weight pass they share).
+const int64_t kSmallBatches[] = {2, 4, 8};
+
 // A call with almost no work (two 64-row tasks): its time is the driver's and the thread
 // pool's per-call cost (all threads against 1: the wake-up and the barrier).
 const Shape kDispatchShape = {128, 256};
@@ -180,6 +184,14 @@ const bool registered = [] {
             add(v, sh, act, 1, threads, cold);
             if (all == 1) break;
           }
+    if (!scalar)
+      for (const Shape& sh : kBitNetShapes)
+        for (Act act : {Act::kF32, Act::kInt8BitNet})
+          for (int64_t batch : kSmallBatches)
+            for (int threads : {1, all}) {
+              add(v, sh, act, batch, threads, true);
+              if (all == 1) break;
+            }
     for (int threads : {1, all}) {
       add(v, kDispatchShape, Act::kInt8BitNet, 1, threads, false);
       if (all == 1) break;

@@ -491,24 +491,26 @@ TEST_P(VariantTest, EmptyShapes) {
   }
 }
 
-// Batches larger than one group of 4 run chunk by chunk of rows (the int8 kernels re-read a
-// chunk from cache for each batch group): every batch row is bitwise its batch-1 result, over
-// many chunks and a ragged last one.
-TEST_P(VariantTest, Int8BatchRowsEqualTheirBatchOneResults) {
+// Every batch row is bitwise its batch-1 result, in both modes: the int8 kernels run batch
+// groups of 4 (then 3, 2 or 1) over the same rows, the fp32 ones per batch row or pair inside
+// each chunk of a tile group. Rows of ~10 KB (int8) span many fp32 chunks; m = 37 leaves a
+// ragged tile group.
+TEST_P(VariantTest, BatchRowsEqualTheirBatchOneResults) {
   std::mt19937 rng(5);
-  const int64_t m = 37, k = 40003;  // rows of ~10 KB: chunks of a few rows
+  const int64_t m = 37, k = 40003;
   const auto w = make_weights(m, k, Fill::kRandom, rng);
   const auto pw = prep(pack_weights(w, m, k), m, k, nullptr);
-  for (int64_t batch : {5, 8, 9}) {
-    const auto x = random_x(batch * k, rng, false);
-    std::vector<float> y(size_t(batch * m), NAN), one(size_t(m), NAN);
-    gemv(*pw, x.data(), batch, nullptr, 0, Act::kInt8, 1, y.data());
-    for (int64_t b = 0; b < batch; ++b) {
-      gemv(*pw, x.data() + b * k, 1, nullptr, 0, Act::kInt8, 1, one.data());
-      ASSERT_EQ(0, std::memcmp(one.data(), y.data() + b * m, size_t(m) * 4))
-          << "batch " << batch << " row " << b;
+  for (Act act : {Act::kInt8, Act::kF32})
+    for (int64_t batch : {2, 3, 4, 5, 8, 9}) {
+      const auto x = random_x(batch * k, rng, false);
+      std::vector<float> y(size_t(batch * m), NAN), one(size_t(m), NAN);
+      gemv(*pw, x.data(), batch, nullptr, 0, act, 1, y.data());
+      for (int64_t b = 0; b < batch; ++b) {
+        gemv(*pw, x.data() + b * k, 1, nullptr, 0, act, 1, one.data());
+        ASSERT_EQ(0, std::memcmp(one.data(), y.data() + b * m, size_t(m) * 4))
+            << (act == Act::kInt8 ? "int8" : "fp32") << " batch " << batch << " row " << b;
+      }
     }
-  }
 }
 
 // The int8 layout is packed at the first int8 call, once, even when threads race for it.
