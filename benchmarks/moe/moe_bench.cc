@@ -225,13 +225,13 @@ void run_ukernel(benchmark::State& state, std::string isa, std::string format, i
     std::vector<int8_t> q(w.size());
     std::vector<float> s(size_t(panels * uk.nr));
     int8::quantize_weights(w.data(), panels * uk.nr, k, q.data(), s.data());
-    uk.pack_int8(q.data(), s.data(), panels * uk.nr, k, wp.data());
+    uk.pack({q.data(), s.data()}, panels * uk.nr, k, wp.data());
   } else if (mx) {
     std::vector<uint8_t> blocks(size_t(panels * uk.nr * k / 2)), scales(size_t(panels * uk.nr * k / 32));
     mxfp4::quantize(w.data(), panels * uk.nr, k, blocks.data(), scales.data());
-    uk.pack_mxfp4(blocks.data(), scales.data(), panels * uk.nr, k, wp.data());
+    uk.pack({blocks.data(), scales.data()}, panels * uk.nr, k, wp.data());
   } else {
-    uk.pack(w.data(), panels * uk.nr, k, wp.data());
+    uk.pack({w.data()}, panels * uk.nr, k, wp.data());
   }
   AlignedBuffer ap(size_t(uk.packed_a_size(m, k)));
   uk.pack_a(a.data(), k, nullptr, m, k, ap.data());

@@ -20,7 +20,7 @@
 //   W, kStepW       weight element type and W per (panel, k step); defaults: bf16, kNR * kKR
 //                   (every bf16 layout is [panel][k step][kNR][kKR] bf16, zero-padded);
 //                   MXFP4 tiles: uint8, k step = one 32-k block (kNR scales + 16 kNR bytes)
-//   kFormat         the weight format (pack for bf16, pack_mxfp4 for MXFP4)
+//   kFormat         the weight format (T::pack packs bf16, T::pack_mxfp4 MXFP4)
 //   Scope           optional: constructed once per gemm call before the first tile and
 //                   destroyed after the last (AMX: loads the tile configuration, releases it)
 //   kDecodeAlways   with Decoded: decode for every row count, not only for several row
@@ -384,23 +384,37 @@ void activation(Activation act, int64_t m, int64_t n, const float* g, const floa
   act::activation_rows<T::kActW>(act, m, n, g, u, ldc, interleaved, bg, bu, out, ldo);
 }
 
+// The one pack function of each format (Ukernel::pack) over T's typed packer.
+template <class T>
+void pack_bf16(const ExpertWeights& w, int64_t o, int64_t i, void* dst) {
+  T::pack(static_cast<const bf16_t*>(w.values), o, i, dst);
+}
+template <class T>
+void pack_mxfp4(const ExpertWeights& w, int64_t o, int64_t i, void* dst) {
+  T::pack_mxfp4(static_cast<const uint8_t*>(w.values), static_cast<const uint8_t*>(w.scales), o,
+                i, dst);
+}
+template <class T>
+void pack_int8(const ExpertWeights& w, int64_t o, int64_t i, void* dst) {
+  int8_pack<T>(static_cast<const int8_t*>(w.values), static_cast<const float*>(w.scales), o, i,
+               dst);
+}
+
 // The Ukernel of tile traits T (`name` = the symbol's name, `layout` = the packing family).
 template <class T>
 constexpr Ukernel make_ukernel(const char* name, const char* layout) {
   if constexpr (T::kFormat == WeightFormat::kInt8) {
-    return {name,       layout,     T::kMR,        T::kNR,
-            T::kKR,     int8_packed_size<T>, nullptr, int8_packed_a_size<T>,
-            int8_pack_a<T>, int8_gemm<T>, activation<T>, T::kFormat,
-            nullptr,    int8_pack<T>};
+    return {name,           layout,         T::kMR,        T::kNR,
+            T::kKR,         int8_packed_size<T>, pack_int8<T>, int8_packed_a_size<T>,
+            int8_pack_a<T>, int8_gemm<T>,   activation<T>, T::kFormat};
   } else if constexpr (T::kFormat == WeightFormat::kBf16) {
     return {name,           layout,         T::kMR,           T::kNR,
-            T::kKR,         packed_size<T>, T::pack,          packed_a_size<T>,
+            T::kKR,         packed_size<T>, pack_bf16<T>,     packed_a_size<T>,
             T::pack_a,      blocked_gemm<T>, activation<T>};
   } else {
     return {name,           layout,          T::kMR,           T::kNR,
-            T::kKR,         packed_size<T>,  nullptr,          packed_a_size<T>,
-            T::pack_a,      blocked_gemm<T>, activation<T>,    T::kFormat,
-            T::pack_mxfp4};
+            T::kKR,         packed_size<T>,  pack_mxfp4<T>,    packed_a_size<T>,
+            T::pack_a,      blocked_gemm<T>, activation<T>,    T::kFormat};
   }
 }
 

@@ -73,14 +73,26 @@ struct RowChoice {
   const Variant& get() const { return row ? *row : registry().select(isa); }
 };
 
-// An empty PackedExperts of `format` for the chosen row, its section (*dst) sized for e
-// experts of (o, i) (the overflow check names `arg`); the caller packs into it.
-static std::shared_ptr<PackedExperts> new_packed(const RowChoice& choice, WeightFormat format,
-                                                 int64_t e, int64_t o, int64_t i,
-                                                 const char* arg, char** dst) {
+// The e experts of any format packed for the chosen row, one expert per task with the
+// format's one pack function: expert x's values and scales lie x * value_bytes and
+// x * scale_bytes bytes after those of `first` (the section's overflow check names `arg`).
+static std::shared_ptr<const PackedExperts> pack_experts(const RowChoice& choice,
+                                                         WeightFormat format, int64_t e,
+                                                         int64_t o, int64_t i, const char* arg,
+                                                         ExpertWeights first,
+                                                         int64_t value_bytes,
+                                                         int64_t scale_bytes) {
   auto p = std::make_shared<PackedExperts>();
   p->identify(choice.get(), format, e, o, i);
-  *dst = static_cast<char*>(p->own_section(0, checked_mul(p->ukernel->packed_size(o, i), e, arg)));
+  const Ukernel& uk = *p->ukernel;
+  const int64_t per = uk.packed_size(o, i);
+  char* dst = static_cast<char*>(p->own_section(0, checked_mul(per, e, arg)));
+  const char* values = static_cast<const char*>(first.values);
+  const char* scales = static_cast<const char*>(first.scales);
+  parallel_for(e, 0, [&](int64_t x) {
+    uk.pack({values + x * value_bytes, scales ? scales + x * scale_bytes : nullptr}, o, i,
+            dst + x * per);
+  });
   return p;
 }
 
@@ -128,15 +140,8 @@ static std::shared_ptr<const PackedExperts> prepare_mxfp4_for(const uint8_t* blo
                             ", row " + std::to_string(bad / nb % o) + ", block " +
                             std::to_string(bad % nb) + ": NaN scales are refused");
   }
-  char* dst = nullptr;
-  auto p = new_packed(isa, format, e, o, i, "blocks", &dst);
-  const Ukernel& uk = *p->ukernel;
-  const int64_t per = uk.packed_size(o, i);
-  const int64_t eb = o * i / 2, es = o * i / mxfp4::kBlock;  // bytes, scales per expert
-  parallel_for(e, 0, [&](int64_t x) {
-    uk.pack_mxfp4(blocks + x * eb, scales + x * es, o, i, dst + x * per);
-  });
-  return p;
+  return pack_experts(isa, format, e, o, i, "blocks", {blocks, scales}, o * i / 2,
+                      o * i / mxfp4::kBlock);
 }
 
 static std::shared_ptr<const PackedExperts> prepare_int8_for(const int8_t* q, const float* scales,
@@ -157,14 +162,8 @@ static std::shared_ptr<const PackedExperts> prepare_int8_for(const int8_t* q, co
     throw_arg("scales", "scale " + std::to_string(scales[r]) + " at expert " +
                             std::to_string(r / o) + ", row " + std::to_string(r % o) +
                             ": scales must be finite and >= 0");
-  char* dst = nullptr;
-  auto p = new_packed(isa, WeightFormat::kInt8, e, o, i, "w", &dst);
-  const Ukernel& uk = *p->ukernel;
-  const int64_t per = uk.packed_size(o, i);
-  parallel_for(e, 0, [&](int64_t x) {
-    uk.pack_int8(q + x * o * i, scales + x * o, o, i, dst + x * per);
-  });
-  return p;
+  return pack_experts(isa, WeightFormat::kInt8, e, o, i, "w", {q, scales}, o * i,
+                      o * int64_t(sizeof(float)));
 }
 
 static std::shared_ptr<const PackedExperts> prepare_for(const bf16_t* w, int64_t e, int64_t o,
@@ -172,12 +171,8 @@ static std::shared_ptr<const PackedExperts> prepare_for(const bf16_t* w, int64_t
   check_weight_shape(e, o, i);
   checked_mul(checked_mul(e, o, "w"), i, "w");
   check_arg(w != nullptr, "w", "null pointer");
-  char* dst = nullptr;
-  auto p = new_packed(isa, WeightFormat::kBf16, e, o, i, "w", &dst);
-  const Ukernel& uk = *p->ukernel;
-  const int64_t per = uk.packed_size(o, i);
-  parallel_for(e, 0, [&](int64_t x) { uk.pack(w + x * o * i, o, i, dst + x * per); });
-  return p;
+  return pack_experts(isa, WeightFormat::kBf16, e, o, i, "w", {w},
+                      o * i * int64_t(sizeof(bf16_t)), 0);
 }
 
 std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,

@@ -17,6 +17,17 @@
 
 namespace cpukern::moe {
 
+// One expert's weights as its format stores them (nn.Linear [o][i] order), what a Ukernel's
+// pack reads:
+//   kBf16               values bf16 (o, i); scales unused
+//   kMxfp4, kMxfp4A8    values = blocks uint8 (o, i/32, 16), two e2m1 codes a byte;
+//                       scales = e8m0 uint8 (o, i/32); i % 32 == 0
+//   kInt8               values = q int8 (o, i) in [-127, 127]; scales fp32 (o) per row
+struct ExpertWeights {
+  const void* values;
+  const void* scales = nullptr;
+};
+
 struct Ukernel {
   const char* name;    // full micro-kernel name, e.g. "moe_gemm_f32_bf16p8x4_bf16p8x4_8x8__neon_bfmmla"
   const char* layout;  // weight packing family; packings of different families never mix
@@ -26,8 +37,9 @@ struct Ukernel {
 
   // Bytes of one packed expert of shape (o, i).
   int64_t (*packed_size)(int64_t o, int64_t i);
-  // Packs one expert: w (o, i) bf16 row-major -> dst (packed_size(o, i) bytes, zero-filled pads).
-  void (*pack)(const bf16_t* w, int64_t o, int64_t i, void* dst);
+  // Packs one expert, as its format stores it (ExpertWeights), into dst (packed_size(o, i)
+  // bytes, zero-filled pads): the format's one pack function.
+  void (*pack)(const ExpertWeights& w, int64_t o, int64_t i, void* dst);
 
   // Bytes of m packed A rows of length k.
   int64_t (*packed_a_size)(int64_t m, int64_t k);
@@ -50,28 +62,22 @@ struct Ukernel {
                      int64_t ldc, bool interleaved, const bf16_t* bias_g, const bf16_t* bias_u,
                      bf16_t* out, int64_t ldo);
 
-  // The weight format this ukernel reads. A kMxfp4 ukernel packs with pack_mxfp4 (pack is
-  // null): one expert's blocks (o, i/32, 16) and scales (o, i/32), i % 32 == 0, into
-  // packed_size(o, i) bytes (4.25 bits per weight, rearranged for its tile); its gemm takes A
-  // packed by the same pack_a as the row's bf16 ukernel and computes, for every C element,
-  // exactly the bf16 ukernel's operations on the decoded (exact) weights: results equal
-  // those of the bf16 ukernel on the dequantized experts bit for bit.
+  // The weight format this ukernel reads (ExpertWeights says what pack takes for each). A
+  // kMxfp4 ukernel's packing holds 4.25 bits per weight, rearranged for its tile; its gemm
+  // takes A packed by the same pack_a as the row's bf16 ukernel and computes, for every C
+  // element, exactly the bf16 ukernel's operations on the decoded (exact) weights: results
+  // equal those of the bf16 ukernel on the dequantized experts bit for bit.
   //
-  // A kInt8 ukernel (W8A8) packs with pack_int8 (pack is null): one expert's q (o, i) int8 and
-  // scales (o) fp32. Its pack_a quantises each bf16 row (int8::quantize_row, the same bytes on
-  // every ISA) into its own A layout with the row's scale, so packed_a_size differs from the
-  // row's bf16 ukernel's; its gemm gives C = float(double(exact int32 sum) * sa * sw), bitwise equal
-  // to the scalar reference's on every variant (gemm_loop.h, "int8 tiles").
+  // A kInt8 ukernel (W8A8): its pack_a quantises each bf16 row (int8::quantize_row, the same
+  // bytes on every ISA) into its own A layout with the row's scale, so packed_a_size differs
+  // from the row's bf16 ukernel's; its gemm gives C = float(double(exact int32 sum) * sa * sw),
+  // bitwise equal to the scalar reference's on every variant (gemm_loop.h, "int8 tiles").
   //
-  // A kMxfp4A8 ukernel (W4A8) packs with pack_mxfp4 like kMxfp4 (the same inputs), quantises
-  // A rows with int8::quantize_row in its own pack_a, and gives C bitwise equal to the scalar
-  // reference's on every variant (w4a8_loop.h: per-block exact int32 sums, one fp32 FMA per
-  // block, a double epilogue).
+  // A kMxfp4A8 ukernel (W4A8) packs the same inputs as kMxfp4, quantises A rows with
+  // int8::quantize_row in its own pack_a, and gives C bitwise equal to the scalar reference's
+  // on every variant (w4a8_loop.h: per-block exact int32 sums, one fp32 FMA per block, a
+  // double epilogue).
   WeightFormat format = WeightFormat::kBf16;
-  void (*pack_mxfp4)(const uint8_t* blocks, const uint8_t* scales, int64_t o, int64_t i,
-                     void* dst) = nullptr;
-  void (*pack_int8)(const int8_t* q, const float* scales, int64_t o, int64_t i,
-                    void* dst) = nullptr;
 
   // Optional (AMX): the GEMM of calls with more than tiles_min_rows rows per expert on
   // average, over the same packed weights (its own A packing and tile height). The driver

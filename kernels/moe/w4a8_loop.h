@@ -186,14 +186,20 @@ void w4a8_gemm(const void* a_packed, int64_t m, int64_t k, const void* w, int64_
       });
 }
 
+// W4A8's pack function (Ukernel::pack): the MXFP4 blocks and scales of ExpertWeights.
+template <class T>
+void pack_w4a8(const ExpertWeights& w, int64_t o, int64_t i, void* dst) {
+  w4a8_pack<T>(static_cast<const uint8_t*>(w.values), static_cast<const uint8_t*>(w.scales), o,
+               i, dst);
+}
+
 // The Ukernel of W4A8 tile traits T.
 template <class T>
 constexpr Ukernel make_w4a8_ukernel(const char* name, const char* layout) {
   static_assert(T::kFormat == WeightFormat::kMxfp4A8);
-  return {name,       layout,     T::kMR,          T::kNR,
-          mxfp4::kBlock, w4a8_packed_size<T>, nullptr, w4a8_packed_a_size<T>,
-          w4a8_pack_a<T>, w4a8_gemm<T>, activation<T>, T::kFormat,
-          w4a8_pack<T>};
+  return {name,           layout,       T::kMR,        T::kNR,
+          mxfp4::kBlock,  w4a8_packed_size<T>, pack_w4a8<T>, w4a8_packed_a_size<T>,
+          w4a8_pack_a<T>, w4a8_gemm<T>, activation<T>, T::kFormat};
 }
 
 }  // namespace cpukern::moe

@@ -243,16 +243,11 @@ TEST(AmxNative, TilesEqualTheEmulationBitwise) {
       std::vector<float> qs(static_cast<size_t>(o));
       for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
       for (auto& x : qs) x = d(rng) + 1.5f;
-      if (f == WeightFormat::kInt8) {
-        nk.pack_int8(q.data(), qs.data(), o, k, wn.data());
-        ek.pack_int8(q.data(), qs.data(), o, k, we.data());
-      } else if (f == WeightFormat::kMxfp4) {
-        nk.pack_mxfp4(blocks.data(), scales.data(), o, k, wn.data());
-        ek.pack_mxfp4(blocks.data(), scales.data(), o, k, we.data());
-      } else {
-        nk.pack(w.data(), o, k, wn.data());
-        ek.pack(w.data(), o, k, we.data());
-      }
+      const ExpertWeights src = f == WeightFormat::kInt8    ? ExpertWeights{q.data(), qs.data()}
+                                : f == WeightFormat::kMxfp4 ? ExpertWeights{blocks.data(), scales.data()}
+                                                            : ExpertWeights{w.data()};
+      nk.pack(src, o, k, wn.data());
+      ek.pack(src, o, k, we.data());
       for (int64_t m : {1, 7, 16, 17, 32, 45, 70}) {
         std::vector<bf16_t> a(size_t(m * k));
         for (size_t i = 0; i < a.size(); ++i) a[i] = i % 41 ? f32_to_bf16(d(rng)) : bf16_t(0x8005);

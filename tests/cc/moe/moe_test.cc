@@ -296,7 +296,7 @@ TEST_P(MoeUkernelTest, GemmPanelsAndAccumulate) {
     auto w = random_bf16(size_t(o * k), 1.0f, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k)));
-    uk.pack(w.data(), o, k, wp.data());
+    uk.pack({w.data()}, o, k, wp.data());
     std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64);
     uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     const int64_t p0 = 1, p1 = (o + uk.nr - 1) / uk.nr, ldc = (p1 - p0) * uk.nr + 3;
@@ -341,9 +341,9 @@ TEST_P(MoeUkernelTest, EveryTileHeightPlacesEachRowExactly) {
       mxfp4::dequantize(blocks.data(), scales.data(), o, k, w.data());
       std::vector<char> wp(size_t(uk.packed_size(o, k)));
       if (f == WeightFormat::kMxfp4)
-        uk.pack_mxfp4(blocks.data(), scales.data(), o, k, wp.data());
+        uk.pack({blocks.data(), scales.data()}, o, k, wp.data());
       else
-        uk.pack(w.data(), o, k, wp.data());
+        uk.pack({w.data()}, o, k, wp.data());
       for (int64_t m = 1; m <= 2 * uk.mr + 1; ++m) {
         auto pos = [&](int64_t r) { return (r * 37 + 11) % k; };  // distinct for r < k / gcd
         std::vector<bf16_t> a(size_t(m * k), 0);
@@ -442,7 +442,7 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kBf16), &ukernel_) << #name_;               \
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kMxfp4), &mxfp4_) << #name_;                \
     EXPECT_TRUE(ukernel_.format == WeightFormat::kBf16 && ukernel_.pack) << #ukernel_;  \
-    EXPECT_TRUE(mxfp4_.format == WeightFormat::kMxfp4 && mxfp4_.pack_mxfp4) << #mxfp4_; \
+    EXPECT_TRUE(mxfp4_.format == WeightFormat::kMxfp4 && mxfp4_.pack) << #mxfp4_;       \
     EXPECT_EQ(mxfp4_.mr, ukernel_.mr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.nr, ukernel_.nr) << #mxfp4_;                                       \
     EXPECT_EQ(mxfp4_.packed_a_size(7, 64), ukernel_.packed_a_size(7, 64)) << #mxfp4_;   \
@@ -456,13 +456,10 @@ TEST(MoeRegistry, RowsAreTheKernelList) {
       }                                                                                 \
     EXPECT_STREQ(int8_.name, #int8_);                                                   \
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kInt8), &int8_) << #name_;                  \
-    EXPECT_TRUE(int8_.format == WeightFormat::kInt8 && int8_.pack_int8 && !int8_.pack)  \
-        << #int8_;                                                                      \
+    EXPECT_TRUE(int8_.format == WeightFormat::kInt8 && int8_.pack) << #int8_;           \
     EXPECT_STREQ(w4a8_.name, #w4a8_);                                                   \
     EXPECT_EQ(&ukernel_for(v, WeightFormat::kMxfp4A8), &w4a8_) << #name_;               \
-    EXPECT_TRUE(w4a8_.format == WeightFormat::kMxfp4A8 && w4a8_.pack_mxfp4 &&           \
-                !w4a8_.pack)                                                            \
-        << #w4a8_;                                                                      \
+    EXPECT_TRUE(w4a8_.format == WeightFormat::kMxfp4A8 && w4a8_.pack) << #w4a8_;        \
   })
 #include "kernels/moe/ukernels/ukernels.inc"
 #undef CPUKERN_VARIANT
@@ -698,8 +695,8 @@ TEST_P(MoeMxfp4UkernelTest, GemmEqualsBf16OfDequantized) {
     const Mx mx = make_mx(w, o, k, true, rng);
     auto a = random_bf16(size_t(m * k), 1.0f, rng);
     std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
-    bk.pack(mx.deq.data(), o, k, wb.data());
-    mk.pack_mxfp4(mx.blocks.data(), mx.scales.data(), o, k, wm.data());
+    bk.pack({mx.deq.data()}, o, k, wb.data());
+    mk.pack({mx.blocks.data(), mx.scales.data()}, o, k, wm.data());
     std::vector<char> ap(size_t(bk.packed_a_size(m, k)) + 64);
     bk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     const int64_t p0 = 1, p1 = (o + bk.nr - 1) / bk.nr, ldc = (p1 - p0) * bk.nr + 3;
@@ -811,8 +808,8 @@ TEST_P(MoeInt8UkernelTest, GemmEqualsScalarReferenceBitwise) {
     if (o > 1) w.s[1] = 0.0f;  // a zero column scale
     const auto a = int8_rows(m, k, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k))), wr(size_t(ref.packed_size(o, k)));
-    uk.pack_int8(w.q.data(), w.s.data(), o, k, wp.data());
-    ref.pack_int8(w.q.data(), w.s.data(), o, k, wr.data());
+    uk.pack({w.q.data(), w.s.data()}, o, k, wp.data());
+    ref.pack({w.q.data(), w.s.data()}, o, k, wr.data());
     std::vector<char> ap(size_t(uk.packed_a_size(m, k)) + 64), ar(size_t(ref.packed_a_size(m, k)));
     uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     ref.pack_a(a.data(), k, nullptr, m, k, ar.data());

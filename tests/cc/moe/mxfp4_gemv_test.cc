@@ -89,8 +89,8 @@ TEST_P(Mxfp4GemvEdges, EqualBf16OfDequantizedBitwise) {
     auto a = rows_of(kind, m, k, rng);
     if (kind == 0 && m > 1) a[size_t(k + rng() % k)] = f32_to_bf16(0x1p40f);  // row 1 only
     std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
-    bk.pack(deq.data(), o, k, wb.data());
-    mk.pack_mxfp4(blocks.data(), scales.data(), o, k, wm.data());
+    bk.pack({deq.data()}, o, k, wb.data());
+    mk.pack({blocks.data(), scales.data()}, o, k, wm.data());
     std::vector<char> ap(size_t(bk.packed_a_size(m, k)) + 64);
     bk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     const int64_t p1 = (o + bk.nr - 1) / bk.nr, ldc = p1 * bk.nr + 1;
@@ -146,8 +146,8 @@ TEST_P(Mxfp4GemvEdges, EveryCodeEveryScaleEqualsBf16Bitwise) {
       ASSERT_EQ(f32_to_bf16(x), deq[size_t(q)]) << q;
     }
     std::vector<char> wb(size_t(bk.packed_size(o, k))), wm(size_t(mk.packed_size(o, k)));
-    bk.pack(deq.data(), o, k, wb.data());
-    mk.pack_mxfp4(blocks.data(), scales.data(), o, k, wm.data());
+    bk.pack({deq.data()}, o, k, wb.data());
+    mk.pack({blocks.data(), scales.data()}, o, k, wm.data());
     for (int kind : {0, 5, 6, 7})
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) {
       auto a = rows_of(kind, m, k, rng);

@@ -131,7 +131,7 @@ TEST_P(MoeW4a8UkernelTest, GemmEqualsTheContractBitwise) {
   CPUKERN_SKIP_IF_UNSUPPORTED(v);
   const Ukernel& uk = ukernel_for(v, WeightFormat::kMxfp4A8);
   ASSERT_EQ(uk.format, WeightFormat::kMxfp4A8) << uk.name;
-  ASSERT_NE(uk.pack_mxfp4, nullptr);
+  ASSERT_NE(uk.pack, nullptr);
   const bool qemu = std::getenv("CPUKERN_QEMU_CPU") != nullptr;
   std::mt19937 rng(28);
   const std::vector<int64_t> ks = qemu ? std::vector<int64_t>{32, 96, 2880}
@@ -148,7 +148,7 @@ TEST_P(MoeW4a8UkernelTest, GemmEqualsTheContractBitwise) {
     make_weights(o, k, sc, rng, blocks, e);
     const auto a = rows_with_edges(m, k, rng);
     std::vector<char> wp(size_t(uk.packed_size(o, k)));
-    uk.pack_mxfp4(blocks.data(), e.data(), o, k, wp.data());
+    uk.pack({blocks.data(), e.data()}, o, k, wp.data());
     std::vector<char> ap(size_t(uk.packed_a_size(m, k)));
     uk.pack_a(a.data(), k, nullptr, m, k, ap.data());
     std::vector<int8_t> qa(static_cast<size_t>(m * k));
