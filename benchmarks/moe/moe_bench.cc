@@ -277,6 +277,81 @@ const int registered_ukernels = register_ukernels();
 }  // namespace
 }  // namespace cpukern::moe
 
+// ---- the dense layer (op "linear") at decode and small batches, weights cold ----
+// gpt-oss-20b's q_proj shape (4096 x 2880), T = 1, 2, 4, 8 (speculative decoding, batched
+// serving): calls rotate over copies of the packed weights spanning >= 3x the L3, so every
+// call reads its weights from memory. Whether T = 2..8 share the weight pass shows as ms
+// against T = 1 (docs/performance/moe.md, "Small batches").
+namespace cpukern::moe {
+namespace {
+
+struct DenseCopies {
+  std::string isa, format;
+  std::vector<std::shared_ptr<const PackedExperts>> copies;
+};
+
+DenseCopies& dense_copies(const std::string& isa, const std::string& format, int64_t o,
+                          int64_t i) {
+  static DenseCopies d;
+  if (d.isa == isa && d.format == format && !d.copies.empty()) return d;
+  d.copies.clear();
+  std::vector<bf16_t> raw(size_t(o * i));
+  fill_random(raw, 1.7f / std::sqrt(float(i)), 21);
+  const auto first = pack_format(raw, 1, o, i, isa, format);
+  const int64_t bytes = first->nbytes();
+  const int64_t n = std::max<int64_t>(2, (3 * bench::l3_bytes() + bytes - 1) / bytes);
+  d.copies.push_back(first);
+  for (int64_t c = 1; c < n; ++c) d.copies.push_back(pack_format(raw, 1, o, i, isa, format));
+  d.isa = isa;
+  d.format = format;
+  return d;
+}
+
+void run_dense(benchmark::State& state, std::string isa, std::string format, int64_t o,
+               int64_t i, int64_t t, int threads) {
+  DenseCopies& d = dense_copies(isa, format, o, i);
+  std::vector<bf16_t> x(size_t(t * i)), out(size_t(t * o));
+  fill_random(x, 1.0f, 22);
+  size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    linear(x.data(), t, i, *d.copies[next], nullptr, threads, out.data());
+    if (++next == d.copies.size()) next = 0;
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double n = double(state.iterations()), bytes = double(d.copies[0]->nbytes());
+  state.counters["ms"] = benchmark::Counter(1e-3 * n, benchmark::Counter::kIsRate |
+                                                          benchmark::Counter::kInvert);
+  state.counters["GB/s"] = benchmark::Counter(bytes * n * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["of_probe"] = bytes * n / seconds / bench::probe_bytes_per_s(threads);
+  state.counters["copies"] = double(d.copies.size());
+}
+
+const int registered_dense = [] {
+  const int all = std::max(1, cpu_info().num_cores);
+  const int64_t o = 4096, i = 2880;
+  for (const Variant& v : linear_registry().variants()) {
+    if (!v.supported() || v.name == std::string("reference")) continue;
+    for (const char* f : {"bf16", "mxfp4", "int8", "mxfp4_a8"})
+      for (int64_t t : {1, 2, 4, 8})
+        for (int th : all == 1 ? std::vector<int>{1} : std::vector<int>{1, all})
+          benchmark::RegisterBenchmark(("linear/gpt-oss-20b.q_proj/" + std::string(v.name) + "/" +
+                                        f + "/T:" + std::to_string(t) + "/threads:" +
+                                        std::to_string(th) + "/cold")
+                                           .c_str(),
+                                       run_dense, v.name, f, o, i, t, th)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->MinTime(0.2);
+  }
+  return 0;
+}();
+
+}  // namespace
+}  // namespace cpukern::moe
+
 // ---- the DRAM read-bandwidth floor: the shared all-core probe (kernels/common/bandwidth.cc,
 // also `//benchmarks/bandwidth`), as rows, so a filtered run prints it next to the layers ----
 namespace cpukern::moe {
