@@ -151,12 +151,9 @@ void read_ids(const Id* src, int64_t slots, int64_t e, std::vector<int32_t>& ids
   }
 }
 
-template <class Id>
-void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
-                   const PackedExperts& w2, const float* topk_weights, const Id* topk_ids,
-                   int64_t topk, Activation activation, const bf16_t* w13_bias,
-                   const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
-  // ---- validation, before any output is written ----
+// Every argument that does not depend on the token count: the two packings against each
+// other and x's hidden size (the topk checks follow, after the thread count).
+void check_weights(int64_t t, int64_t h, const PackedExperts& w13, const PackedExperts& w2) {
   check_arg(t >= 0, "x", "number of tokens must be >= 0, got " + std::to_string(t));
   check_arg(h >= 1, "x", "hidden size must be >= 1, got " + std::to_string(h));
   check_arg(w13.variant != nullptr && w13.ukernel != nullptr && w13.packed() != nullptr, "w13",
@@ -177,14 +174,16 @@ void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w
   check_arg(w13.o == 2 * w2.i, "w13",
             "out-features must be 2 * w2's in-features (" + std::to_string(2 * w2.i) + "), got " +
                 std::to_string(w13.o));
-  const int64_t nthreads = limits::resolve_threads(threads);
+}
+
+// The buffers of a call with t >= 1 tokens: sizes, null pointers, and out disjoint from every
+// input.
+template <class Id>
+void check_buffers(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                   const PackedExperts& w2, const float* topk_weights, const Id* topk_ids,
+                   int64_t slots, const bf16_t* w13_bias, const bf16_t* w2_bias,
+                   bool skip_weighted, const bf16_t* out) {
   const int64_t e = w13.e;
-  check_arg(topk >= 1 && topk <= e, "topk",
-            "must be in [1, " + std::to_string(e) + "], got " + std::to_string(topk));
-  check_arg(!skip_weighted || topk == 1, "skip_weighted",
-            "requires topk == 1, got topk=" + std::to_string(topk));
-  if (t == 0) return;
-  const int64_t slots = checked_mul(t, topk, "topk_ids");
   checked_mul(t, h, "x");
   check_arg(slots <= INT32_MAX, "topk_ids", "too many (token, expert) pairs");
   check_arg(x != nullptr, "x", "null pointer");
@@ -199,145 +198,186 @@ void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w
                   {w2_bias, e * w2.o * 2, "w2_bias"}});
   w13.check_disjoint_from(out, t * h * 2, "out", "w13");
   w2.check_disjoint_from(out, t * h * 2, "out", "w2");
+}
+
+// What the three stages share: the call's sizes, its (token, slot) pairs sorted by expert
+// (in the caller's scratch `cs`) and the expert-sorted intermediate buffers.
+struct Routed {
+  CallScratch& cs;  // offs, row_token, slot_row; tasks, pack buffers
+  const int32_t* ids;
+  int64_t e, t, topk, slots, h, i, hp;
+  int nthreads;
+  int64_t active = 0, max_rows = 0;  // experts with rows; most rows of one expert
+  bf16_t* act = nullptr;  // (slots, i) bf16: stage 1 -> stage 2
+  float* y = nullptr;     // (slots, hp) fp32: stage 2 -> stage 3
+};
+
+// Counting sort of (token, slot) by expert, stable: cs.offs (e + 1 row offsets), row_token
+// (sorted row -> token), slot_row (t * topk + j -> sorted row); r.active and r.max_rows.
+void sort_by_expert(Routed& r) {
+  CallScratch& cs = r.cs;
+  cs.offs.assign(size_t(r.e + 1), 0);
+  for (int64_t s = 0; s < r.slots; ++s) ++cs.offs[size_t(r.ids[s]) + 1];
+  for (int64_t x = 0; x < r.e; ++x) {
+    r.active += cs.offs[x + 1] > 0;
+    r.max_rows = std::max(r.max_rows, cs.offs[x + 1]);
+    cs.offs[x + 1] += cs.offs[x];
+  }
+  cs.row_token.resize(size_t(r.slots));
+  cs.slot_row.resize(size_t(r.slots));
+  cs.fill.assign(cs.offs.begin(), cs.offs.end() - 1);
+  for (int64_t s = 0; s < r.slots; ++s) {
+    const int64_t row = cs.fill[r.ids[s]]++;
+    cs.row_token[row] = int32_t(s / r.topk);
+    cs.slot_row[s] = int32_t(row);
+  }
+}
+
+// cs.tasks = (expert, tile) for every expert with rows and every tile of `tile` columns of
+// cols_total; returns the tiles per expert.
+int64_t make_tasks(const Routed& r, int64_t cols_total, int64_t tile) {
+  CallScratch& cs = r.cs;
+  cs.tasks.clear();
+  const int64_t ntiles = (cols_total + tile - 1) / tile;
+  for (int64_t x = 0; x < r.e; ++x)
+    if (cs.offs[x + 1] > cs.offs[x])
+      for (int64_t j = 0; j < ntiles; ++j) cs.tasks.push_back(x * ntiles + j);
+  return ntiles;
+}
+
+// Stage 1: (expert, tile of I) tasks: gate+up GEMM of the expert's rows, bias, activation ->
+// r.act (bf16).
+void gate_up_stage(const Routed& r, const Ukernel& uk, const PackedExperts& w13,
+                   const bf16_t* x, const bf16_t* w13_bias, Activation activation) {
+  CallScratch& cs = r.cs;
+  const int64_t H = r.h, I = r.i, nr = uk.nr;
+  const bool interleaved = activation == Activation::kSwigluOai;
+  const Tiling tl = choose_tiling(uk, H, r.max_rows, I, 2, r.active, r.nthreads);
+  const int64_t jt = tl.cols;  // intermediate columns per task (multiple of nr)
+  const int64_t ntiles = make_tasks(r, I, jt);
+  // C scratch: gate part, then (concatenated layout) up part, same ldc.
+  const int64_t ldc = interleaved ? round_up(2 * jt, nr) : jt + nr;
+  pack_rows(uk, r.e, cs.offs, tl.mc, H, x, H, cs.row_token.data(), r.nthreads, cs.abase,
+            cs.chunks, cs.apack);
+  const int64_t full = chunk_bytes(uk, tl.mc, H);
+  const int64_t w13_per = uk.packed_size(w13.o, w13.i);
+  parallel_for(int64_t(cs.tasks.size()), r.nthreads, [&](int64_t task) {
+    const int64_t ex = cs.tasks[task] / ntiles, j0 = (cs.tasks[task] % ntiles) * jt;
+    const int64_t j1 = std::min(I, j0 + jt), n = j1 - j0;
+    const char* w = w13.packed() + ex * w13_per;
+    const bf16_t* bias = w13_bias ? w13_bias + ex * 2 * I : nullptr;
+    TaskScratch& ts = task_scratch();
+    ThreadScratch::Lease task_lease(ts);
+    ts.c.reserve(size_t(tl.mc * ldc * (interleaved ? 1 : 2)) * 4);
+    float* cg = ts.c.data<float>();
+    float* cu = cg + tl.mc * ldc;
+    for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
+      const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
+      const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
+      if (interleaved) {
+        uk.gemm(ap, m, H, w, 2 * j0 / nr, (2 * j1 + nr - 1) / nr, cg, ldc, false);
+        uk.activation(activation, m, n, cg, nullptr, ldc, true, bias ? bias + 2 * j0 : nullptr,
+                      nullptr, r.act + r0 * I + j0, I);
+      } else {
+        uk.gemm(ap, m, H, w, j0 / nr, (j1 + nr - 1) / nr, cg, ldc, false);
+        const int64_t pu0 = (I + j0) / nr, pu1 = (I + j1 + nr - 1) / nr;
+        uk.gemm(ap, m, H, w, pu0, pu1, cu, ldc, false);
+        uk.activation(activation, m, n, cg, cu + (I + j0 - pu0 * nr), ldc, false,
+                      bias ? bias + j0 : nullptr, bias ? bias + I + j0 : nullptr,
+                      r.act + r0 * I + j0, I);
+      }
+    }
+  });
+}
+
+// Stage 2: (expert, tile of H) tasks: down GEMM of r.act -> r.y (fp32, expert-sorted rows,
+// ldc = hp).
+void down_stage(const Routed& r, const Ukernel& uk2, const PackedExperts& w2) {
+  CallScratch& cs = r.cs;
+  const int64_t H = r.h, I = r.i, nr2 = uk2.nr;
+  const Tiling tl = choose_tiling(uk2, I, r.max_rows, H, 1, r.active, r.nthreads);
+  const int64_t ht = tl.cols;
+  const int64_t ntiles = make_tasks(r, H, ht);
+  pack_rows(uk2, r.e, cs.offs, tl.mc, I, r.act, I, nullptr, r.nthreads, cs.abase, cs.chunks,
+            cs.apack);
+  const int64_t full = chunk_bytes(uk2, tl.mc, I);
+  const int64_t w2_per = uk2.packed_size(w2.o, w2.i);
+  parallel_for(int64_t(cs.tasks.size()), r.nthreads, [&](int64_t task) {
+    const int64_t ex = cs.tasks[task] / ntiles, c0 = (cs.tasks[task] % ntiles) * ht;
+    const int64_t c1 = std::min(H, c0 + ht);
+    const char* w = w2.packed() + ex * w2_per;
+    for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
+      const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
+      const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
+      uk2.gemm(ap, m, I, w, c0 / nr2, (c1 + nr2 - 1) / nr2, r.y + r0 * r.hp + c0, r.hp, false);
+    }
+  });
+}
+
+// Stage 3: blocks of tokens: out[t] = sum_j w[t,j] * (y[row(t,j)] + b2), slots in order.
+void combine_stage(const Routed& r, const float* topk_weights, const bf16_t* w2_bias,
+                   bool skip_weighted, bf16_t* out) {
+  const int64_t H = r.h, tb = 16;
+  parallel_for((r.t + tb - 1) / tb, r.nthreads, [&](int64_t blk) {
+    TaskScratch& ts = task_scratch();
+    ThreadScratch::Lease task_lease(ts);
+    ts.c.reserve(size_t(H) * 4);
+    float* acc = ts.c.data<float>();
+    for (int64_t tok = blk * tb; tok < std::min(r.t, (blk + 1) * tb); ++tok) {
+      std::fill(acc, acc + H, 0.0f);
+      for (int64_t j = 0; j < r.topk; ++j) {
+        const int64_t s = tok * r.topk + j;
+        const float wt = skip_weighted ? 1.0f : topk_weights[s];
+        const float* yr = r.y + int64_t(r.cs.slot_row[s]) * r.hp;
+        if (w2_bias) {
+          const bf16_t* b = w2_bias + int64_t(r.ids[s]) * H;
+          for (int64_t c = 0; c < H; ++c) acc[c] += wt * (yr[c] + bf16_to_f32(b[c]));
+        } else {
+          for (int64_t c = 0; c < H; ++c) acc[c] += wt * yr[c];
+        }
+      }
+      bf16_t* o = out + tok * H;
+      for (int64_t c = 0; c < H; ++c) o[c] = f32_to_bf16(acc[c]);
+    }
+  });
+}
+
+template <class Id>
+void fused_moe_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w13,
+                   const PackedExperts& w2, const float* topk_weights, const Id* topk_ids,
+                   int64_t topk, Activation activation, const bf16_t* w13_bias,
+                   const bf16_t* w2_bias, bool skip_weighted, int threads, bf16_t* out) {
+  // ---- validation, before any output is written ----
+  check_weights(t, h, w13, w2);
+  const int64_t nthreads = limits::resolve_threads(threads);
+  const int64_t e = w13.e;
+  check_arg(topk >= 1 && topk <= e, "topk",
+            "must be in [1, " + std::to_string(e) + "], got " + std::to_string(topk));
+  check_arg(!skip_weighted || topk == 1, "skip_weighted",
+            "requires topk == 1, got topk=" + std::to_string(topk));
+  if (t == 0) return;
+  const int64_t slots = checked_mul(t, topk, "topk_ids");
+  check_buffers(x, t, h, w13, w2, topk_weights, topk_ids, slots, w13_bias, w2_bias,
+                skip_weighted, out);
   // The ids are read once, into this thread's scratch: the copy is validated and used
   // (another thread changing topk_ids during the call cannot index out of bounds).
   CallScratch& cs = call_scratch();
   ThreadScratch::Lease lease(cs);
   read_ids(topk_ids, slots, e, cs.ids);
-  const int32_t* ids = cs.ids.data();
 
   // Each stage runs the ukernel of its weights' format (formats may differ; each stage packs
   // A its own way), or its tile GEMM when the call has enough rows per expert (ukernel.h).
   const Ukernel& uk = ukernel_for_call(*w13.ukernel, slots, e);
   const Ukernel& uk2 = ukernel_for_call(*w2.ukernel, slots, e);
-  const int64_t I = w2.i, H = h;
-  const bool interleaved = activation == Activation::kSwigluOai;
-
-  // `cs` is a reference to this thread's scratch: the lambdas below run on other threads.
-  // ---- counting sort of (token, slot) by expert, stable ----
-  cs.offs.assign(size_t(e + 1), 0);
-  for (int64_t s = 0; s < slots; ++s) ++cs.offs[size_t(ids[s]) + 1];
-  int64_t active = 0, max_rows = 0;
-  for (int64_t x2 = 0; x2 < e; ++x2) {
-    active += cs.offs[x2 + 1] > 0;
-    max_rows = std::max(max_rows, cs.offs[x2 + 1]);
-    cs.offs[x2 + 1] += cs.offs[x2];
-  }
-  cs.row_token.resize(size_t(slots));
-  cs.slot_row.resize(size_t(slots));
-  {
-    cs.fill.assign(cs.offs.begin(), cs.offs.end() - 1);
-    for (int64_t s = 0; s < slots; ++s) {
-      const int64_t r = cs.fill[ids[s]]++;
-      cs.row_token[r] = int32_t(s / topk);
-      cs.slot_row[s] = int32_t(r);
-    }
-  }
-  const int64_t hp = round_up(H, uk2.nr);
-  cs.act.reserve(size_t(checked_mul(slots, I, "x")) * 2);
-  cs.y.reserve(size_t(checked_mul(slots, hp, "x")) * 4);
-  bf16_t* act = cs.act.data<bf16_t>();
-  float* y = cs.y.data<float>();
-  const char* w13d = w13.packed();
-  const char* w2d = w2.packed();
-  const int64_t w13_per = uk.packed_size(w13.o, w13.i);
-  const int64_t w2_per = uk2.packed_size(w2.o, w2.i);
-  const int64_t nr = uk.nr, nr2 = uk2.nr;
-
-  auto make_tasks = [&](int64_t cols_total, int64_t tile) {
-    cs.tasks.clear();
-    const int64_t ntiles = (cols_total + tile - 1) / tile;
-    for (int64_t x2 = 0; x2 < e; ++x2)
-      if (cs.offs[x2 + 1] > cs.offs[x2])
-        for (int64_t j = 0; j < ntiles; ++j) cs.tasks.push_back(x2 * ntiles + j);
-    return ntiles;
-  };
-
-  // ---- stage 1: gate+up GEMM, bias, activation -> act (bf16) ----
-  {
-    const Tiling tl = choose_tiling(uk, H, max_rows, I, 2, active, int(nthreads));
-    const int64_t jt = tl.cols;  // intermediate columns per task (multiple of nr)
-    const int64_t ntiles = make_tasks(I, jt);
-    // C scratch: gate part, then (concatenated layout) up part, same ldc.
-    const int64_t ldc = interleaved ? round_up(2 * jt, nr) : jt + nr;
-    pack_rows(uk, e, cs.offs, tl.mc, H, x, H, cs.row_token.data(), int(nthreads), cs.abase,
-              cs.chunks, cs.apack);
-    const int64_t full = chunk_bytes(uk, tl.mc, H);
-    parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
-      const int64_t ex = cs.tasks[task] / ntiles, j0 = (cs.tasks[task] % ntiles) * jt;
-      const int64_t j1 = std::min(I, j0 + jt), n = j1 - j0;
-      const char* w = w13d + ex * w13_per;
-      const bf16_t* bias = w13_bias ? w13_bias + ex * 2 * I : nullptr;
-      TaskScratch& ts = task_scratch();
-      ThreadScratch::Lease task_lease(ts);
-      ts.c.reserve(size_t(tl.mc * ldc * (interleaved ? 1 : 2)) * 4);
-      float* cg = ts.c.data<float>();
-      float* cu = cg + tl.mc * ldc;
-      for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
-        const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
-        const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
-        if (interleaved) {
-          uk.gemm(ap, m, H, w, 2 * j0 / nr, (2 * j1 + nr - 1) / nr, cg, ldc, false);
-          uk.activation(activation, m, n, cg, nullptr, ldc, true, bias ? bias + 2 * j0 : nullptr,
-                        nullptr, act + r0 * I + j0, I);
-        } else {
-          uk.gemm(ap, m, H, w, j0 / nr, (j1 + nr - 1) / nr, cg, ldc, false);
-          const int64_t pu0 = (I + j0) / nr, pu1 = (I + j1 + nr - 1) / nr;
-          uk.gemm(ap, m, H, w, pu0, pu1, cu, ldc, false);
-          uk.activation(activation, m, n, cg, cu + (I + j0 - pu0 * nr), ldc, false,
-                        bias ? bias + j0 : nullptr, bias ? bias + I + j0 : nullptr,
-                        act + r0 * I + j0, I);
-        }
-      }
-    });
-  }
-
-  // ---- stage 2: down GEMM -> y (fp32, expert-sorted rows, ldc = hp) ----
-  {
-    const Tiling tl = choose_tiling(uk2, I, max_rows, H, 1, active, int(nthreads));
-    const int64_t ht = tl.cols;
-    const int64_t ntiles = make_tasks(H, ht);
-    pack_rows(uk2, e, cs.offs, tl.mc, I, act, I, nullptr, int(nthreads), cs.abase, cs.chunks,
-              cs.apack);
-    const int64_t full = chunk_bytes(uk2, tl.mc, I);
-    parallel_for(int64_t(cs.tasks.size()), int(nthreads), [&](int64_t task) {
-      const int64_t ex = cs.tasks[task] / ntiles, c0 = (cs.tasks[task] % ntiles) * ht;
-      const int64_t c1 = std::min(H, c0 + ht);
-      const char* w = w2d + ex * w2_per;
-      for (int64_t r0 = cs.offs[ex]; r0 < cs.offs[ex + 1]; r0 += tl.mc) {
-        const int64_t m = std::min(tl.mc, cs.offs[ex + 1] - r0);
-        const char* ap = cs.apack.data<char>() + cs.abase[ex] + (r0 - cs.offs[ex]) / tl.mc * full;
-        uk2.gemm(ap, m, I, w, c0 / nr2, (c1 + nr2 - 1) / nr2, y + r0 * hp + c0, hp, false);
-      }
-    });
-  }
-
-  // ---- stage 3: weighted sum per token, slots in order ----
-  {
-    const int64_t tb = 16;
-    parallel_for((t + tb - 1) / tb, int(nthreads), [&](int64_t blk) {
-      TaskScratch& ts = task_scratch();
-      ThreadScratch::Lease task_lease(ts);
-      ts.c.reserve(size_t(H) * 4);
-      float* acc = ts.c.data<float>();
-      for (int64_t tok = blk * tb; tok < std::min(t, (blk + 1) * tb); ++tok) {
-        std::fill(acc, acc + H, 0.0f);
-        for (int64_t j = 0; j < topk; ++j) {
-          const int64_t s = tok * topk + j;
-          const float wt = skip_weighted ? 1.0f : topk_weights[s];
-          const float* yr = y + int64_t(cs.slot_row[s]) * hp;
-          if (w2_bias) {
-            const bf16_t* b = w2_bias + int64_t(ids[s]) * H;
-            for (int64_t c = 0; c < H; ++c) acc[c] += wt * (yr[c] + bf16_to_f32(b[c]));
-          } else {
-            for (int64_t c = 0; c < H; ++c) acc[c] += wt * yr[c];
-          }
-        }
-        bf16_t* o = out + tok * H;
-        for (int64_t c = 0; c < H; ++c) o[c] = f32_to_bf16(acc[c]);
-      }
-    });
-  }
+  Routed r{cs, cs.ids.data(), e, t, topk, slots, h, w2.i, round_up(h, uk2.nr), int(nthreads)};
+  sort_by_expert(r);
+  cs.act.reserve(size_t(checked_mul(slots, r.i, "x")) * 2);
+  cs.y.reserve(size_t(checked_mul(slots, r.hp, "x")) * 4);
+  r.act = cs.act.data<bf16_t>();
+  r.y = cs.y.data<float>();
+  gate_up_stage(r, uk, w13, x, w13_bias, activation);
+  down_stage(r, uk2, w2);
+  combine_stage(r, topk_weights, w2_bias, skip_weighted, out);
 }
 
 }  // namespace
