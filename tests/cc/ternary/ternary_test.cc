@@ -491,10 +491,10 @@ TEST_P(VariantTest, EmptyShapes) {
   }
 }
 
-// Every batch row is bitwise its batch-1 result, in both modes: the int8 kernels run batch
-// groups of 4 (then 3, 2 or 1) over the same rows, the fp32 ones per batch row or pair inside
-// each chunk of a tile group. Rows of ~10 KB (int8) span many fp32 chunks; m = 37 leaves a
-// ragged tile group.
+// Every batch row is bitwise its batch-1 result, in both modes, whatever order a kernel takes
+// the batch in (the int8 kernels: groups of 4, then 3, 2 or 1, over the same rows; the AVX2
+// fp32 kernel: batch pairs, then a single row, inside each chunk of a tile group). Rows of
+// ~10 KB (int8) span many fp32 chunks; m = 37 leaves a ragged tile group.
 TEST_P(VariantTest, BatchRowsEqualTheirBatchOneResults) {
   std::mt19937 rng(5);
   const int64_t m = 37, k = 40003;
