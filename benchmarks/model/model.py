@@ -58,6 +58,8 @@ LAYOUTS = {
     # q2b128 / q2b256 (x86 int8): vpmaddubsw / vpdpbusd multiply one weight per byte lane.
     ("ternary", "q2b128", "x86"): {"vpmaddubsw": "bytes", "vpdpbusd": "bytes"},
     ("ternary", "q2b256", "x86"): {"vpmaddubsw": "bytes", "vpdpbusd": "bytes"},
+    ("ternary", "q2b128r4", "x86"): {"vpmaddubsw": "bytes", "vpdpbusd": "bytes"},
+    ("ternary", "q2b256r4", "x86"): {"vpmaddubsw": "bytes", "vpdpbusd": "bytes"},
     # t2p16x4 (NEON): one cmtst decodes the nonzero mask of 4 columns of one plane; the
     # fused kernel uses it for both sub-GEMVs of the plane -> 4 weights; the unfused (gemv)
     # kernel -> 2 (see above).

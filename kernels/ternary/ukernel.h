@@ -18,6 +18,8 @@
 //   q2b128    per row, per 128 columns 32 bytes; byte i holds (w+1) of columns i, i+32,
 //             i+64, i+96 in bits 0-1, 2-3, 4-5, 6-7
 //   q2b256    the same with 256 columns per 64 bytes
+//   q2b128r4, q2b256r4  the same blocks, 4 rows interleaved block by block (one stream per
+//             4-row tile); the last m % 4 rows row-major
 //   b3p5c160  per row, per 160 columns 32 bytes of 5 base-3 trits each (1.6 bits/weight);
 //             byte i holds columns i, i+32, ..., i+128 (layouts.h: encoding and decode)
 //   b3p5c320  the same with 320 columns per 64 bytes

@@ -27,6 +27,7 @@ struct Int8x32 {
   static V add8(V a, V b) { return _mm256_add_epi8(a, b); }
   static V add16(V a, V b) { return _mm256_add_epi16(a, b); }
   static V add32(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V srai32(V a, int n) { return _mm256_srai_epi32(a, n); }
   static V maddubs(V a, V b) { return _mm256_maddubs_epi16(a, b); }
   static V madd16(V a, V b) { return _mm256_madd_epi16(a, b); }
   // t = [s > lo] + [s > hi] = |mask1 + mask2|.
@@ -68,6 +69,18 @@ struct Int8x64 {
 #endif
   static V add16(V a, V b) { return _mm512_add_epi16(a, b); }
   static V add32(V a, V b) { return _mm512_add_epi32(a, b); }
+#if defined(CPUKERN_SIMDE)
+  // SIMDe 0.7.4 has no _mm512_srai_epi32.
+  static V srai32(V a, int n) {
+    int32_t x[16];
+    std::memcpy(x, &a, sizeof(V));
+    for (int32_t& e : x) e >>= n;
+    std::memcpy(&a, x, sizeof(V));
+    return a;
+  }
+#else
+  static V srai32(V a, int n) { return _mm512_srai_epi32(a, n); }
+#endif
   static V maddubs(V a, V b) { return _mm512_maddubs_epi16(a, b); }
   static V madd16(V a, V b) { return _mm512_madd_epi16(a, b); }
   // t = [s > lo] + [s > hi] with mask registers.
@@ -122,7 +135,7 @@ struct Int8Blocks {
   }
 
   static constexpr I8Ukernel ukernel(const char* name, const char* layout) {
-    return {name, layout, 4, packed_size, K::row_bytes, run};
+    return {name, layout, 4, packed_size, K::row_bytes, K::run};
   }
 };
 

@@ -39,6 +39,15 @@ inline constexpr int64_t kT2p16r16Rows = 16;
 inline constexpr int64_t q2b_row_bytes(int64_t k, int64_t cols) {
   return (k + cols - 1) / cols * (cols / 4);
 }
+// q2b<C>r4: the same blocks, each 4 rows interleaved block by block: rows 4g..4g+3 fill the
+// 4 rb bytes at 4g rb as [block][row][C/4 bytes], so a 4-row tile reads one sequential stream
+// (q2b<C>: 4 streams rb bytes apart, too short for the hardware prefetcher at BitNet's K).
+// The last m % 4 rows stay row-major (as q2b<C>). Byte offset of row r's block at byte bo of
+// the row (bo a multiple of vb = C/4) in a layout of m rows, g = 1 (q2b<C>) or 4 (q2b<C>r4).
+inline constexpr int64_t q2b_block_at(int64_t r, int64_t m, int64_t rb, int64_t bo, int64_t vb,
+                                      int64_t g) {
+  return r < m / g * g ? (r - r % g) * rb + bo * g + (r % g) * vb : r * rb + bo;
+}
 
 // b3p5c<C> (C = 160 or 320): per row, per block of C columns C/5 bytes, 5 trits t = w + 1 per
 // byte (1.6 bits/weight); byte i holds the columns i + d C/5 (d = 0..4) as
@@ -72,6 +81,8 @@ inline int64_t lut4r16_size(int64_t m, int64_t k) {
 }
 inline int64_t q2b128_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 128); }
 inline int64_t q2b256_size(int64_t m, int64_t k) { return m * q2b_row_bytes(k, 256); }
+inline int64_t q2b128r4_size(int64_t m, int64_t k) { return q2b128_size(m, k); }
+inline int64_t q2b256r4_size(int64_t m, int64_t k) { return q2b256_size(m, k); }
 inline int64_t b3p5c160_size(int64_t m, int64_t k) { return m * b3p5_row_bytes(k, 160); }
 inline int64_t b3p5c320_size(int64_t m, int64_t k) { return m * b3p5_row_bytes(k, 320); }
 inline SizeFn size_fn(const char* layout) {
@@ -82,7 +93,8 @@ inline SizeFn size_fn(const char* layout) {
   static constexpr Row kRows[] = {{"t2p16", t2p16_size},     {"t2p16r16", t2p16r16_size},
                                   {"lut3r8", lut3r8_size},   {"lut27r16", lut27r16_size},
                                   {"lut4r16", lut4r16_size}, {"q2b128", q2b128_size},
-                                  {"q2b256", q2b256_size},   {"b3p5c160", b3p5c160_size},
+                                  {"q2b256", q2b256_size},   {"q2b128r4", q2b128r4_size},
+                                  {"q2b256r4", q2b256r4_size}, {"b3p5c160", b3p5c160_size},
                                   {"b3p5c320", b3p5c320_size}};
   for (const Row& r : kRows)
     if (std::strcmp(r.name, layout) == 0) return r.fn;

@@ -1,4 +1,4 @@
-// The q2b<C> packer body with AVX2 (layouts.h), shared by the q2b128 and q2b256 AVX2 packer
+// The q2b<C> and q2b<C>r4 packer body with AVX2 (layouts.h), shared by their AVX2 packer
 // files; it writes the same bytes as the portable body (pack_q2b.h).
 // 32 layout bytes at a time: layout dword d of a block holds the 4 columns of public byte d
 // of each quarter (quarters are C/16 public bytes apart). Whole-vector loads, one vpermd
@@ -55,7 +55,7 @@ inline void pack_block(const uint8_t* s, uint8_t* o) {
   }
 }
 
-template <int64_t kCols>
+template <int64_t kCols, int64_t kG = 1>
 void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   constexpr int64_t kVB = kCols / 4;  // bytes per block, public and packed
   constexpr int64_t kQ = kVB / 4;     // public bytes per quarter
@@ -64,8 +64,8 @@ void pack(const uint32_t* packed, int64_t m, int64_t k, void* dst) {
   pack_rows::RowBuffer row(words * 4, rb);  // zeros past the row: code 00 -> w + 1 = 1
   for (int64_t r = 0; r < m; ++r) {
     const uint8_t* s = row.load(packed + r * words);
-    uint8_t* o = out + r * rb;
-    for (int64_t blk = 0; blk < rb; blk += kVB) pack_block<kQ>(s + blk, o + blk);
+    for (int64_t blk = 0; blk < rb; blk += kVB)
+      pack_block<kQ>(s + blk, out + layouts::q2b_block_at(r, m, rb, blk, kVB, kG));
   }
 }
 

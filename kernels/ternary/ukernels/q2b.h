@@ -21,23 +21,33 @@
 namespace cpukern::ternary {
 namespace {
 
-template <class Vec, bool kVnni>
-struct Q2b : Int8Blocks<Q2b<Vec, kVnni>, Vec, 4, kVnni> {
+template <class Vec, bool kVnni, int kG>
+struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   using Base = Int8Blocks<Q2b, Vec, 4, kVnni>;
   using typename Base::VI;
   using Base::kCols, Base::kI16Blocks, Base::kVB;
 
   static int64_t row_bytes(int64_t k) { return layouts::q2b_row_bytes(k, kCols); }
 
-  // The R rows of a group lie side by side (row-major layout), read in step: each row's
-  // stream runs only rb bytes, so a fixed distance past a row lands in the group's own next
-  // rows. Prefetching the same position one group ahead (R rows later), and at least
+  // Where a tile's rows lie: row i's block b at w + i * rs + b * bs.
+  struct Rows {
+    const uint8_t* w;
+    int64_t rs, bs;
+    const uint8_t* at(int i, int64_t b) const { return w + i * rs + b * bs; }
+  };
+
+  // Row-major (kG = 1): the R rows of a group are read in step, each row's stream only rb
+  // bytes long, so a fixed distance past a row lands in the group's own next rows.
+  // Prefetching the same position one group ahead (R rows later), and at least
   // kStreamPrefetchBytes, keeps the cold stream ahead of the whole group. Zen 3, batch 1,
   // cold, against the fixed 1 KiB: 1.39x (4096x14336) to 1.78x (2560x6912) on 1 thread,
   // 1.45-1.68x on 2; two groups ahead was slower (docs/performance/ternary.md).
+  // Interleaved (kG = 4): a 4-row group is one sequential stream; a fixed distance ahead.
   static int64_t prefetch_distance(int64_t rb, int R) {
+    if constexpr (kG > 1) return kInterleavedPrefetchBytes;
     return std::max<int64_t>(kStreamPrefetchBytes, R * rb);
   }
+  static constexpr int64_t kInterleavedPrefetchBytes = 16 * kG * kVB;  // 16 tile steps
 
   // The four quarters (columns i, i + C/4, i + C/2, i + 3C/4 of byte i) of the block at p,
   // each w + 1 in {0, 1, 2} per byte.
@@ -55,38 +65,40 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni>, Vec, 4, kVnni> {
   // int32 lanes (no int16 stage, no widening). Used for batch 1 only: measured on Zen 5
   // (4096x14336 and 13824x2560, 1 thread) it is 11-21% faster than vpmaddubsw at batch 1 and
   // 1-7% slower at batch 16, where rows_kernel runs instead.
+  // Decode: one shift and four ands per block. Quarters 1 and 3 stay in bits 2-3 (4 (w + 1))
+  // and go to their own accumulator, shifted right by 2 per lane at the end: exact, as every
+  // lane is a sum of multiples of 4 (|lane| <= K/32 * 8 * 127 < 2**31 for K <= 2**24).
   template <int R, int NB>
-  static void rows_kernel_dp(const I8Args* a, const uint8_t* w, int64_t rb, const int8_t* x,
+  static void rows_kernel_dp(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
                              const int32_t* xsum, int32_t* y) {
-    const int64_t nblk = rb / kVB;
-    const int64_t ahead = prefetch_distance(rb, R);
-    const VI three = Vec::set1_8(3);
-    VI acc[R][NB][2];
+    const int64_t ahead = prefetch_distance(w.rs, R);
+    const VI three = Vec::set1_8(3), twelve = Vec::set1_8(12);
+    VI lo[R][NB], hi[R][NB];
     for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = Vec::zero();
+      for (int b = 0; b < NB; ++b) lo[r][b] = hi[r][b] = Vec::zero();
     for (int64_t blk = 0; blk < nblk; ++blk) {
       for (int r = 0; r < R; ++r) {
-        VI q[4];
-        decode(w + r * rb + blk * kVB, three, q, ahead);
+        const uint8_t* p = w.at(r, blk);
+        const VI v = Vec::load(p), v4 = Vec::srli16(v, 4);
+        __builtin_prefetch(p + ahead, 0, 3);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xb = x + b * a->xq_stride + blk * kCols;
-          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q[0], Vec::load(xb));
-          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q[1], Vec::load(xb + kVB));
-          acc[r][b][0] = _mm512_dpbusd_epi32(acc[r][b][0], q[2], Vec::load(xb + 2 * kVB));
-          acc[r][b][1] = _mm512_dpbusd_epi32(acc[r][b][1], q[3], Vec::load(xb + 3 * kVB));
+          lo[r][b] = _mm512_dpbusd_epi32(lo[r][b], Vec::and_(v, three), Vec::load(xb));
+          hi[r][b] = _mm512_dpbusd_epi32(hi[r][b], Vec::and_(v, twelve), Vec::load(xb + kVB));
+          lo[r][b] = _mm512_dpbusd_epi32(lo[r][b], Vec::and_(v4, three), Vec::load(xb + 2 * kVB));
+          hi[r][b] = _mm512_dpbusd_epi32(hi[r][b], Vec::and_(v4, twelve), Vec::load(xb + 3 * kVB));
         }
       }
     }
     for (int r = 0; r < R; ++r)
       for (int b = 0; b < NB; ++b)
-        y[b * a->ldy + r] = Vec::hsum32(Vec::add32(acc[r][b][0], acc[r][b][1])) - xsum[b];
+        y[b * a->ldy + r] = Vec::hsum32(Vec::add32(lo[r][b], Vec::srai32(hi[r][b], 2))) - xsum[b];
   }
 
   template <int R, int NB>
-  static void rows_kernel(const I8Args* a, const uint8_t* w, int64_t rb, const int8_t* x,
+  static void rows_kernel(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
                           const int32_t* xsum, int32_t* y) {
-    const int64_t nblk = rb / kVB;
-    const int64_t ahead = prefetch_distance(rb, R);
+    const int64_t ahead = prefetch_distance(w.rs, R);
     const VI three = Vec::set1_8(3), ones = Vec::set1_16(1);
     VI acc[R][NB];
     for (int r = 0; r < R; ++r)
@@ -99,7 +111,7 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni>, Vec, 4, kVnni> {
       for (int64_t blk = b0; blk < b1; ++blk) {
         for (int r = 0; r < R; ++r) {
           VI q[4];
-          decode(w + r * rb + blk * kVB, three, q, ahead);
+          decode(w.at(r, blk), three, q, ahead);
           for (int b = 0; b < NB; ++b) {
             const int8_t* xb = x + b * a->xq_stride + blk * kCols;
             const VI p01 = Vec::add16(Vec::maddubs(q[0], Vec::load(xb)),
@@ -117,25 +129,47 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni>, Vec, 4, kVnni> {
       for (int b = 0; b < NB; ++b) y[b * a->ldy + r] = Vec::hsum32(acc[r][b]) - xsum[b];
   }
 
+  // Interleaved layouts: batches of 1-3 rows take 4-row tiles (a 2-row tile would read each
+  // group twice, and only these batches wait for memory); 4 or more the frame's 2-row x
+  // 4-batch tiles (compute-bound there: a second pass over a group hits L1/L2).
+  static void run(const I8Args* a) {
+    if constexpr (kG == 1) {
+      Base::run(a);
+    } else {
+      int64_t b = 0;
+      for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
+      for (; b + 2 <= a->batch; b += 2) rows_loop<4, 2, kVnni>(a, b);
+      if (b < a->batch) rows_loop<4, 1, kVnni>(a, b);
+    }
+  }
+
   template <int R, int NB, bool DP = false>
   static void rows_loop(const I8Args* a, int64_t b0) {
-    const int64_t rb = row_bytes(a->k);
+    static_assert(kG == 1 || kG % R == 0, "a tile's rows lie in one interleaved group");
+    const int64_t rb = row_bytes(a->k), nblk = rb / kVB, grouped = a->rows / kG * kG;
     const uint8_t* w = static_cast<const uint8_t*>(a->w);
     const int8_t* x = a->xq + b0 * a->xq_stride;
     const int32_t* xsum = a->xsum + b0;
     int32_t* y = a->y + b0 * a->ldy;
     Base::template row_groups<R>(a->rows, [&](auto n, int64_t r) {
+      const Rows rows = kG > 1 && r < grouped
+                            ? Rows{w + layouts::q2b_block_at(r, a->rows, rb, 0, kVB, kG), kVB,
+                                   kG * kVB}
+                            : Rows{w + r * rb, rb, kVB};
       if constexpr (DP)
-        rows_kernel_dp<decltype(n)::value, NB>(a, w + r * rb, rb, x, xsum, y + r);
+        rows_kernel_dp<decltype(n)::value, NB>(a, rows, nblk, x, xsum, y + r);
       else
-        rows_kernel<decltype(n)::value, NB>(a, w + r * rb, rb, x, xsum, y + r);
+        rows_kernel<decltype(n)::value, NB>(a, rows, nblk, x, xsum, y + r);
     });
   }
 };
 
-template <class Vec, bool kVnni = false>
+// kG: rows interleaved per group (1: q2b128 / q2b256, 4: q2b128r4 / q2b256r4; layouts.h).
+template <class Vec, bool kVnni = false, int kG = 1>
 constexpr I8Ukernel q2b_ukernel(const char* name) {
-  return Q2b<Vec, kVnni>::ukernel(name, Vec::kBits == 512 ? "q2b256" : "q2b128");
+  constexpr bool zmm = Vec::kBits == 512;
+  return Q2b<Vec, kVnni, kG>::ukernel(
+      name, kG == 1 ? (zmm ? "q2b256" : "q2b128") : (zmm ? "q2b256r4" : "q2b128r4"));
 }
 
 }  // namespace

@@ -605,13 +605,17 @@ std::vector<uint8_t> reference_layout(const std::string& layout, const std::vect
         if (wt(r, j) != 0)
           out[size_t((r / 16) * groups * 16 + (j / 4) * 16 + r % 16)] |=
               uint8_t(1u << (j % 4 + (wt(r, j) < 0 ? 4 : 0)));
-  } else if (layout == "q2b128" || layout == "q2b256") {
-    const int64_t C = layout == "q2b128" ? 128 : 256, rb = (k + C - 1) / C * (C / 4);
+  } else if (layout.rfind("q2b", 0) == 0) {  // q2b128, q2b256, q2b128r4, q2b256r4
+    const int64_t C = layout.substr(3, 3) == "128" ? 128 : 256, rb = (k + C - 1) / C * (C / 4);
+    const int64_t G = layout.size() > 6 ? 4 : 1, full = m / G * G;  // r4: 4 rows interleaved
     std::fill(out.begin(), out.end(), uint8_t(0x55));  // w = 0 everywhere, past k too
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < k; ++j) {
         const int64_t c = j % C, q = c / (C / 4);
-        uint8_t& byte = out[size_t(r * rb + (j / C) * (C / 4) + c % (C / 4))];
+        // Rows of a full group of G: [block][row in group][C/4 bytes]; the rest row-major.
+        const int64_t at = r < full ? (r / G) * G * rb + (j / C) * G * (C / 4) + (r % G) * (C / 4)
+                                    : r * rb + (j / C) * (C / 4);
+        uint8_t& byte = out[size_t(at + c % (C / 4))];
         byte = uint8_t((byte & ~(3u << (2 * q))) | (uint32_t(wt(r, j) + 1) << (2 * q)));
       }
   } else if (layout == "b3p5c160" || layout == "b3p5c320") {
@@ -862,7 +866,7 @@ TEST(TernaryApi, CatalogueOnlyRowsAreUnlistedButForcible) {
   }
   EXPECT_EQ(registry().variants().size() + registry().catalogue().size(), list_rows().size());
 #if defined(__x86_64__)
-  EXPECT_EQ(registry().catalogue().size(), 6u);  // avx512_bmi2, avx512_vnni_q2b, the four *_b3p5
+  EXPECT_EQ(registry().catalogue().size(), 8u);  // avx512_bmi2, avx512_vnni_q2b(r4), avx2_q2b, the four *_b3p5
 #endif
 }
 
