@@ -157,16 +157,23 @@ def stock(path):
 
 
 @torch.no_grad()
-def decode(model, steps=STEPS, forced=None):
+def decode(model, steps=STEPS, forced=None, hidden=False):
     """Greedy decode after PROMPT with a KV cache: (logits (steps+1, V) float32, ids (steps,)).
-    forced: take these ids instead of the argmax (to compare logits on the same context)."""
-    out = model(input_ids=torch.tensor([PROMPT]), use_cache=True)
+    forced: take these ids instead of the argmax (to compare logits on the same context).
+    hidden: also the last hidden states, the LM head's inputs ((steps+1, H), third)."""
+    out = model(input_ids=torch.tensor([PROMPT]), use_cache=True, output_hidden_states=hidden)
     logits, ids = [out.logits[0, -1].float()], []
+    states = [out.hidden_states[-1][0, -1]] if hidden else []
     for s in range(steps):
         nxt = int(forced[s]) if forced is not None else int(logits[-1].argmax())
         ids.append(nxt)
-        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=out.past_key_values,
+                    use_cache=True, output_hidden_states=hidden)
         logits.append(out.logits[0, -1].float())
+        if hidden:
+            states.append(out.hidden_states[-1][0, -1])
+    if hidden:
+        return torch.stack(logits), torch.tensor(ids), torch.stack(states)
     return torch.stack(logits), torch.tensor(ids)
 
 

@@ -113,7 +113,7 @@ def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
     (transformers' own from_pretrained, no option given) prepares nothing again: the same bytes,
     the same logits, bit for bit."""
     model = _loaded(checkpoints, kind)
-    logits = decode(model, steps=4)[0]
+    logits, _, states = decode(model, steps=4, hidden=True)
     model.save_pretrained(str(tmp_path / "saved"))
     saved = json.load(open(tmp_path / "saved" / "config.json"))["quantization_config"]
     assert saved["quant_method"] == "cpukern" and saved["prepared_modules"]
@@ -121,13 +121,21 @@ def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
     assert all(w == "loaded prepared" for _, _, w in again.cpukern_report.replaced)
     # cpukern.torch.from_pretrained loads it the same way
     wrapped = ct.from_pretrained(str(tmp_path / "saved"))
-    assert torch.equal(decode(wrapped, steps=1)[0], logits[:2])
+    # A LM head left to torch (BitNet's fp32 one) is compared on its inputs only: torch's fp32
+    # GEMV rounds differently with the weight's address (the same weights 24 and 0 bytes past a
+    # 64-byte boundary gave different last bits).
+    torch_head = not isinstance(model.lm_head, ct.Linear)
+    logits_wrapped, _, states_wrapped = decode(wrapped, steps=1, hidden=True)
+    assert torch.equal(states_wrapped, states[:2])
+    assert torch_head or torch.equal(logits_wrapped, logits[:2])
     with pytest.raises(ValueError, match="^format"):
         ct.from_pretrained(str(tmp_path / "saved"), format="bf16")
     assert len(again.cpukern_report.replaced) == len(model.cpukern_report.replaced)
     before, after = _prepared_buffers(model), _prepared_buffers(again)
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
-    assert torch.equal(decode(again, steps=4)[0], logits)
+    logits_again, _, states_again = decode(again, steps=4, hidden=True)
+    assert torch.equal(states_again, states)
+    assert torch_head or torch.equal(logits_again, logits)
 
 
 def _other_variant(op):

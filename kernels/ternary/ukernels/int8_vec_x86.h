@@ -40,6 +40,13 @@ struct Int8x32 {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return _mm_cvtsi128_si32(s);
   }
+  // The lane sums of a, b, c, d as the 4 lanes of one xmm (wrapping adds).
+  static __m128i hsum4(V a, V b, V c, V d) {
+    const V ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const V cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const V s = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  }
 };
 #endif
 
@@ -95,6 +102,15 @@ struct Int8x64 {
     int32_t s = 0;
     for (int i = 0; i < 16; ++i) s += t[i];
     return s;
+  }
+  // The lane sums of a, b, c, d as the 4 lanes of one xmm (wrapping adds): per 128-bit lane
+  // [a, b, c, d] partial sums, then the four 128-bit lanes added.
+  static __m128i hsum4(V a, V b, V c, V d) {
+    const V ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const V cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const V s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
   }
 };
 #endif

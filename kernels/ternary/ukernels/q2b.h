@@ -42,19 +42,26 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   // kStreamPrefetchBytes, keeps the cold stream ahead of the whole group. Zen 3, batch 1,
   // cold, against the fixed 1 KiB: 1.39x (4096x14336) to 1.78x (2560x6912) on 1 thread,
   // 1.45-1.68x on 2; two groups ahead was slower (docs/performance/ternary.md).
-  // Interleaved (kG = 4): a 4-row group is one sequential stream; a fixed distance ahead.
-  static int64_t prefetch_distance(int64_t rb, int R) {
-    if constexpr (kG > 1) return kInterleavedPrefetchBytes;
+  // Interleaved (kG = 4): a 4-row tile reads one sequential stream, which the hardware
+  // prefetcher follows alone (Zen 4, VNNI, batch 1, cold: 1.3-1.5x faster than with
+  // prefetcht0 4 KiB ahead; prefetcht1 8 KiB ahead was no faster than none). A 2-row tile
+  // reads every other pair of blocks, which it prefetches 16 group steps ahead (without:
+  // batch 4 1.5x slower on 2560x6912).
+  template <int R>
+  static constexpr bool prefetches() { return kG == 1 || R < kG; }
+  template <int R>
+  static int64_t prefetch_distance(int64_t rb) {
+    if constexpr (kG > 1) return 16 * kG * kVB;
     return std::max<int64_t>(kStreamPrefetchBytes, R * rb);
   }
-  static constexpr int64_t kInterleavedPrefetchBytes = 16 * kG * kVB;  // 16 tile steps
 
   // The four quarters (columns i, i + C/4, i + C/2, i + 3C/4 of byte i) of the block at p,
   // each w + 1 in {0, 1, 2} per byte.
+  template <bool kPf>
   [[gnu::always_inline]] static inline void decode(const uint8_t* p, VI three, VI (&q)[4],
                                                    int64_t ahead) {
     const VI v = Vec::load(p);
-    __builtin_prefetch(p + ahead, 0, 3);
+    if constexpr (kPf) __builtin_prefetch(p + ahead, 0, 3);
     q[0] = Vec::and_(v, three);
     q[1] = Vec::and_(Vec::srli16(v, 2), three);
     q[2] = Vec::and_(Vec::srli16(v, 4), three);
@@ -62,16 +69,16 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   }
 
   // VNNI: vpdpbusd(acc, u8 weights+1, s8 activations) sums 4 byte products straight into
-  // int32 lanes (no int16 stage, no widening). Used for batch 1 only: measured on Zen 5
-  // (4096x14336 and 13824x2560, 1 thread) it is 11-21% faster than vpmaddubsw at batch 1 and
-  // 1-7% slower at batch 16, where rows_kernel runs instead.
+  // int32 lanes (no int16 stage, no widening). q2b256: batch 1 only (Zen 5, 4096x14336 and
+  // 13824x2560, 1 thread: 11-21% faster than vpmaddubsw at batch 1, 1-7% slower at batch 16,
+  // where rows_kernel runs instead); q2b256r4: every batch (run).
   // Decode: one shift and four ands per block. Quarters 1 and 3 stay in bits 2-3 (4 (w + 1))
   // and go to their own accumulator, shifted right by 2 per lane at the end: exact, as every
   // lane is a sum of multiples of 4 (|lane| <= K/32 * 8 * 127 < 2**31 for K <= 2**24).
   template <int R, int NB>
   static void rows_kernel_dp(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
                              const int32_t* xsum, int32_t* y) {
-    const int64_t ahead = prefetch_distance(w.rs, R);
+    const int64_t ahead = prefetch_distance<R>(w.rs);
     const VI three = Vec::set1_8(3), twelve = Vec::set1_8(12);
     VI lo[R][NB], hi[R][NB];
     for (int r = 0; r < R; ++r)
@@ -80,7 +87,7 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w.at(r, blk);
         const VI v = Vec::load(p), v4 = Vec::srli16(v, 4);
-        __builtin_prefetch(p + ahead, 0, 3);
+        if constexpr (prefetches<R>()) __builtin_prefetch(p + ahead, 0, 3);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xb = x + b * a->xq_stride + blk * kCols;
           lo[r][b] = _mm512_dpbusd_epi32(lo[r][b], Vec::and_(v, three), Vec::load(xb));
@@ -90,15 +97,30 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
         }
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b)
-        y[b * a->ldy + r] = Vec::hsum32(Vec::add32(lo[r][b], Vec::srai32(hi[r][b], 2))) - xsum[b];
+    for (int b = 0; b < NB; ++b) {
+      VI t[R];
+      for (int r = 0; r < R; ++r) t[r] = Vec::add32(lo[r][b], Vec::srai32(hi[r][b], 2));
+      store_sums<R>(t, xsum[b], y + b * a->ldy);
+    }
+  }
+
+  // y[r] = the lane sum of t[r] - xsum, r < R; 4 rows at a time in one reduction.
+  template <int R>
+  static void store_sums(const VI (&t)[R], int32_t xsum, int32_t* y) {
+    if constexpr (R % 4 == 0) {
+      for (int r = 0; r < R; r += 4) {
+        const __m128i s = Vec::hsum4(t[r], t[r + 1], t[r + 2], t[r + 3]);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + r), _mm_sub_epi32(s, _mm_set1_epi32(xsum)));
+      }
+    } else {
+      for (int r = 0; r < R; ++r) y[r] = Vec::hsum32(t[r]) - xsum;
+    }
   }
 
   template <int R, int NB>
   static void rows_kernel(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
                           const int32_t* xsum, int32_t* y) {
-    const int64_t ahead = prefetch_distance(w.rs, R);
+    const int64_t ahead = prefetch_distance<R>(w.rs);
     const VI three = Vec::set1_8(3), ones = Vec::set1_16(1);
     VI acc[R][NB];
     for (int r = 0; r < R; ++r)
@@ -111,7 +133,7 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
       for (int64_t blk = b0; blk < b1; ++blk) {
         for (int r = 0; r < R; ++r) {
           VI q[4];
-          decode(w.at(r, blk), three, q, ahead);
+          decode<prefetches<R>()>(w.at(r, blk), three, q, ahead);
           for (int b = 0; b < NB; ++b) {
             const int8_t* xb = x + b * a->xq_stride + blk * kCols;
             const VI p01 = Vec::add16(Vec::maddubs(q[0], Vec::load(xb)),
@@ -125,19 +147,24 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
       for (int r = 0; r < R; ++r)
         for (int b = 0; b < NB; ++b) acc[r][b] = Vec::add32(acc[r][b], Vec::madd16(s[r][b], ones));
     }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) y[b * a->ldy + r] = Vec::hsum32(acc[r][b]) - xsum[b];
+    for (int b = 0; b < NB; ++b) {
+      VI t[R];
+      for (int r = 0; r < R; ++r) t[r] = acc[r][b];
+      store_sums<R>(t, xsum[b], y + b * a->ldy);
+    }
   }
 
-  // Interleaved layouts: batches of 1-3 rows take 4-row tiles (a 2-row tile would read each
-  // group twice, and only these batches wait for memory); 4 or more the frame's 2-row x
-  // 4-batch tiles (compute-bound there: a second pass over a group hits L1/L2).
+  // Interleaved layouts: 4-row tiles for 1-3 batch rows (a 2-row tile would read each group
+  // twice, and only these batches wait for memory), VNNI for every batch (2 rows per pass:
+  // Zen 4, against 2-row x 4-batch tiles, 1.0-1.1x at batch 4-64); vpmaddubsw tiles take 4
+  // batch rows in 2-row tiles, compute-bound there (the second pass over a group hits L1/L2).
   static void run(const I8Args* a) {
     if constexpr (kG == 1) {
       Base::run(a);
     } else {
       int64_t b = 0;
-      for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
+      if constexpr (!kVnni)
+        for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
       for (; b + 2 <= a->batch; b += 2) rows_loop<4, 2, kVnni>(a, b);
       if (b < a->batch) rows_loop<4, 1, kVnni>(a, b);
     }
