@@ -71,7 +71,7 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   // VNNI: vpdpbusd(acc, u8 weights+1, s8 activations) sums 4 byte products straight into
   // int32 lanes (no int16 stage, no widening). q2b256: batch 1 only (Zen 5, 4096x14336 and
   // 13824x2560, 1 thread: 11-21% faster than vpmaddubsw at batch 1, 1-7% slower at batch 16,
-  // where rows_kernel runs instead); q2b256r4: every batch (run).
+  // where rows_kernel runs instead); q2b256r4: the 1-3 batch rows left by the wide kernel.
   // Decode: one shift and four ands per block. Quarters 1 and 3 stay in bits 2-3 (4 (w + 1))
   // and go to their own accumulator, shifted right by 2 per lane at the end: exact, as every
   // lane is a sum of multiples of 4 (|lane| <= K/32 * 8 * 127 < 2**31 for K <= 2**24).
@@ -100,6 +100,35 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
     for (int b = 0; b < NB; ++b) {
       VI t[R];
       for (int r = 0; r < R; ++r) t[r] = Vec::add32(lo[r][b], Vec::srai32(hi[r][b], 2));
+      store_sums<R>(t, xsum[b], y + b * a->ldy);
+    }
+  }
+
+  // VNNI for 4+ batch rows: each block fully decoded (3 shifts, 4 ands) and every quarter's
+  // activations loaded once for the tile's R rows (R x NB accumulators, no split): the split
+  // kernel above keeps 2 accumulators per row and batch row, too many registers for NB > 2.
+  template <int R, int NB>
+  static void rows_kernel_dp_wide(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
+                                  const int32_t* xsum, int32_t* y) {
+    const VI three = Vec::set1_8(3);
+    VI acc[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) acc[r][b] = Vec::zero();
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      VI v[R];
+      for (int r = 0; r < R; ++r) v[r] = Vec::load(w.at(r, blk));
+      for (int q = 0; q < 4; ++q) {
+        VI xq[NB];
+        for (int b = 0; b < NB; ++b) xq[b] = Vec::load(x + b * a->xq_stride + blk * kCols + q * kVB);
+        for (int r = 0; r < R; ++r) {
+          const VI wq = Vec::and_(q == 0 ? v[r] : Vec::srli16(v[r], 2 * q), three);
+          for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], wq, xq[b]);
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      VI t[R];
+      for (int r = 0; r < R; ++r) t[r] = acc[r][b];
       store_sums<R>(t, xsum[b], y + b * a->ldy);
     }
   }
@@ -155,22 +184,27 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   }
 
   // Interleaved layouts: 4-row tiles for 1-3 batch rows (a 2-row tile would read each group
-  // twice, and only these batches wait for memory), VNNI for every batch (2 rows per pass:
-  // Zen 4, against 2-row x 4-batch tiles, 1.0-1.1x at batch 4-64); vpmaddubsw tiles take 4
-  // batch rows in 2-row tiles, compute-bound there (the second pass over a group hits L1/L2).
+  // twice, and only these batches wait for memory). VNNI: 4 x 4 tiles of the wide kernel
+  // from 4 batch rows (Zen 4, 1 thread, BitNet's MLP shapes at batch 64-512: 1.3-1.56x the
+  // split kernel's 4 x 2, which reloads activations per row and spills; 4 x 5, and 2 x 4
+  // split, were slower; row chunks kept in L2 gained nothing), then the split kernel;
+  // vpmaddubsw tiles take 4 batch rows in 2-row tiles, compute-bound there (the second pass
+  // over a group hits L1/L2).
   static void run(const I8Args* a) {
     if constexpr (kG == 1) {
       Base::run(a);
     } else {
       int64_t b = 0;
-      if constexpr (!kVnni)
+      if constexpr (kVnni)
+        for (; b + 4 <= a->batch; b += 4) rows_loop<4, 4, true, true>(a, b);
+      else
         for (; b + 4 <= a->batch; b += 4) rows_loop<2, 4>(a, b);
       for (; b + 2 <= a->batch; b += 2) rows_loop<4, 2, kVnni>(a, b);
       if (b < a->batch) rows_loop<4, 1, kVnni>(a, b);
     }
   }
 
-  template <int R, int NB, bool DP = false>
+  template <int R, int NB, bool DP = false, bool kWide = false>
   static void rows_loop(const I8Args* a, int64_t b0) {
     static_assert(kG == 1 || kG % R == 0, "a tile's rows lie in one interleaved group");
     const int64_t rb = row_bytes(a->k), nblk = rb / kVB, grouped = a->rows / kG * kG;
@@ -183,7 +217,9 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
                             ? Rows{w + layouts::q2b_block_at(r, a->rows, rb, 0, kVB, kG), kVB,
                                    kG * kVB}
                             : Rows{w + r * rb, rb, kVB};
-      if constexpr (DP)
+      if constexpr (kWide)
+        rows_kernel_dp_wide<decltype(n)::value, NB>(a, rows, nblk, x, xsum, y + r);
+      else if constexpr (DP)
         rows_kernel_dp<decltype(n)::value, NB>(a, rows, nblk, x, xsum, y + r);
       else
         rows_kernel<decltype(n)::value, NB>(a, rows, nblk, x, xsum, y + r);
