@@ -22,7 +22,28 @@
 namespace cpukern::moe::vnni {
 namespace {  // internal linkage: compiled per ISA
 
-#if defined(__AVX512VNNI__) || defined(CPUKERN_SIMDE)
+#if defined(__AVX512VNNI__) && !defined(CPUKERN_SIMDE)
+// Accumulators as GCC's own vector of 16 int32 (the builtin's type), not __m512i (8 x int64):
+// with __m512i GCC 12 copied each accumulator to another register around every vpdpbusd (two
+// vmovdqa per product in the 8-row loop).
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+struct Zmm {
+  using T = I32x16;
+  static constexpr int kLanes = 16;
+  static T zero() { return T{}; }
+  static T set1(int32_t v) { return T{} + v; }
+  static T load(const int8_t* p) {
+    T v;
+    __builtin_memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static T dpbusd(T acc, T u, T w) { return __builtin_ia32_vpdpbusd_v16si(acc, u, w); }
+  static void store_minus_128x(int32_t* p, T c, T sum) {
+    const T d = c - (sum << 7);
+    __builtin_memcpy(p, &d, sizeof(d));
+  }
+};
+#elif defined(CPUKERN_SIMDE)
 struct Zmm {
   using T = __m512i;
   static constexpr int kLanes = 16;

@@ -90,6 +90,17 @@ struct Int8x64 {
 #endif
   static V maddubs(V a, V b) { return _mm512_maddubs_epi16(a, b); }
   static V madd16(V a, V b) { return _mm512_madd_epi16(a, b); }
+#if defined(__AVX512VNNI__) && !defined(CPUKERN_SIMDE)
+  // vpdpbusd accumulators as GCC's own vector of 16 int32 (the builtin's type): on __m512i
+  // (8 x int64) GCC 12 copied each accumulator to another register around every vpdpbusd.
+  typedef int32_t Acc __attribute__((vector_size(64)));
+  static Acc dpbusd(Acc c, V u8, V s8) { return __builtin_ia32_vpdpbusd_v16si(c, (Acc)u8, (Acc)s8); }
+  static V from_acc(Acc c) { return (V)c; }
+#else
+  using Acc = V;
+  static Acc dpbusd(Acc c, V u8, V s8) { return _mm512_dpbusd_epi32(c, u8, s8); }
+  static V from_acc(Acc c) { return c; }
+#endif
   // t = [s > lo] + [s > hi] with mask registers.
   static V trit(V s, V lo, V hi, V one) {
     const auto k1 = _mm512_cmpgt_epi8_mask(s, lo), k2 = _mm512_cmpgt_epi8_mask(s, hi);

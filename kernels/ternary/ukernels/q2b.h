@@ -80,9 +80,9 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
                              const int32_t* xsum, int32_t* y) {
     const int64_t ahead = prefetch_distance<R>(w.rs);
     const VI three = Vec::set1_8(3), twelve = Vec::set1_8(12);
-    VI lo[R][NB], hi[R][NB];
+    typename Vec::Acc lo[R][NB], hi[R][NB];
     for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) lo[r][b] = hi[r][b] = Vec::zero();
+      for (int b = 0; b < NB; ++b) lo[r][b] = hi[r][b] = typename Vec::Acc{};
     for (int64_t blk = 0; blk < nblk; ++blk) {
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w.at(r, blk);
@@ -90,16 +90,17 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
         if constexpr (prefetches<R>()) __builtin_prefetch(p + ahead, 0, 3);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xb = x + b * a->xq_stride + blk * kCols;
-          lo[r][b] = _mm512_dpbusd_epi32(lo[r][b], Vec::and_(v, three), Vec::load(xb));
-          hi[r][b] = _mm512_dpbusd_epi32(hi[r][b], Vec::and_(v, twelve), Vec::load(xb + kVB));
-          lo[r][b] = _mm512_dpbusd_epi32(lo[r][b], Vec::and_(v4, three), Vec::load(xb + 2 * kVB));
-          hi[r][b] = _mm512_dpbusd_epi32(hi[r][b], Vec::and_(v4, twelve), Vec::load(xb + 3 * kVB));
+          lo[r][b] = Vec::dpbusd(lo[r][b], Vec::and_(v, three), Vec::load(xb));
+          hi[r][b] = Vec::dpbusd(hi[r][b], Vec::and_(v, twelve), Vec::load(xb + kVB));
+          lo[r][b] = Vec::dpbusd(lo[r][b], Vec::and_(v4, three), Vec::load(xb + 2 * kVB));
+          hi[r][b] = Vec::dpbusd(hi[r][b], Vec::and_(v4, twelve), Vec::load(xb + 3 * kVB));
         }
       }
     }
     for (int b = 0; b < NB; ++b) {
       VI t[R];
-      for (int r = 0; r < R; ++r) t[r] = Vec::add32(lo[r][b], Vec::srai32(hi[r][b], 2));
+      for (int r = 0; r < R; ++r)
+        t[r] = Vec::add32(Vec::from_acc(lo[r][b]), Vec::srai32(Vec::from_acc(hi[r][b]), 2));
       store_sums<R>(t, xsum[b], y + b * a->ldy);
     }
   }
@@ -111,9 +112,9 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
   static void rows_kernel_dp_wide(const I8Args* a, Rows w, int64_t nblk, const int8_t* x,
                                   const int32_t* xsum, int32_t* y) {
     const VI three = Vec::set1_8(3);
-    VI acc[R][NB];
+    typename Vec::Acc acc[R][NB];
     for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) acc[r][b] = Vec::zero();
+      for (int b = 0; b < NB; ++b) acc[r][b] = typename Vec::Acc{};
     for (int64_t blk = 0; blk < nblk; ++blk) {
       VI v[R];
       for (int r = 0; r < R; ++r) v[r] = Vec::load(w.at(r, blk));
@@ -122,13 +123,13 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
         for (int b = 0; b < NB; ++b) xq[b] = Vec::load(x + b * a->xq_stride + blk * kCols + q * kVB);
         for (int r = 0; r < R; ++r) {
           const VI wq = Vec::and_(q == 0 ? v[r] : Vec::srli16(v[r], 2 * q), three);
-          for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], wq, xq[b]);
+          for (int b = 0; b < NB; ++b) acc[r][b] = Vec::dpbusd(acc[r][b], wq, xq[b]);
         }
       }
     }
     for (int b = 0; b < NB; ++b) {
       VI t[R];
-      for (int r = 0; r < R; ++r) t[r] = acc[r][b];
+      for (int r = 0; r < R; ++r) t[r] = Vec::from_acc(acc[r][b]);
       store_sums<R>(t, xsum[b], y + b * a->ldy);
     }
   }
