@@ -109,8 +109,10 @@ template <class Src>
 struct Tile : KpairsTile<kNR> {
   // One row block (decode): up to 4 panels per call (G below).
   static constexpr int kMR = 8, kActW = 16, kNPGemv = 4;
-  // Decode: MXFP4 at T=1 1.2-1.3x faster on Zen 5 with it (bf16 unchanged: at the bandwidth).
-  static constexpr int kPrefetchGemv = 2048;
+  // Decode prefetch: MXFP4 at T=1 1.2-1.3x faster on Zen 5 with it; bf16 without it (Zen 4,
+  // 4096x2880 cold, 1 thread: 89-94% of the read probe at T = 1-4 against 80-85% with it;
+  // Zen 5: unchanged, at the bandwidth either way).
+  static constexpr int kPrefetchGemv = std::is_same_v<Src, Bf16Src> ? 0 : 2048;
   static constexpr bool kBlockK = true;
   using A = bf16_t;
   // Equal row blocks of at most kMR (9 = 5 + 4, not 8 + 1).
