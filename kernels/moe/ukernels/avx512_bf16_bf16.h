@@ -110,8 +110,8 @@ struct Tile : KpairsTile<kNR> {
   // One row block (decode): up to 4 panels per call (G below).
   static constexpr int kMR = 8, kActW = 16, kNPGemv = 4;
   // Decode prefetch: MXFP4 at T=1 1.2-1.3x faster on Zen 5 with it; bf16 without it (Zen 4,
-  // 4096x2880 cold, 1 thread: 89-94% of the read probe at T = 1-4 against 80-85% with it;
-  // Zen 5: unchanged, at the bandwidth either way).
+  // 4096x2880 cold, 1 thread, medians of 3 alternating runs: 1.06x / 1.17x / 1.25x faster at
+  // T = 1 / 2 / 4, 88-96% of the read probe; Zen 5: at the bandwidth either way).
   static constexpr int kPrefetchGemv = std::is_same_v<Src, Bf16Src> ? 0 : 2048;
   static constexpr bool kBlockK = true;
   using A = bf16_t;
