@@ -37,7 +37,9 @@ struct Zmm {
     __builtin_memcpy(&v, p, sizeof(v));
     return v;
   }
-  static T dpbusd(T acc, T u, T w) { return __builtin_ia32_vpdpbusd_v16si(acc, u, w); }
+  static T dpbusd(T acc, T u, T w) {
+    return (T)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)u, (__m512i)w);
+  }
   static void store_minus_128x(int32_t* p, T c, T sum) {
     const T d = c - (sum << 7);
     __builtin_memcpy(p, &d, sizeof(d));

@@ -94,7 +94,7 @@ struct Int8x64 {
   // vpdpbusd accumulators as GCC's own vector of 16 int32 (the builtin's type): on __m512i
   // (8 x int64) GCC 12 copied each accumulator to another register around every vpdpbusd.
   typedef int32_t Acc __attribute__((vector_size(64)));
-  static Acc dpbusd(Acc c, V u8, V s8) { return __builtin_ia32_vpdpbusd_v16si(c, (Acc)u8, (Acc)s8); }
+  static Acc dpbusd(Acc c, V u8, V s8) { return (Acc)_mm512_dpbusd_epi32((V)c, u8, s8); }
   static V from_acc(Acc c) { return (V)c; }
 #else
   using Acc = V;
