@@ -23,9 +23,9 @@ namespace cpukern::moe::vnni {
 namespace {  // internal linkage: compiled per ISA
 
 #if defined(__AVX512VNNI__) && !defined(CPUKERN_SIMDE)
-// Accumulators as GCC's own vector of 16 int32 (the builtin's type), not __m512i (8 x int64):
-// with __m512i GCC 12 copied each accumulator to another register around every vpdpbusd (two
-// vmovdqa per product in the 8-row loop).
+// Accumulators as a GCC vector of 16 int32 (cast to __m512i only at the intrinsic), not
+// __m512i (8 x int64): held as __m512i, GCC 12 copied each accumulator to another register
+// around every vpdpbusd (two vmovdqa per product in the 8-row loop).
 typedef int32_t I32x16 __attribute__((vector_size(64)));
 struct Zmm {
   using T = I32x16;

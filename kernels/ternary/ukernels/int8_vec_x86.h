@@ -91,8 +91,9 @@ struct Int8x64 {
   static V maddubs(V a, V b) { return _mm512_maddubs_epi16(a, b); }
   static V madd16(V a, V b) { return _mm512_madd_epi16(a, b); }
 #if defined(__AVX512VNNI__) && !defined(CPUKERN_SIMDE)
-  // vpdpbusd accumulators as GCC's own vector of 16 int32 (the builtin's type): on __m512i
-  // (8 x int64) GCC 12 copied each accumulator to another register around every vpdpbusd.
+  // vpdpbusd accumulators as a GCC vector of 16 int32 (cast to __m512i only at the intrinsic):
+  // held as __m512i (8 x int64), GCC 12 copied each accumulator to another register around
+  // every vpdpbusd.
   typedef int32_t Acc __attribute__((vector_size(64)));
   static Acc dpbusd(Acc c, V u8, V s8) { return (Acc)_mm512_dpbusd_epi32((V)c, u8, s8); }
   static V from_acc(Acc c) { return (V)c; }

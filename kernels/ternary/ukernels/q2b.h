@@ -122,8 +122,9 @@ struct Q2b : Int8Blocks<Q2b<Vec, kVnni, kG>, Vec, 4, kVnni> {
     for (int64_t blk = 0; blk < nblk; ++blk) {
       VI v[R];
       for (int r = 0; r < R; ++r) {
-        v[r] = Vec::load(w.at(r, blk));
-        __builtin_prefetch(w.at(r, blk) + kWidePrefetchBytes, 0, 2);  // prefetcht1
+        const uint8_t* p = w.at(r, blk);
+        v[r] = Vec::load(p);
+        __builtin_prefetch(p + kWidePrefetchBytes, 0, 2);  // prefetcht1
       }
       for (int q = 0; q < 4; ++q) {
         VI xq[NB];
