@@ -2,13 +2,15 @@
 
     torchrun --standalone --nproc_per_node=2 benchmarks/distributed/tp_ep_example.py
 
-Every rank builds the same float layers from the same seed, then:
+Every rank builds the same float layers from the same seed and packs them (cpukern layers hold
+packed weights only, so each shard is packed from its slice of the source weights), then:
 
-* tensor parallel: a TernaryLinear split by output rows (each rank keeps rows
-  [r*M/W, (r+1)*M/W) of the packed weights, scales and bias), run locally, all_gather of the
-  row blocks. Each output row is computed by the same kernel on the same bytes, so the result
+* tensor parallel: a TernaryLinear split by output rows (the weights quantised to ternary
+  rows once; each rank packs rows [r*M/W, (r+1)*M/W) of them with their scales and bias:
+  TernaryLinear.from_packed), run locally, all_gather of the row blocks. Each output row is computed by the same kernel on the same bytes, so the result
   is bitwise equal to the single-process layer (checked with torch.equal).
-* expert parallel: a FusedMoE split by experts (rank r owns E/W consecutive experts). The
+* expert parallel: a FusedMoE split by experts (rank r packs its E/W consecutive experts
+  with FusedMoE.from_experts). The
   router runs replicated; each rank keeps the (token, slot) pairs routed to its experts
   (the others get weight 0 and a local id 0), computes a partial bf16 output, and an
   all_reduce (sum, in float32) adds the partials. Each rank rounds its partial to bf16 once,
@@ -32,37 +34,36 @@ import cpukern.torch as ct
 
 
 def build(args):
+    """The float source weights, the same on every rank: (ternary rows, scales, bias), bf16
+    experts (w13, w2), the input and the router logits."""
     g = torch.Generator().manual_seed(args.seed)
-    lin = torch.nn.Linear(args.hidden, args.out_features)
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(args.out_features, args.hidden, generator=g))
-        lin.bias.copy_(torch.randn(args.out_features, generator=g))
+    weight = torch.randn(args.out_features, args.hidden, generator=g)
+    bias = torch.randn(args.out_features, generator=g)
+    packed, scale = cpukern.ternary.quantize(weight)  # BitNet absmean, one scale per row
     e, h, i = args.experts, args.hidden, args.intermediate
     w13 = (torch.randn(e, 2 * i, h, generator=g) / h ** 0.5).to(torch.bfloat16)
     w2 = (torch.randn(e, h, i, generator=g) / i ** 0.5).to(torch.bfloat16)
     x = torch.randn(args.tokens, h, generator=g)
     logits = torch.randn(args.tokens, e, generator=g)
-    return ct.TernaryLinear.from_linear(lin), ct.FusedMoE.from_experts(w13, w2, topk=args.topk), x, logits
+    return (packed, scale, bias), (w13, w2), x, logits
 
 
-def shard_rows(full: ct.TernaryLinear, rank: int, world: int) -> ct.TernaryLinear:
-    rows = full.out_features // world
-    lo, hi = rank * rows, (rank + 1) * rows
-    part = ct.TernaryLinear(full.in_features, rows, bias=full.bias is not None, act=full.act)
-    with torch.no_grad():
-        part.packed.copy_(full.packed[lo:hi])
-        part.scale.copy_(full.scale[lo:hi])
-        if full.bias is not None:
-            part.bias.copy_(full.bias[lo:hi])
-    return part
+def ternary_rows(rows: tuple, k: int, lo: int, hi: int) -> ct.TernaryLinear:
+    """The TernaryLinear of output rows [lo, hi) of the quantised layer."""
+    packed, scale, bias = rows
+    return ct.TernaryLinear.from_packed(packed[lo:hi], k, scale[lo:hi], bias[lo:hi])
 
 
-def shard_experts(full: ct.FusedMoE, rank: int, world: int) -> tuple[ct.FusedMoE, int]:
-    per = full.num_experts // world
+def shard_rows(rows: tuple, k: int, rank: int, world: int) -> ct.TernaryLinear:
+    m = rows[0].shape[0] // world
+    return ternary_rows(rows, k, rank * m, (rank + 1) * m)
+
+
+def shard_experts(experts: tuple, topk: int, rank: int, world: int) -> tuple[ct.FusedMoE, int]:
+    w13, w2 = experts
+    per = w13.shape[0] // world
     lo = rank * per
-    part = ct.FusedMoE.from_experts(full.w13[lo:lo + per], full.w2[lo:lo + per],
-                                    topk=full.topk, activation=full.activation)
-    return part, lo
+    return ct.FusedMoE.from_experts(w13[lo:lo + per], w2[lo:lo + per], topk=topk), lo
 
 
 def main(argv=None) -> int:
@@ -84,12 +85,14 @@ def main(argv=None) -> int:
     cpukern.set_num_threads(threads)
     torch.set_num_threads(threads)
 
-    lin, moe_layer, x, logits = build(args)
+    rows, experts, x, logits = build(args)
+    lin = ternary_rows(rows, args.hidden, 0, args.out_features)
+    moe_layer = ct.FusedMoE.from_experts(*experts, topk=args.topk)
     ok = True
     with torch.no_grad():
         # tensor parallel: rows split, all_gather
         y_single = lin(x)
-        part = shard_rows(lin, rank, world)(x).contiguous()
+        part = shard_rows(rows, args.hidden, rank, world)(x).contiguous()
         blocks = [torch.empty_like(part) for _ in range(world)]
         dist.all_gather(blocks, part)
         y_tp = torch.cat(blocks, dim=-1)
@@ -100,7 +103,7 @@ def main(argv=None) -> int:
         xb = x.to(torch.bfloat16)
         tw, ids = moe_layer.route(logits)
         y_ref = moe_layer.experts(xb, tw, ids).float()
-        local, lo = shard_experts(moe_layer, rank, world)
+        local, lo = shard_experts(experts, args.topk, rank, world)
         mine = (ids >= lo) & (ids < lo + local.num_experts)
         local_ids = torch.where(mine, ids - lo, torch.zeros_like(ids)).to(torch.int32)
         local_w = torch.where(mine, tw, torch.zeros_like(tw))

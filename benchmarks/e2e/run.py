@@ -209,15 +209,9 @@ def best_setting(settings: dict[str, dict]) -> dict[str, Any]:
 # ---------------------------------------------------------------- transformers (worker side)
 
 def hf_bytes_per_token(model, experts: tuple) -> int:
+    # cpukern modules hold their weights packed only (PackedWeightsTensor buffers): each
+    # counts as its serialised bytes.
     seen, total = set(), 0
-    # cpukern modules keep their plain weights next to the prepared form the kernel reads:
-    # count the prepared buffers only.
-    for mod in model.modules():
-        for prepared, sources in getattr(mod, "_SOURCES", {}).items():
-            held = getattr(getattr(mod, prepared, None), "blob", getattr(mod, prepared, None))
-            if held is not None and held.numel():
-                seen.update(getattr(mod, n).data_ptr() for n in sources
-                            if getattr(mod, n, None) is not None)
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == emb.data_ptr()

@@ -221,6 +221,17 @@ def check_against_stock(kind, ref, model, bound):
     return float(err.max())
 
 
+def packed_only(mod):
+    """Whether a cpukern module holds its weights packed only: its packed tensors (FusedMoE:
+    w13, w2; the linear layers: weight) are loaded PackedWeightsTensors, and every other tensor
+    it holds is a bias (no float or plain copy of the weights beside them)."""
+    names = {"w13", "w2"} if isinstance(mod, ct.FusedMoE) else {"weight"}
+    tensors = dict(mod.named_parameters()) | dict(mod.named_buffers())
+    packed = {k for k, v in tensors.items() if isinstance(v, ct.PackedWeightsTensor)}
+    return (packed == names and not any(tensors[k].is_empty for k in names)
+            and all(k.endswith("bias") for k in tensors.keys() - names))
+
+
 def _case(kind):
     return [pytest.param(kind, v.values[0], id=f"{kind}-{v.id}", marks=v.marks)
             for v in variant_params(OP[kind])]
@@ -244,7 +255,7 @@ def test_patch_matches_stock(checkpoints, kind, isa):
     if kind == "bitnet":
         assert any(n == "lm_head" for n, _, _ in report.left), str(report)
     else:
-        assert isinstance(model.lm_head, ct.Linear) and model.lm_head.plain_weights_dropped
+        assert isinstance(model.lm_head, ct.Linear) and packed_only(model.lm_head)
     # one-token attention on cpukern.torch.attention (stock SDPA / eager otherwise)
     assert model.config._attn_implementation == ATTENTION[kind], model.config._attn_implementation
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
@@ -266,29 +277,14 @@ def test_from_pretrained_matches_stock(checkpoints, kind, isa):
     assert not any(p.is_meta for p in model.parameters())
     if kind == "gpt_oss":
         experts = model.model.layers[0].mlp.experts.moe
-        assert experts.w13.dtype == torch.uint8 and experts.w13_scales is not None
+        assert experts.w13.weights.format == "mxfp4"  # packed as stored, never bf16
     if kind == "bitnet":
         assert isinstance(model.model.layers[0].self_attn.q_proj, ct.TernaryLinear)
-    # One copy of the weights: the plain ones were dropped once prepared.
+    # One copy of the weights: the packed ones.
     cpukern_layers = [m for m in model.modules()
                       if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.Linear))]
     assert isinstance(model.lm_head, ct.Linear) == (kind != "bitnet")  # bf16 models
-    assert cpukern_layers and all(m.plain_weights_dropped for m in cpukern_layers)
-
-
-@pytest.mark.parametrize("kind", ["bitnet", "gpt_oss"])
-def test_keep_plain_weights(checkpoints, kind):
-    kept = ct.from_pretrained(checkpoints[kind], keep_plain_weights=True)
-    dropped = ct.from_pretrained(checkpoints[kind])
-    layer = (lambda m: m.model.layers[0].self_attn.q_proj) if kind == "bitnet" else \
-        (lambda m: m.model.layers[0].mlp.experts.moe)
-    plain = "packed" if kind == "bitnet" else "w13"
-    assert getattr(layer(kept), plain).numel() > 0 and not layer(kept).plain_weights_dropped
-    assert getattr(layer(dropped), plain).numel() == 0
-    assert torch.equal(decode(kept, steps=2)[0], decode(dropped, steps=2)[0])
-    patched = copy.deepcopy(stock(checkpoints[kind]))
-    ct.patch(patched, keep_plain_weights=True)
-    assert getattr(layer(patched), plain).numel() > 0
+    assert cpukern_layers and all(packed_only(m) for m in cpukern_layers)
 
 
 @pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
@@ -323,7 +319,8 @@ def test_bitnet_bf16_lm_head(checkpoints):
 def test_qwen3_moe_int8_experts(checkpoints):
     ref = stock(checkpoints["qwen3_moe"])
     model = ct.from_pretrained(checkpoints["qwen3_moe"], format="int8")
-    assert model.model.layers[0].mlp.experts.moe.w13.dtype == torch.int8
+    experts = model.model.layers[0].mlp.experts.moe
+    assert experts.w13.weights.format == "int8" and packed_only(experts)
     check_against_stock("qwen3_moe", ref, model, BOUND[("qwen3_moe", "int8")])
 
 
@@ -332,7 +329,7 @@ def test_gpt_oss_w4a8_experts(checkpoints):
     ref = stock(checkpoints["gpt_oss"])
     model = ct.from_pretrained(checkpoints["gpt_oss"], format="mxfp4_a8")
     experts = model.model.layers[0].mlp.experts.moe
-    assert experts.w13.dtype == torch.uint8 and experts.act == "int8"
+    assert experts.w13.weights.format == "mxfp4_a8" and experts.act == "int8"
     assert any("mxfp4_a8" in what for _, _, what in model.cpukern_report.replaced)
     check_against_stock("gpt_oss", ref, model, BOUND[("gpt_oss", "mxfp4_a8")])
     # int8 activations are not exact: the logits differ from the exact MXFP4 experts'.

@@ -9,9 +9,12 @@ import copy
 import json
 import mmap
 import os
+import re
 import shutil
 import struct
+import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -27,7 +30,7 @@ from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from test_hf_models import (BOUND, PROMPT, _common, check_against_stock, decode,  # noqa: E402
-                             gpt_oss_checkpoint, stock)
+                             gpt_oss_checkpoint, packed_only, stock)
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
 from variants import variant_params  # noqa: E402
@@ -85,8 +88,11 @@ def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, isa):
     model = load(path, isa=isa)
     n = ref.config.num_hidden_layers
     assert len(model.cpukern_report.replaced) == n + 4 * n + 1, str(model.cpukern_report)
-    experts = model.model.layers[0].mlp.experts.moe
-    assert experts.w13.numel() == 0 and experts.is_prepared  # plain weights dropped
+    # the experts hold only packed weights: no bf16 expert tensor is left anywhere in them
+    experts = model.model.layers[0].mlp.experts
+    assert isinstance(experts.moe.w13, ct.PackedWeightsTensor) and packed_only(experts.moe)
+    assert not [k for k, v in experts.state_dict().items()
+                if v.is_floating_point() and not k.endswith("bias")]
     assert isinstance(model.lm_head, ct.Linear)
     if kind == "gpt_oss_bf16":  # random bf16 experts stay bf16 by default
         assert "kept bf16" in str(model.cpukern_report)
@@ -103,14 +109,14 @@ def _loaded(checkpoints, kind, **options):
     return ct.from_pretrained(checkpoints[kind], **options)  # stored with their own configs
 
 
-def _prepared_buffers(model):
-    return {k: v for k, v in model.state_dict().items() if k.endswith("prepared")}
+def _packed_tensors(model):
+    return {k: v for k, v in model.state_dict().items() if isinstance(v, ct.PackedWeightsTensor)}
 
 
 @pytest.mark.parametrize("kind", ["bitnet", "gpt_oss", "qwen3_moe"])
 def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
-    """save_pretrained writes the prepared layouts and the quantization_config; loading it back
-    (transformers' own from_pretrained, no option given) prepares nothing again: the same bytes,
+    """save_pretrained writes the packed weights and the quantization_config; loading it back
+    (transformers' own from_pretrained, no option given) packs nothing again: the same bytes,
     the same logits, bit for bit."""
     model = _loaded(checkpoints, kind)
     logits, _, states = decode(model, steps=4, hidden=True)
@@ -131,62 +137,59 @@ def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
     with pytest.raises(ValueError, match="^format"):
         ct.from_pretrained(str(tmp_path / "saved"), format="bf16")
     assert len(again.cpukern_report.replaced) == len(model.cpukern_report.replaced)
-    before, after = _prepared_buffers(model), _prepared_buffers(again)
-    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    before, after = _packed_tensors(model), _packed_tensors(again)
+    assert before and before.keys() == after.keys()
+    assert all(torch.equal(before[k].blob, after[k].blob) for k in before)
+    assert all(packed_only(m) for m in again.modules()
+               if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.Linear)))
     logits_again, _, states_again = decode(again, steps=4, hidden=True)
     assert torch.equal(states_again, states)
     assert torch_head or torch.equal(logits_again, logits)
 
 
-def _other_variant(op):
-    other = [v["name"] for v in cpukern.kernels(op) if v["supported"] and not v["selected"]]
-    if not other:
-        pytest.skip(f"this CPU runs one {op} variant only: no other to prepare for")
-    return other[-1]
-
-
-def _force_isa(saved_dir, isa):
-    """Edits a saved config as if its layouts were made for variant `isa`."""
-    path = os.path.join(saved_dir, "config.json")
-    cfg = json.load(open(path))
-
-    def walk(desc):
-        if "isa" in desc["attrs"]:
-            desc["attrs"]["isa"] = isa
-        for child in desc["children"].values():
-            walk(child)
-    for desc in cfg["quantization_config"]["prepared_modules"].values():
-        walk(desc)
-    json.dump(cfg, open(path, "w"))
+_RELOAD = textwrap.dedent("""
+    import sys
+    import torch, transformers
+    torch.set_num_threads(1)
+    torch._dynamo.config.disable = True  # stock BitLinear's quantiser: eager
+    from cpukern.torch import CpukernConfig  # noqa: F401 - registers the quantizer
+    from test_hf_models import BOUND, check_against_stock, stock
+    bitnet, saved = sys.argv[1:]
+    model = transformers.AutoModelForCausalLM.from_pretrained(saved + "/bitnet")
+    q = model.model.layers[0].self_attn.q_proj.weight
+    print("TERNARY", q.weights.isa)
+    check_against_stock("bitnet", stock(bitnet), model, BOUND[("bitnet", "int8_bitnet")])
+    try:
+        transformers.AutoModelForCausalLM.from_pretrained(saved + "/qwen3_moe")
+    except ValueError as e:
+        print("REFUSED", e)
+""")
 
 
 def test_reload_for_another_variant(checkpoints, tmp_path):
-    """A blob that is not this variant's: ternary layers are prepared again from their own
-    layout; MoE packings cannot be unpacked, so they are prepared again from the plain weights
-    when saved with them, else refused (never run wrong)."""
+    """Packed weights saved here, loaded where their variant does not run (a subprocess with
+    its CPU features hidden by CPUKERN_DISABLE_FEATURES): ternary layers are packed again from
+    their own layout and stay within the bound; MoE and dense packings cannot be unpacked, so
+    loading refuses them with a ValueError naming the tensor (never run wrong)."""
+    hide = sorted({f for op in ("ternary_gemv", "fused_moe", "linear")
+                   for v in cpukern.kernels(op) if v["selected"] for f in v["requires"]})
+    if not hide:
+        pytest.skip("the reference variants are selected here: no variant to hide")
+    saved = tmp_path / "saved"
     bitnet = _loaded(checkpoints, "bitnet")
-    bitnet.save_pretrained(str(tmp_path / "bitnet"))
-    isa = _other_variant("ternary_gemv")
-    _force_isa(str(tmp_path / "bitnet"), isa)
-    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "bitnet"))
-    q, q_saved = again.model.layers[0].self_attn.q_proj, bitnet.model.layers[0].self_attn.q_proj
-    assert q.isa == isa and not torch.equal(q.prepared, q_saved.prepared)
-    check_against_stock("bitnet", stock(checkpoints["bitnet"]), again,
-                        BOUND[("bitnet", "int8_bitnet")])
-
-    isa = _other_variant("fused_moe")
-    dropped = _loaded(checkpoints, "qwen3_moe")
-    dropped.save_pretrained(str(tmp_path / "dropped"))
-    _force_isa(str(tmp_path / "dropped"), isa)
-    with pytest.raises(RuntimeError, match="plain weights"):
-        transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "dropped"))
-    kept = _loaded(checkpoints, "qwen3_moe", keep_plain_weights=True)
-    kept.save_pretrained(str(tmp_path / "kept"))
-    _force_isa(str(tmp_path / "kept"), isa)
-    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "kept"))
-    assert again.model.layers[0].mlp.experts.moe.isa == isa
-    ref = transformers.AutoModelForCausalLM.from_pretrained(checkpoints["qwen3_moe"]).eval()
-    check_against_stock("qwen3_moe", ref, again, BOUND[("qwen3_moe", "bf16")])
+    bitnet.save_pretrained(str(saved / "bitnet"))
+    isa = bitnet.model.layers[0].self_attn.q_proj.weight.weights.isa
+    qwen = _loaded(checkpoints, "qwen3_moe")
+    qwen.save_pretrained(str(saved / "qwen3_moe"))
+    env = dict(os.environ, CPUKERN_DISABLE_FEATURES=",".join(hide),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    out = subprocess.run([sys.executable, "-c", _RELOAD, checkpoints["bitnet"], str(saved)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["TERNARY"] not in (isa, ""), out.stdout  # packed again for another variant
+    refused = re.match(r"(\S+): packed for a variant this CPU cannot run", lines.get("REFUSED", ""))
+    assert refused and refused.group(1) in _packed_tensors(qwen), out.stdout + out.stderr
 
 
 def test_reload_refuses_a_corrupted_blob(checkpoints, tmp_path):
@@ -194,7 +197,7 @@ def test_reload_refuses_a_corrupted_blob(checkpoints, tmp_path):
     model.save_pretrained(str(tmp_path / "saved"))
     path = str(tmp_path / "saved" / "model.safetensors")
     sd = load_file(path)
-    key = "model.layers.1.mlp.experts.moe.w2_prepared"
+    key = "model.layers.1.mlp.experts.moe.w2"
     sd[key][-1] ^= 0x5A  # one payload byte: the checksum differs
     save_file(sd, path, metadata={"format": "pt"})
     with pytest.raises(ValueError, match=key):
@@ -203,12 +206,13 @@ def test_reload_refuses_a_corrupted_blob(checkpoints, tmp_path):
 
 def test_quantizer_needs_its_config_alone(checkpoints):
     """A checkpoint stored with another quantizer's config: transformers refuses a second one;
-    cpukern.torch.from_pretrained passes the stored one on and loads the stored layouts."""
+    cpukern.torch.from_pretrained passes the stored one on and packs the stored MXFP4 blocks."""
     with pytest.raises(ValueError, match="BitNetQuantConfig"):
         load(checkpoints["bitnet"])
     model = ct.from_pretrained(checkpoints["gpt_oss"])
     assert model.config.quantization_config.checkpoint_quantization["quant_method"] == "mxfp4"
-    assert model.model.layers[0].mlp.experts.moe.w13_prepared.blob.numel() > 0
+    experts = model.model.layers[0].mlp.experts.moe
+    assert experts.w13.weights.format == "mxfp4" and packed_only(experts)
 
 
 # --- lossy packing only when asked for ----------------------------------------------------
@@ -230,7 +234,7 @@ def test_bf16_gpt_oss_stays_bf16_unless_asked(bf16_gpt_oss):
         model = copy.deepcopy(exact)
         report = ct.patch(model)
     assert "exactly MXFP4" in str(report)
-    assert model.model.layers[0].mlp.experts.moe.w13_scales is not None
+    assert model.model.layers[0].mlp.experts.moe.w13.weights.format == "mxfp4"
     check_against_stock("gpt_oss", exact, model, BOUND[("gpt_oss", "mxfp4")])
 
 
@@ -365,7 +369,7 @@ def test_expert_ids_are_range_checked(bad):
     torch.manual_seed(0)
     w13 = torch.randn(4, 64, 32).to(torch.bfloat16)
     w2 = torch.randn(4, 32, 32).to(torch.bfloat16)
-    experts = ct.hf.MoEExperts(ct.FusedMoE.from_experts(w13, w2, topk=2).prepare())
+    experts = ct.hf.MoEExperts(ct.FusedMoE.from_experts(w13, w2, topk=2))
     x, weights = torch.randn(3, 32), torch.full((3, 2), 0.5)
     ids = torch.tensor([[0, 1], [2, 3], [1, 2]])
     good = experts(x, ids, weights)
@@ -524,8 +528,6 @@ def test_deeply_nested_config_refused(checkpoints, tmp_path):
 def test_config_options_checked():
     with pytest.raises(TypeError, match="^format"):
         CpukernConfig(format=4)
-    with pytest.raises(TypeError, match="^keep_plain_weights"):
-        CpukernConfig(keep_plain_weights="yes")
     assert CpukernConfig.from_dict(CpukernConfig(format="int8").to_dict()).format == "int8"
 
 
@@ -581,21 +583,18 @@ def _inner_pages(path, which):
     return out
 
 
-@pytest.mark.parametrize("kind,keep", [("gpt_oss", False), ("gpt_oss", True),
-                                       ("qwen3_moe", False)])
-def test_checkpoint_pages_dropped_once_copied(tmp_path, kind, keep):
+@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
+def test_checkpoint_pages_dropped_once_copied(tmp_path, kind):
     """Loading through the quantizer leaves the pages of the experts' checkpoint tensors
     unmapped in the process once they are copied (gpt-oss: MXFP4 blocks packed into cpukern's
     layout; Qwen3-MoE: per-expert weights merged by transformers' converter), so RSS holds one
     copy of the weights, not the copy plus the file; the mapping itself stays (the embedding
-    still reads from it). With keep_plain_weights the model keeps gpt-oss's blocks, and their
-    pages stay. Experts of 256 KiB per tensor (gpt-oss gate_up: 512 KiB)."""
+    still reads from it). Experts of 256 KiB per tensor (gpt-oss gate_up: 512 KiB)."""
     _need_pagemap()
     path = str(tmp_path / kind)
     if kind == "gpt_oss":
         gpt_oss_checkpoint(path, intermediate_size=1024)
-        model = ct.from_pretrained(path, keep_plain_weights=keep)
-        assert (model.model.layers[0].mlp.experts.moe.w13.numel() > 0) == keep
+        model = ct.from_pretrained(path)
         which = lambda name: name.endswith("_blocks")  # noqa: E731
     else:
         torch.manual_seed(0)
@@ -607,7 +606,8 @@ def test_checkpoint_pages_dropped_once_copied(tmp_path, kind, keep):
         which = lambda name: ".experts." in name and name.endswith(".weight")  # noqa: E731
     for name, (lo, hi) in _inner_pages(os.path.join(path, "model.safetensors"), which).items():
         resident = _resident_pages(lo, hi)
-        assert resident.all() if keep else not resident.any(), (name, resident)
+        assert not resident.any(), (name, resident)
+    assert packed_only(model.model.layers[0].mlp.experts.moe)
     assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == 128
 
 

@@ -316,15 +316,36 @@ def test_module_matches_torch_bf16_linear(isa):
     torch.manual_seed(0)
     lin = torch.nn.Linear(160, 129).to(torch.bfloat16)
     mod = ct.Linear.from_linear(lin, isa=isa)
+    # the packed weights are the weights: one PackedWeightsTensor, no bf16 copy
+    assert isinstance(mod.weight, ct.PackedWeightsTensor) and mod.weight.kind == "linear"
+    assert tuple(mod.weight.shape) == (129, 160) and mod.weight.weights.isa == isa
+    assert mod.bias.dtype == torch.bfloat16
+    assert not any(t.is_floating_point() and t.dim() == 2 for t in mod.state_dict().values())
     x = torch.randn(2, 3, 160, dtype=torch.bfloat16)
-    raw = mod(x)  # the raw-weight op (packed through the cache)
-    assert raw.dtype == torch.bfloat16 and raw.shape == (2, 3, 129)
-    mod.prepare()
-    assert torch.equal(mod(x), raw)
+    y = mod(x)
+    assert y.dtype == torch.bfloat16 and y.shape == (2, 3, 129)
     want = lin(x).float()
     # torch's bf16 linear and cpukern's differ by the summation order and one bf16 rounding
-    torch.testing.assert_close(raw.float(), want, rtol=2 ** -7, atol=2e-2)
+    torch.testing.assert_close(y.float(), want, rtol=2 ** -7, atol=2e-2)
     assert mod(x.float()).dtype == torch.float32  # any float dtype in, its dtype out
+    # an nn.Linear whose weight is the packed tensor runs the same kernel
+    with torch.no_grad():
+        lin.weight = torch.nn.Parameter(mod.weight, requires_grad=False)
+        lin.bias = torch.nn.Parameter(mod.bias, requires_grad=False)
+    assert torch.equal(lin(x), y)
+
+
+def test_nn_linear_with_packed_dense_weight_and_trainable_bias():
+    """nn.Linear's own bias (a Parameter that requires grad) goes to the kernel as a value:
+    the result is the cpukern module's, with or without no_grad."""
+    lin = torch.nn.Linear(16, 8).to(torch.bfloat16)
+    mod = ct.Linear.from_linear(lin)
+    lin.weight = torch.nn.Parameter(mod.weight, requires_grad=False)
+    x = torch.randn(2, 16, dtype=torch.bfloat16)
+    assert lin.bias.requires_grad
+    assert torch.equal(lin(x).detach(), mod(x))
+    with torch.no_grad():
+        assert torch.equal(lin(x), mod(x))
 
 
 @pytest.mark.parametrize("isa", LINEAR)
@@ -344,17 +365,18 @@ def test_module_near_underflow_within_the_bound(isa):
 def test_module_int8_format_and_compile():
     torch.manual_seed(1)
     lin = torch.nn.Linear(96, 40, bias=False).to(torch.bfloat16)
-    mod = ct.Linear.from_linear(lin, format="int8").prepare()
-    assert mod.weight.dtype == torch.int8 and mod.weight_scales.shape == (40,)
+    mod = ct.Linear.from_linear(lin, format="int8")
+    assert mod.weight.kind == "linear" and mod.weight.weights.format == "int8"
+    assert mod.bias is None and mod.format == "int8"
     x = torch.randn(4, 96, dtype=torch.bfloat16)
     torch.testing.assert_close(mod(x).float(), lin(x).float(), rtol=0.05, atol=0.05)
     got = torch.compile(mod, backend="aot_eager", fullgraph=True)(x)
     assert torch.equal(got, mod(x))
-    torch.library.opcheck(torch.ops.cpukern.linear_prepared.default, (x, mod.prepared, 40, None))
+    torch.library.opcheck(torch.ops.cpukern.linear_prepared.default, (x, mod.weight.blob, 40, None))
 
 
 def test_module_bad_input_names_the_argument():
-    mod = ct.Linear(16, 8)
+    mod = ct.Linear.from_linear(torch.nn.Linear(16, 8))
     with pytest.raises(ValueError, match=r"^x: expected 16 input features"):
         mod(torch.ones(2, 15))
     with pytest.raises(TypeError, match=r"^x: "):
@@ -365,6 +387,11 @@ def test_module_bad_input_names_the_argument():
         ct.Linear.from_linear(torch.nn.Linear(16, 8), format="fp8")
     with pytest.raises(ValueError, match=r"^in_features: "):
         ct.Linear(0, 8)
-    other = ct.Linear(16, 4).prepare()
-    with pytest.raises(ValueError, match=r"^prepared: packed weight of shape \(1, 4, 16\)"):
-        mod.load_state_dict(other.state_dict() | {"weight": mod.weight, "bias": mod.bias})
+    with pytest.raises(ValueError, match=r"holds no packed weights yet"):
+        ct.Linear(16, 8)(torch.ones(2, 16))  # made empty: weights come from a state_dict
+    other = ct.Linear.from_linear(torch.nn.Linear(16, 4))
+    with pytest.raises(ValueError, match=r"^weight: packed weight of shape \(1, 4, 16\)"):
+        mod.load_state_dict(other.state_dict() | {"bias": mod.bias})
+    int8 = ct.Linear.from_linear(torch.nn.Linear(16, 8), format="int8")
+    with pytest.raises(ValueError, match=r"^weight: packed as int8, this layer is bf16"):
+        mod.load_state_dict(int8.state_dict())

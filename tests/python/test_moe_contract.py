@@ -232,7 +232,7 @@ def test_torch_int64_ids_are_range_checked_before_narrowing():
         with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
             m.experts(x, w, ids)
         with pytest.raises(ValueError, match=f"topk_ids: .*{bad}"):
-            torch.ops.cpukern.fused_moe(x, m.w13, m.w2, w, ids)
+            torch.ops.cpukern.fused_moe_prepared(x, m.w13, m.w2, w, ids)
 
 
 # --- guarantees: the float64 model, NaN in its token, batch and thread invariance ---------------

@@ -315,8 +315,11 @@ def test_torch_op_and_module_take_int8():
     np.testing.assert_array_equal(got.view(torch.int16).numpy(), want.view(np.int16))
     mod = FusedMoE.from_int8(tq13, ts13, tq2, ts2, topk=2)
     assert torch.equal(mod.experts(xt, T(tw), T(ids)), got)
-    assert torch.equal(mod.half().experts(xt, T(tw), T(ids)), got)  # scales stay float32
-    assert mod.w13_scales.dtype == torch.float32 and mod.w13.dtype == torch.int8
+    assert torch.equal(mod.half().experts(xt, T(tw), T(ids)), got)  # packed weights unchanged
+    # the experts are held packed only: no int8 tensors or scales beside them
+    assert isinstance(mod.w13, cpukern.torch.PackedWeightsTensor) and mod.w13.kind == "moe"
+    assert mod.w13.weights.format == "int8" and mod.w2.weights.format == "int8"
+    assert sorted(mod.state_dict()) == ["w13", "w2"]
     with pytest.raises(ValueError, match="^w13_scales: required with int8 experts w13"):
         torch.ops.cpukern.fused_moe(xt, tq13, tq2, T(tw), T(ids))
     with pytest.raises(TypeError, match="^w2: expected a 3-D torch.int8 tensor"):

@@ -189,3 +189,6 @@ def test_torch_op_and_module_take_mxfp4():
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     mod = FusedMoE.from_mxfp4(T(g13[0]), T(g13[1]), T(g2[0]), T(g2[1]), topk=2, activation="silu")
     assert torch.equal(mod.experts(x, tw, ids).view(torch.int16), want.view(torch.int16))
+    # packed as MXFP4, never expanded to bf16: the module holds the packed experts only
+    assert mod.w13.weights.format == "mxfp4" and mod.w2.weights.format == "mxfp4"
+    assert sorted(mod.state_dict()) == ["w13", "w2"]

@@ -258,8 +258,9 @@ def test_torch_op_act_int8():
 
 
 def test_fused_moe_module_act_int8():
-    """FusedMoE.from_mxfp4(act="int8") runs W4A8: the same bits as the op, prepared or not;
-    a prepared state_dict of the other act is packed again, never run as the wrong mode."""
+    """FusedMoE.from_mxfp4(act="int8") runs W4A8: the same bits as the op, packed as
+    mxfp4_a8; a state_dict of the other act is refused naming the key, never run as the wrong
+    mode."""
     torch = pytest.importorskip("torch")
     from cpukern.torch import FusedMoE
 
@@ -278,15 +279,20 @@ def test_fused_moe_module_act_int8():
     exact = FusedMoE.from_mxfp4(*q, topk=2)
     assert a8.act == "int8" and exact.act == "fp32" and "act='int8'" in repr(a8)
     assert torch.equal(a8.experts(x, tw, ids), want)
-    a8.prepare()
-    assert moe.from_buffer(a8.w13_prepared.numpy()).format == "mxfp4_a8"
-    assert torch.equal(a8.experts(x, tw, ids), want)
-    exact.prepare()
+    assert moe.from_buffer(a8.w13.numpy()).format == "mxfp4_a8"
+    assert a8.w2.weights.format == "mxfp4_a8" and exact.w13.weights.format == "mxfp4"
     y_exact = exact.experts(x, tw, ids)
     assert not torch.equal(y_exact, want)
-    # The exact module's prepared buffers loaded into the W4A8 module: packed again as W4A8.
-    a8.load_state_dict(exact.state_dict())
-    assert moe.from_buffer(a8.w13_prepared.numpy()).format == "mxfp4_a8"
-    assert torch.equal(a8.experts(x, tw, ids), want)
+    # The exact module's packed weights loaded into the W4A8 module (and back): refused.
+    with pytest.raises(ValueError, match=r"^w13: packed as mxfp4, this layer runs act='int8'"):
+        a8.load_state_dict(exact.state_dict())
+    with pytest.raises(ValueError, match=r"^w13: packed as mxfp4_a8, this layer runs act='fp32'"):
+        exact.load_state_dict(a8.state_dict())
+    assert torch.equal(a8.experts(x, tw, ids), want)  # nothing replaced
+    assert torch.equal(exact.experts(x, tw, ids), y_exact)
+    # a module made empty with act="int8" takes the W4A8 state_dict
+    empty = FusedMoE(e, h, inter, topk=2, activation="swigluoai", act="int8")
+    empty.load_state_dict(a8.state_dict())
+    assert torch.equal(empty.experts(x, tw, ids), want)
     with pytest.raises(ValueError, match="^act:"):
         FusedMoE.from_mxfp4(*q, topk=2, act="int4")

@@ -95,7 +95,7 @@ def test_every_python_block_is_covered():
         ("docs/formats/int8.md", "int8 MoE experts (W8A8)"),
         ("docs/formats/prepared_weights.md", "Prepared weights as bytes (`to_bytes` / `from_buffer`)"),
         ("docs/formats/prepared_weights.md",
-         "PyTorch: the prepared layout as one tensor (`PackedWeightsTensor`)"),
+         "PyTorch: packed weights as one tensor (`PackedWeightsTensor`)"),
         ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
         ("docs/pytorch.md", "Hugging Face models (`CpukernConfig`, `patch`)"),
     ])
@@ -167,9 +167,9 @@ def test_prepared_bytes_block(tmp_path, monkeypatch):
 
 def test_prepared_torch_block(tmp_path, monkeypatch):
     pytest.importorskip("torch", reason="torch is not installed here")
-    monkeypatch.chdir(tmp_path)  # the block writes layer.pt
+    monkeypatch.chdir(tmp_path)  # the block writes layer.safetensors
     g = {}
-    exec(shrink(block("docs/formats/prepared_weights.md", "PyTorch: the prepared layout"),
+    exec(shrink(block("docs/formats/prepared_weights.md", "PyTorch: packed weights"),
                 {4096: 256}), g)
     assert tuple(g["y"].shape) == (4, 256)
 

@@ -1,5 +1,8 @@
 """PyTorch: zero-copy tensors through every op, the cpukern:: custom ops (eager, opcheck,
-torch.compile, torch.export), the modules against their float counterparts, vLLM-order ops."""
+torch.compile, torch.export), the modules against their float counterparts (and dequantized()
+against the packed weights), empty modules, vLLM-order ops."""
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -9,6 +12,7 @@ torch = pytest.importorskip(
 import cpukern.torch as ct  # noqa: E402
 from cpukern import moe, ternary, widely_linear  # noqa: E402
 from moe_oracle import fused_moe_reference  # noqa: E402
+from variants import variant_params  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -153,28 +157,32 @@ def test_opcheck_ternary_and_widely_linear():
 
 
 def moe_layer(e=4, h=32, i=24, bias=False, act="silu", topk=2):
+    """(the FusedMoE module, its bf16 weights and settings as the oracle reads them)."""
     w13 = (torch.randn(e, 2 * i, h) / h ** 0.5).to(BF16)
     w2 = (torch.randn(e, h, i) / i ** 0.5).to(BF16)
     b13 = (torch.randn(e, 2 * i) * 0.1).to(BF16) if bias else None
     b2 = (torch.randn(e, h) * 0.1).to(BF16) if bias else None
-    return ct.FusedMoE.from_experts(w13, w2, b13, b2, topk=topk, activation=act)
+    m = ct.FusedMoE.from_experts(w13, w2, b13, b2, topk=topk, activation=act)
+    raw = SimpleNamespace(w13=w13, w2=w2, w13_bias=b13, w2_bias=b2, hidden=h, intermediate=i,
+                          topk=topk, activation=act)
+    return m, raw
 
 
 def test_opcheck_fused_moe():
-    m = moe_layer()
+    m, raw = moe_layer()
     x = torch.randn(3, 32).to(BF16)
     tw, ids = m.route(torch.randn(3, 4))
-    torch.library.opcheck(torch.ops.cpukern.fused_moe.default, (x, m.w13, m.w2, tw, ids))
+    torch.library.opcheck(torch.ops.cpukern.fused_moe.default, (x, raw.w13, raw.w2, tw, ids))
 
 
 def test_vllm_order_ops_match_fused_moe():
-    m = moe_layer(bias=True, act="swigluoai")
+    m, raw = moe_layer(bias=True, act="swigluoai")
     x = torch.randn(5, 32).to(BF16)
     tw, ids = m.route(torch.randn(5, 4))
     want = m.experts(x, tw, ids)
-    p13, p2 = torch.empty_like(m.w13), torch.empty_like(m.w2)
-    torch.ops.cpukern.prepack_moe_weight(m.w13, p13, "vec")
-    torch.ops.cpukern.prepack_moe_weight(m.w2, p2, "vec")
+    p13, p2 = torch.empty_like(raw.w13), torch.empty_like(raw.w2)
+    torch.ops.cpukern.prepack_moe_weight(raw.w13, p13, "vec")
+    torch.ops.cpukern.prepack_moe_weight(raw.w2, p2, "vec")
     out = torch.empty_like(x)
     torch.ops.cpukern.cpu_fused_moe(out, x, p13, p2, m.w13_bias, m.w2_bias, tw, ids, False,
                                     "swigluoai", "vec")
@@ -182,10 +190,10 @@ def test_vllm_order_ops_match_fused_moe():
     # topk == 1 with skip_weighted: weight 1.0
     tw1, ids1 = tw[:, :1].contiguous(), ids[:, :1].contiguous()
     torch.ops.cpukern.cpu_fused_moe(out, x, p13, p2, None, None, tw1, ids1, True, "swigluoai", "")
-    ones = torch.ops.cpukern.fused_moe(x, m.w13, m.w2, torch.ones_like(tw1), ids1, "swigluoai")
+    ones = torch.ops.cpukern.fused_moe(x, raw.w13, raw.w2, torch.ones_like(tw1), ids1, "swigluoai")
     assert torch.equal(out, ones)
     with pytest.raises(ValueError, match="packed_weight"):
-        torch.ops.cpukern.prepack_moe_weight(m.w13, torch.empty(1, 2, 3, dtype=BF16), "vec")
+        torch.ops.cpukern.prepack_moe_weight(raw.w13, torch.empty(1, 2, 3, dtype=BF16), "vec")
 
 
 # --- modules against their float counterparts ----------------------------------------------
@@ -235,24 +243,56 @@ def test_widely_linear_bounds(stages, bound):
 
 @pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("swigluoai", True)])
 def test_fused_moe_module_bound(act, bias):
-    m = moe_layer(bias=bias, act=act)
+    m, raw = moe_layer(bias=bias, act=act)
     x = torch.randn(2, 3, 32).to(BF16)
     logits = torch.randn(2, 3, 4)
     y = m(x, logits)
     assert y.shape == (2, 3, 32) and y.dtype == BF16
     tw, ids = m.route(logits.reshape(-1, 4))
-    ref = fused_moe_reference(m, x, tw, ids)
+    ref = fused_moe_reference(raw, x, tw, ids)
     assert torch.all((y.float() - ref).abs() <= 2e-3 + 2e-2 * ref.abs())
 
 
-def test_state_dict_round_trip():
-    mod = ct.TernaryLinear.from_linear(gaussian_linear(64, 32, bias=True))
-    other = ct.TernaryLinear(64, 32)
-    x = torch.randn(3, 64)
-    before = other(x)
-    other.load_state_dict(mod.state_dict())  # copy_ into the buffers: the cache must notice
-    assert not torch.equal(other(x), before)
-    assert torch.equal(other(x), mod(x))
+@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("group_size", [0, 32])
+@pytest.mark.parametrize("act", ["fp32", "int8"])
+def test_ternary_dequantized_is_scale_times_codes_exactly(isa, group_size, act):
+    """dequantized() reads the packed weights back through the kernel: exactly scale * codes
+    (per row, or per row and group), and the bias, whatever the variant and the act."""
+    m, k = 24, 80  # k: not a multiple of 16 nor of the group
+    codes = torch.randint(-1, 2, (m, k), dtype=torch.int8)
+    groups = -(-k // group_size) if group_size else 1
+    scale = torch.rand(m, groups) + 0.25
+    bias = torch.randn(m)
+    mod = ct.TernaryLinear.from_packed(ternary.pack(codes), k,
+                                       scale if group_size else scale[:, 0], bias, act=act,
+                                       isa=isa, group_size=group_size)
+    assert mod.weight.weights.isa == isa
+    lin = mod.dequantized()
+    assert isinstance(lin, torch.nn.Linear) and lin.weight.shape == (m, k)
+    cols = torch.arange(k) // group_size if group_size else torch.zeros(k, dtype=torch.long)
+    want = scale[:, cols] * codes.float()
+    assert torch.equal(lin.weight.detach(), want)
+    assert torch.equal(lin.bias.detach(), bias)
+
+
+@pytest.mark.parametrize("kind", ["ternary", "widely", "dense", "moe"])
+def test_empty_module_names_the_missing_weights_until_a_state_dict_fills_it(kind):
+    if kind == "moe":
+        full, _ = moe_layer()
+        empty = ct.FusedMoE(4, 32, 24)
+        args = (torch.randn(3, 32).to(BF16), torch.randn(3, 4))
+    else:
+        cls = {"ternary": ct.TernaryLinear, "widely": ct.WidelyLinear, "dense": ct.Linear}[kind]
+        full = cls.from_linear(gaussian_linear(64, 32, bias=True))
+        empty = cls(64, 32)
+        args = (torch.randn(3, 64),)
+    name = "w13" if kind == "moe" else "weight"
+    with pytest.raises(ValueError, match=rf"^{name}\w*: holds no packed weights yet \(load a "
+                                         r"state_dict or pack the layer"):
+        empty(*args)
+    empty.load_state_dict(full.state_dict())
+    assert torch.equal(empty(*args), full(*args))
 
 
 # --- graph capture ---------------------------------------------------------------------------
@@ -268,13 +308,14 @@ class Block(torch.nn.Module):
 
 
 def test_torch_compile_fullgraph():
+    torch._dynamo.reset()  # the modules share forward code objects: keep clear of the recompile limit
     # aot_eager traces through the fake implementations exactly like inductor does, without
     # the C++ compile (minutes on a small machine).
     block = Block()
     x = torch.randn(3, 64)
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(x), block(x), rtol=0, atol=0)
-    m = moe_layer()
+    m, _ = moe_layer()
     xm, logits = torch.randn(3, 32).to(BF16), torch.randn(3, 4)
     cm = torch.compile(m, fullgraph=True, backend="aot_eager")
     assert torch.equal(cm(xm, logits), m(xm, logits))
@@ -285,12 +326,13 @@ def test_torch_export():
     x = torch.randn(3, 64)
     ep = torch.export.export(block, (x,))
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-    assert "cpukern.ternary_gemv.default" in targets and "cpukern.widely_linear.default" in targets
+    assert {"cpukern.ternary_gemv_prepared.default",
+            "cpukern.widely_linear_prepared.default"} <= targets, targets
     torch.testing.assert_close(ep.module()(x), block(x), rtol=0, atol=0)
-    m = moe_layer()
+    m, _ = moe_layer()
     xm, logits = torch.randn(3, 32).to(BF16), torch.randn(3, 4)
     epm = torch.export.export(m, (xm, logits))
-    assert any(str(n.target) == "cpukern.fused_moe.default" for n in epm.graph.nodes)
+    assert any(str(n.target) == "cpukern.fused_moe_prepared.default" for n in epm.graph.nodes)
     assert torch.equal(epm.module()(xm, logits), m(xm, logits))
 
 

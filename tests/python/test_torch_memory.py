@@ -1,6 +1,7 @@
 """Packed weights over torch memory (issue 47, items 1 and 2): whatever torch does to the tensor
 a packed view was made from (resize_ of it or of its storage, set_, share_memory_, deleting it),
-the weights keep computing what they computed, or torch refuses the change; module.share_memory()
+the weights keep computing what they computed, or torch refuses the change (or, for a module's
+blob that torch shrank to nothing, the module says it holds no weights); module.share_memory()
 works and torch.multiprocessing hands a packed module to a worker that computes the same result.
 Through the public API only (from_buffer, the modules, torch.save / torch.load)."""
 
@@ -142,47 +143,67 @@ def _linear():
     return TernaryLinear.from_linear(torch.nn.Linear(64, 24)), torch.randn(3, 64)
 
 
-@pytest.mark.parametrize("what", MUTATIONS[:-1])
-def test_module_packed_weight_survives_what_torch_does_to_its_blob(what):
-    lin, x = _linear()
-    want = lin(x).clone()
-    _mutate(lin.prepared.blob, what)
-    _scribble()
-    torch.testing.assert_close(lin(x), want, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("what", MUTATIONS[:-1])
-def test_loaded_module_survives_what_torch_does_to_its_blob(what):
-    lin, x = _linear()
-    want = lin(x).clone()
-    other, _ = _linear()
-    other.load_state_dict(_torch_roundtrip(lin.state_dict()))
-    torch.testing.assert_close(other(x), want, rtol=0, atol=0)
-    _mutate(other.prepared.blob, what)
-    _scribble()
-    torch.testing.assert_close(other(x), want, rtol=0, atol=0)
-
-
-def _modules():
-    """Every cpukern module kind, packed: (module, call)."""
+def _module(kind):
+    """A packed module of `kind`: (module, call, an empty module of its sizes)."""
     from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear
 
     torch.manual_seed(1)
     dense = torch.nn.Linear(64, 32)
     x = torch.randn(3, 64)
-    moe_mod = FusedMoE.from_experts(torch.randn(4, 32, 64), torch.randn(4, 64, 16), topk=2)
-    logits = torch.randn(3, 4)
-    return {
-        "TernaryLinear": (TernaryLinear.from_linear(dense), lambda m: m(x)),
-        "WidelyLinear": (WidelyLinear.from_linear(dense), lambda m: m(x)),
-        "Linear": (Linear.from_linear(dense), lambda m: m(x.to(torch.bfloat16))),
-        "FusedMoE": (moe_mod, lambda m: m(x.to(torch.bfloat16), logits)),
-    }
+    if kind == "FusedMoE":
+        mod = FusedMoE.from_experts(torch.randn(4, 32, 64), torch.randn(4, 64, 16), topk=2)
+        logits = torch.randn(3, 4)
+        return mod, lambda m: m(x.to(torch.bfloat16), logits), lambda: FusedMoE(4, 64, 16, topk=2)
+    cls = {"TernaryLinear": TernaryLinear, "WidelyLinear": WidelyLinear, "Linear": Linear}[kind]
+    return cls.from_linear(dense), lambda m: m(x), lambda: cls(64, 32)
 
 
-@pytest.mark.parametrize("kind", ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"])
+KINDS = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE"]
+
+
+def _blobs(module):
+    return [t.blob for t in module.buffers() if hasattr(t, "is_empty") and not t.is_empty]
+
+
+def _same_or_emptied(call, module, want, what):
+    """The result the module computed; or, where the mutation left the blob empty (resize_(0):
+    torch shrinks the tensor, not the storage), a clean error saying there are no weights."""
+    try:
+        got = call(module)
+    except ValueError as e:
+        assert what == "resize_zero" and "holds no packed weights yet" in str(e), (what, e)
+        return
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("what", MUTATIONS[:-1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_module_packed_weights_survive_what_torch_does_to_their_blobs(kind, what):
+    module, call, _ = _module(kind)
+    want = call(module).clone()
+    for blob in _blobs(module):
+        _mutate(blob, what)
+    _scribble()
+    _same_or_emptied(call, module, want, what)
+
+
+@pytest.mark.parametrize("what", MUTATIONS[:-1])
+@pytest.mark.parametrize("kind", ["TernaryLinear", "FusedMoE"])  # the two blob formats
+def test_loaded_module_survives_what_torch_does_to_its_blobs(kind, what):
+    module, call, empty = _module(kind)
+    want = call(module).clone()
+    other = empty()
+    other.load_state_dict(_torch_roundtrip(module.state_dict()))
+    torch.testing.assert_close(call(other), want, rtol=0, atol=0)
+    for blob in _blobs(other):
+        _mutate(blob, what)
+    _scribble()
+    _same_or_emptied(call, other, want, what)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_module_share_memory_moves_the_packed_weights_and_keeps_the_result(kind):
-    module, call = _modules()[kind]
+    module, call, _ = _module(kind)
     want = call(module).clone()
     assert module.share_memory() is module
     packed = [t for t in module.buffers() if hasattr(t, "is_empty") and not t.is_empty]
@@ -193,13 +214,20 @@ def test_module_share_memory_moves_the_packed_weights_and_keeps_the_result(kind)
     torch.testing.assert_close(call(module), want, rtol=0, atol=0)
 
 
-def test_share_memory_of_a_module_not_yet_packed():
-    from cpukern.torch import TernaryLinear
-
-    lin = TernaryLinear(64, 24)
-    lin.share_memory()
-    x = torch.randn(2, 64)
-    assert tuple(lin(x).shape) == (2, 24)
+@pytest.mark.parametrize("kind", KINDS)
+def test_share_memory_of_a_module_not_loaded_yet(kind):
+    """An empty module has nothing to share; the weights a later load brings are shared by a
+    later share_memory()."""
+    module, call, empty = _module(kind)
+    want = call(module).clone()
+    target = empty()
+    assert target.share_memory() is target
+    assert all(t.is_empty and not t.is_shared() for t in target.buffers() if hasattr(t, "is_empty"))
+    target.load_state_dict(module.state_dict())
+    torch.testing.assert_close(call(target), want, rtol=0, atol=0)
+    target.share_memory()
+    assert _blobs(target) and all(b.is_shared() for b in _blobs(target))
+    torch.testing.assert_close(call(target), want, rtol=0, atol=0)
 
 
 def _worker(queue, module, x):

@@ -1,16 +1,19 @@
-"""Prepared weights in modules and ops: the *_prepared ops (eager on PackedWeightsTensor and
-on plain uint8 blobs, opcheck, torch.compile, torch.export), the modules' ``prepared``
-PackedWeightsTensor buffers through state_dict, torch.save / torch.load and pickle
-(bitwise-equal outputs, nothing prepared again), loading plain state_dicts and plain blobs,
-corrupted blobs, layouts of another variant, and the vLLM flow (process_weights_after_loading
-+ replace_parameter: the first forward prepares nothing)."""
+"""The packed-weight ops and loading packed weights: the *_prepared ops (eager on a
+PackedWeightsTensor and on its plain uint8 blob, opcheck, torch.compile, torch.export, bad
+input), what load_state_dict checks (corrupted or mismatched blobs: ValueError naming the
+state_dict key, nothing replaced), plain blobs as safetensors holds them, weights packed for
+a CPU that cannot run them (ternary and widely-linear packed again on load; MoE and dense
+refused naming the key), and the vLLM flows (replace_parameter with a PackedWeightsTensor,
+the vLLM-order op on packed experts)."""
 
 from __future__ import annotations
 
-import io
-import pickle
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip(
@@ -22,9 +25,11 @@ from cpukern import _ext, moe, ternary  # noqa: E402
 from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear  # noqa: E402
 from cpukern.torch import ops as ct_ops  # noqa: E402
 from cpukern.torch.packed import PackedWeightsTensor  # noqa: E402
+from variants import UNDER_QEMU, variant_params  # noqa: E402
 
-TERNARY_ISAS = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
-WIDELY_ISAS = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
+KIND_OP = {"ternary": "ternary_gemv", "ternary_int8": "ternary_gemv", "widely": "widely_linear",
+           "dense": "linear", "dense_int8": "linear", "moe_bf16": "fused_moe",
+           "moe_mxfp4": "fused_moe"}
 
 
 @pytest.fixture(autouse=True)
@@ -33,371 +38,504 @@ def _seed():
     ct.clear_cache()
 
 
-class PrepareCounter:
-    """Counts the extension's prepare calls (ternary and widely-linear) while active."""
+@pytest.fixture
+def dynamo():
+    torch._dynamo.reset()  # the modules share forward code objects: keep clear of the recompile limit
+    yield
+    torch._dynamo.reset()
+
+
+def kind_variant_params(kinds, skip_portable=False):
+    """(kind, isa) for every kind and every variant of its op (skipped where this CPU cannot
+    run it); skip_portable: without the variants that need no CPU feature."""
+    out = []
+    for kind in kinds:
+        op = KIND_OP[kind]
+        portable = {v["name"] for v in cpukern.kernels(op) if not v["requires"]}
+        for p in variant_params(op):
+            if skip_portable and p.values[0] in portable:
+                continue
+            out.append(pytest.param(kind, p.values[0], id=f"{kind}-{p.id}", marks=p.marks))
+    return out
+
+
+def _sources(seed=0):
+    """The float weights every module here is packed from."""
+    g = torch.Generator().manual_seed(seed)
+    lin = torch.nn.Linear(64, 40)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(40, 64, generator=g))
+        lin.bias.copy_(torch.randn(40, generator=g))
+    w13 = (torch.randn(4, 64, 64, generator=g) / 8).to(torch.bfloat16)
+    w2 = (torch.randn(4, 64, 32, generator=g) / 8).to(torch.bfloat16)
+    return lin, w13, w2
+
+
+def _build(kind, isa="", seed=0):
+    lin, w13, w2 = _sources(seed)
+    gx = torch.Generator().manual_seed(99)
+    x = torch.randn(3, 64, generator=gx)
+    if kind.startswith("ternary"):
+        act = "int8" if kind == "ternary_int8" else "fp32"
+        return TernaryLinear.from_linear(lin, act=act, isa=isa), (x,)
+    if kind == "widely":
+        return WidelyLinear.from_linear(lin, isa=isa), (x,)
+    if kind.startswith("dense"):
+        fmt = "int8" if kind == "dense_int8" else "bf16"
+        return Linear.from_linear(lin, format=fmt, isa=isa), (x,)
+    args = (x.to(torch.bfloat16), torch.randn(3, 4, generator=gx))
+    if kind == "moe_bf16":
+        return FusedMoE.from_experts(w13, w2, torch.randn(4, 64) / 10, torch.randn(4, 64) / 10,
+                                     activation="swigluoai", isa=isa), args
+    b13, s13 = moe.quantize(w13)
+    b2, s2 = moe.quantize(w2)
+    return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, isa=isa), args
+
+
+def _packed(mod):
+    return {n: getattr(mod, n) for n in mod._PACKED}
+
+
+class PackCounter:
+    """Counts packing in the extension (prepare calls, and imports that packed again rather
+    than viewing the blob) while active."""
 
     def __init__(self, monkeypatch):
-        self.calls = 0
-        for name in ("ternary_prepare", "widely_linear_prepare", "packed_from_buffer",
-                     "moe_prepare"):
+        self.calls = []
+        for name in ("ternary_prepare", "widely_linear_prepare", "moe_prepare",
+                     "packed_from_buffer"):
             orig = getattr(_ext, name)
 
             def counted(*a, _orig=orig, _name=name, **k):
                 result = _orig(*a, **k)
-                # from_buffer counts only when it prepared again (not a view)
-                w = result[0] if isinstance(result, tuple) else result
-                if "prepa" in _name or not w.is_view:
-                    self.calls += 1
+                if _name != "packed_from_buffer" or not result.is_view:
+                    self.calls.append(_name)
                 return result
             monkeypatch.setattr(_ext, name, counted)
 
 
-def _modules():
-    lin = torch.nn.Linear(70, 40)
-    yield "ternary", TernaryLinear.from_linear(lin), torch.randn(3, 70)
-    yield "ternary_int8", TernaryLinear.from_linear(lin, act="int8"), torch.randn(3, 70)
-    grouped = TernaryLinear(96, 24, group_size=32)
-    with torch.no_grad():
-        grouped.packed.copy_(ternary.pack(torch.randint(-1, 2, (24, 96), dtype=torch.int8)).view(torch.int32))
-        grouped.scale.copy_(torch.rand(24, 3))
-    yield "ternary_grouped", grouped, torch.randn(2, 96)
-    yield "widely", WidelyLinear.from_linear(torch.nn.Linear(64, 40)), torch.randn(3, 64)
-    yield "dense", Linear.from_linear(torch.nn.Linear(70, 40)), torch.randn(3, 70)
+# --- the *_prepared ops ----------------------------------------------------------------------
 
-
-@pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "ternary_grouped", "widely", "dense"])
-def test_prepared_buffer_survives_state_dict_save_load_and_pickle(kind, monkeypatch):
-    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
-    want = _raw(mod, x)  # the raw-weight op (through its cache)
-    ct.clear_cache()
-    mod.prepare()
-    assert mod.is_prepared and isinstance(mod.prepared, PackedWeightsTensor)
-    assert mod.prepared.dtype == torch.uint8
-    assert mod.prepared.shape[-2:] == (mod.out_features, mod.in_features)
-    assert torch.equal(mod(x), want)  # the prepared op computes what the raw-weight op did
-    sd = mod.state_dict()
-    assert isinstance(sd["prepared"], PackedWeightsTensor)
-    assert sd["prepared"].blob.data_ptr() == mod.prepared.blob.data_ptr()  # no copy
-    buf = io.BytesIO()
-    torch.save(sd, buf)
-    counter = PrepareCounter(monkeypatch)
-    buf.seek(0)
-    loaded = torch.load(buf)
-    fresh = type(mod)(mod.in_features, mod.out_features, **_ctor_kwargs(mod))
-    fresh.load_state_dict(loaded)
-    assert fresh.is_prepared
-    assert torch.equal(fresh(x), want)
-    buf2 = io.BytesIO()
-    torch.save(mod, buf2)
-    buf2.seek(0)
-    whole = torch.load(buf2, weights_only=False)
-    assert torch.equal(whole(x), want)
-    assert torch.equal(pickle.loads(pickle.dumps(mod))(x), want)
-    assert counter.calls == 0, "loading a prepared state prepared again"
-    assert ct.cache_info()["misses"] == 0  # and the raw-weight cache was never used
-
-
-def _raw(mod, x):
-    """What the module computes, by its raw-weight op (prepared and cached inside the op)."""
+def _op_on(mod, weight, args):
+    """The module's op called on `weight` (its PackedWeightsTensor or the blob), without bias
+    for the ternary and widely-linear layers (added outside their ops)."""
+    if isinstance(mod, FusedMoE):
+        tw, ids = mod.route(args[1])
+        return torch.ops.cpukern.fused_moe_prepared(args[0], weight[0], weight[1], tw, ids,
+                                                    mod.activation, mod.w13_bias, mod.w2_bias)
+    x = args[0]
     if isinstance(mod, Linear):
-        return torch.ops.cpukern.linear(x.to(torch.bfloat16), mod.weight, mod.bias).to(x.dtype)
-    if isinstance(mod, TernaryLinear):
-        y = torch.ops.cpukern.ternary_gemv(mod.packed, x, mod.scale, mod.act, "", mod.group_size)
+        return torch.ops.cpukern.linear_prepared(x.to(torch.bfloat16), weight, mod.out_features,
+                                                 mod.bias).to(x.dtype)
+    op = (torch.ops.cpukern.ternary_gemv_prepared if isinstance(mod, TernaryLinear)
+          else torch.ops.cpukern.widely_linear_prepared)
+    extra = (mod.act,) if isinstance(mod, TernaryLinear) else ()
+    return op(weight, x, mod.out_features, *extra) + mod.bias
+
+
+@pytest.mark.parametrize("kind,isa", kind_variant_params(["ternary", "ternary_int8", "widely",
+                                                          "dense", "moe_bf16"]))
+def test_prepared_ops_on_the_tensor_and_on_its_blob_compute_the_module(kind, isa):
+    mod, args = _build(kind, isa)
+    want = mod(*args)
+    if isinstance(mod, FusedMoE):
+        tensors, blobs = (mod.w13, mod.w2), (mod.w13.blob.clone(), mod.w2.blob.clone())
     else:
-        y = torch.ops.cpukern.widely_linear(mod.planes, mod.scales, x)
-    return y + mod.bias
+        tensors, blobs = mod.weight, mod.weight.blob.clone()  # a clone: no cached object on it
+    assert torch.equal(_op_on(mod, tensors, args), want)
+    assert torch.equal(_op_on(mod, blobs, args), want)
 
 
-def _ctor_kwargs(mod):
-    if isinstance(mod, Linear):
-        return {"bias": mod.bias is not None}
-    if isinstance(mod, TernaryLinear):
-        return {"act": mod.act, "group_size": mod.group_size, "bias": mod.bias is not None}
-    return {"stages": mod.stages, "bias": mod.bias is not None}
+@pytest.mark.parametrize("op", ["ternary_gemv_prepared", "widely_linear_prepared",
+                                "linear_prepared", "fused_moe_prepared"])
+def test_prepared_ops_opcheck(op):
+    if op == "ternary_gemv_prepared":
+        t, (x,) = _build("ternary")
+        args = (t.weight.blob, x, 40, "fp32")
+    elif op == "widely_linear_prepared":
+        w, (x,) = _build("widely")
+        args = (w.weight.blob, x, 40)
+    elif op == "linear_prepared":
+        d, (x,) = _build("dense")
+        args = (x.to(torch.bfloat16), d.weight.blob, 40, d.bias)
+    else:
+        m, (x, logits) = _build("moe_bf16")
+        tw, ids = m.route(logits)
+        args = (x, m.w13.blob, m.w2.blob, tw, ids, "swigluoai", m.w13_bias, m.w2_bias)
+    torch.library.opcheck(getattr(torch.ops.cpukern, op).default, args)
 
 
-@pytest.mark.parametrize("kind", ["ternary", "widely"])
-def test_plain_state_dict_still_loads_and_clears_a_stale_prepared(kind):
-    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
-    other, _ = next((m, x) for k, m, x in _modules() if k == kind and m is not mod), None
-    plain = {k: v for k, v in mod.state_dict().items() if k != "prepared"}
-    target = type(mod)(mod.in_features, mod.out_features, **_ctor_kwargs(mod))
-    target.prepare()  # prepared from its zero weights
-    target.load_state_dict(plain)  # strict: the missing "prepared" key is fine
-    assert not target.is_prepared
-    assert torch.equal(target(x), mod(x))
-
-
-@pytest.mark.parametrize("kind", ["ternary", "widely"])
-def test_in_place_update_after_prepare_is_seen(kind, monkeypatch):
-    mod, x = next((m, x) for k, m, x in _modules() if k == kind)
-    mod.prepare()
-    before = mod(x)
-    old = mod.prepared
-    with torch.no_grad():
-        (mod.scale if kind == "ternary" else mod.scales).mul_(2)
-    counter = PrepareCounter(monkeypatch)
-    bias = mod.bias if mod.bias is not None else 0
-    torch.testing.assert_close(mod(x), 2 * (before - bias) + bias)
-    assert counter.calls == 1 and mod.is_prepared and mod.prepared is not old  # made again, once
-    mod(x)
-    assert counter.calls == 1
-
-
-def test_corrupted_prepared_in_a_state_dict_names_the_key():
-    mod, _ = next((m, x) for k, m, x in _modules() if k == "ternary")
-    mod.prepare()
-    sd = mod.state_dict()
-    bad = sd["prepared"].blob.clone()  # a plain blob, as safetensors and older state_dicts hold
-    bad[1000] ^= 4
-    sd["prepared"] = bad
-    with pytest.raises(ValueError, match=r"^prepared: checksum mismatch"):
-        TernaryLinear(70, 40).load_state_dict(sd)
-    sd["prepared"] = bad[:-64]
-    with pytest.raises(ValueError, match=r"^prepared: header says"):
-        TernaryLinear(70, 40).load_state_dict(sd)
-    small = TernaryLinear(70, 20)
-    small.prepare()
-    sd["prepared"] = small.prepared.blob
-    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
-        TernaryLinear(70, 40).load_state_dict(sd)
-    sd["prepared"] = small.prepared  # a PackedWeightsTensor: checked the same way
-    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(20, 70\)"):
-        TernaryLinear(70, 40).load_state_dict(sd)
-    grouped = TernaryLinear(70, 40, group_size=32)
-    grouped.prepare()
-    sd["prepared"] = grouped.prepared  # the same shape, but not this layer's scales
-    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
-                                         r"\(group_size 32\) do not fit"):
-        TernaryLinear(70, 40).load_state_dict(sd)
-    target = TernaryLinear(70, 40)  # set by hand: checked at the next forward
-    target.prepared = grouped.prepared
-    with pytest.raises(ValueError, match=r"^prepared: prepared weights of shape \(40, 70\) "
-                                         r"\(group_size 32\) do not fit"):
-        target(torch.randn(70))
-
-
-@pytest.mark.parametrize("src", TERNARY_ISAS)
-def test_prepared_for_another_variant_is_prepared_again_on_load(src):
-    """A buffer whose variant is not this module's (isa forced; the stand-in for another CPU's
-    layout) is unpacked and prepared for it when loaded."""
-    lin = torch.nn.Linear(70, 40)
-    a = TernaryLinear.from_linear(lin, isa=src).prepare()
-    for dst in TERNARY_ISAS:
-        b = TernaryLinear.from_linear(lin, isa=dst)
-        want = b(torch.ones(70))
-        b.load_state_dict(a.state_dict())
-        assert b.is_prepared
-        assert b.prepared.weights.isa == dst
-        assert torch.equal(b(torch.ones(70)), want)
-
-
-@pytest.mark.parametrize("src", WIDELY_ISAS)
-def test_widely_linear_layout_that_cannot_be_unpacked_is_prepared_from_planes(src):
-    lin = torch.nn.Linear(64, 40)
-    a = WidelyLinear.from_linear(lin, isa=src).prepare()
-    for dst in WIDELY_ISAS:
-        b = WidelyLinear.from_linear(lin, isa=dst)
-        x = torch.randn(2, 64)
-        want = b(x)
-        b.load_state_dict(a.state_dict())  # unpacked, or prepared again from the planes
-        assert b.is_prepared and b.prepared.weights.isa == dst
-        assert torch.equal(b(x), want)
-
-
-def test_vllm_flow_first_forward_after_replace_parameter_prepares_nothing(monkeypatch):
-    """vLLM: load weights, process_weights_after_loading, then replace_parameter (a new
-    Parameter object over the data): the first forward runs from the prepared tensor."""
-    for kind, mod, x in _modules():
-        mod.process_weights_after_loading(mod)
-        want = mod(x)
-        for name in ("prepared",) + mod._SOURCES["prepared"]:  # vLLM's replace_parameter on each
-            old = getattr(mod, name)
-            if old is None:
-                continue
-            delattr(mod, name)
-            mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
-        ct.clear_cache()
-        counter = PrepareCounter(monkeypatch)
-        assert torch.equal(mod(x), want), kind
-        assert counter.calls == 0 and ct.cache_info() == {"entries": 0, "hits": 0, "misses": 0}, kind
-        monkeypatch.undo()
-
-
-def test_ops_opcheck_compile_and_export():
-    lin = torch.nn.Linear(70, 40)
-    t = TernaryLinear.from_linear(lin).prepare()
-    w = WidelyLinear.from_linear(torch.nn.Linear(64, 40)).prepare()
-    torch.library.opcheck(torch.ops.cpukern.ternary_gemv_prepared.default,
-                          (t.prepared.blob, torch.randn(3, 70), 40, "fp32"))
-    torch.library.opcheck(torch.ops.cpukern.widely_linear_prepared.default,
-                          (w.prepared.blob, torch.randn(2, 64), 40))
+def test_a_block_of_packed_layers_compiles_and_exports(dynamo):
+    t, _ = _build("ternary")
+    w = WidelyLinear.from_linear(torch.nn.Linear(40, 40))
+    d, _ = _build("dense")
 
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.t, self.w = t, w
+            self.t, self.w, self.d = t, w, d
 
         def forward(self, x):
-            return self.t(self.w(x)[..., :40].repeat(1, 2)[..., :70])
+            return self.d(torch.cat([self.w(torch.relu(self.t(x))), x[..., :24]], -1))
 
     block = Block()
     x = torch.randn(3, 64)
+    want = block(x)
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
-    assert torch.equal(compiled(x), block(x))
+    assert torch.equal(compiled(x), want)
     ep = torch.export.export(block, (x,))
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-    assert {"cpukern.ternary_gemv_prepared.default", "cpukern.widely_linear_prepared.default"} <= targets
-    assert torch.equal(ep.module()(x), block(x))
+    assert {"cpukern.ternary_gemv_prepared.default", "cpukern.widely_linear_prepared.default",
+            "cpukern.linear_prepared.default"} <= targets, targets
+    assert torch.equal(ep.module()(x), want)
 
 
 @pytest.mark.parametrize("form", ["PackedWeightsTensor", "blob"])
 def test_prepared_op_bad_input_names_the_argument(form):
-    t = TernaryLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
-    x = torch.randn(2, 70)
-    prepared = t.prepared if form == "PackedWeightsTensor" else t.prepared.blob
+    t, _ = _build("ternary")
+    x = torch.randn(2, 64)
+    prepared = t.weight if form == "PackedWeightsTensor" else t.weight.blob.clone()
     with pytest.raises(ValueError, match=r"^prepared: holds 40 output rows, the op was given 41"):
         torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 41)
-    with pytest.raises(ValueError, match=r"^x: expected K = 70"):
-        torch.ops.cpukern.ternary_gemv_prepared(prepared, torch.randn(2, 71), 40)
+    with pytest.raises(ValueError, match=r"^x: expected K = 64"):
+        torch.ops.cpukern.ternary_gemv_prepared(prepared, torch.randn(2, 65), 40)
+    w, _ = _build("widely")
+    with pytest.raises(ValueError, match=r"^prepared: expected prepared weights of ternary"):
+        torch.ops.cpukern.ternary_gemv_prepared(
+            w.weight if form == "PackedWeightsTensor" else w.weight.blob.clone(), x, 40)
     if form == "PackedWeightsTensor":
         assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40),
-                           torch.ops.cpukern.ternary_gemv_prepared(prepared.blob, x, 40))
+                           torch.ops.cpukern.ternary_gemv_prepared(prepared.blob.clone(), x, 40))
         return
-    # Where the selected variant's int8 kernel reads the fp32 layout itself (avx512_vnni), the
-    # buffer always carries it; otherwise the int8 layout must have been exported.
-    wobj = ternary.from_buffer(prepared.numpy())
-    if wobj.int8_ready:
-        y = torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40, "int8")
-        assert np.array_equal(y.numpy(), ternary.gemv(wobj, x.numpy(), act="int8"))
-    else:
-        with pytest.raises(ValueError, match=r"^prepared: has no int8 layout"):
-            torch.ops.cpukern.ternary_gemv_prepared(prepared, x, 40, "int8")
+    t8, _ = _build("ternary_int8")  # its blob carries the int8 layout
+    y8 = torch.ops.cpukern.ternary_gemv_prepared(t8.weight.blob.clone(), x, 40, "int8")
+    assert torch.equal(y8 + t8.bias, t8(x))
     with pytest.raises(TypeError, match=r"^prepared: "):
         torch.ops.cpukern.ternary_gemv_prepared(prepared.view(torch.int8), x, 40)
-    with pytest.raises(ValueError, match=r"^prepared: expected prepared weights of ternary"):
-        w = WidelyLinear.from_linear(torch.nn.Linear(70, 40)).prepare()
-        torch.ops.cpukern.ternary_gemv_prepared(w.prepared.blob, x, 40)
-    foreign = prepared.clone()  # a header naming a variant this build does not run
-    foreign[32:64] = 0
-    foreign[32:39] = torch.tensor(list(b"avx1024"), dtype=torch.uint8)
-    with pytest.raises(ValueError, match=r"^prepared: was prepared for variant 'avx1024' .* which "
-                                         r"this CPU cannot run; import it once"):
-        torch.ops.cpukern.ternary_gemv_prepared(foreign, x, 40)
-    other = ct_ops.prepare_ternary_tensor(t.packed, 70, t.scale, isa="reference")
+    lin, _, _ = _sources()
+    packed, scale = ternary.quantize(lin.weight.detach())
+    other = ct_ops.prepare_ternary_tensor(packed, 64, scale, isa="reference")
     assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(other, x, 40),
-                       ternary.gemv(ternary.prepare(t.packed.view(torch.uint32), 70, t.scale,
-                                                    isa="reference"), x))
+                       ternary.gemv(ternary.prepare(packed, 64, scale, isa="reference"), x))
 
 
-# --- FusedMoE: w13_prepared / w2_prepared --------------------------------------------------
+@pytest.mark.parametrize("case", ["int8_layout", "foreign_variant"])
+def test_prepared_op_on_a_plain_blob_packs_nothing(case):
+    """The op packs nothing per call: a blob it cannot run as it is (no int8 layout for
+    act="int8"; a layout of another CPU, here a header naming a variant no build has) is an
+    error naming `prepared`, not an O(weights) packing on every call."""
+    t, (x,) = _build("ternary")
+    blob = t.weight.blob.clone()
+    if case == "int8_layout":
+        if ternary.from_buffer(blob.numpy()).int8_ready:
+            pytest.skip("this variant's int8 kernel reads the fp32 layout")
+        with pytest.raises(ValueError, match=r"^prepared: has no int8 layout"):
+            torch.ops.cpukern.ternary_gemv_prepared(blob, x, 40, "int8")
+        return
+    blob[32:64] = 0
+    blob[32:39] = torch.tensor(list(b"avx1024"), dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"^prepared: .*'avx1024'.* this CPU cannot run"):
+        torch.ops.cpukern.ternary_gemv_prepared(blob, x, 40)
 
-def _moe_modules():
-    e, h, i = 4, 64, 32
-    w13 = (torch.randn(e, 2 * i, h) / 8).to(torch.bfloat16)
-    w2 = (torch.randn(e, h, i) / 6).to(torch.bfloat16)
-    yield "bf16", FusedMoE.from_experts(w13, w2, (torch.randn(e, 2 * i) / 10), torch.randn(e, h) / 10,
-                                        activation="swigluoai")
+
+# --- what load_state_dict checks -------------------------------------------------------------
+
+def _flip(byte):
+    def mutate(sd, key):
+        bad = sd[key].blob.clone()
+        bad[byte] ^= 4
+        sd[key] = bad  # a plain blob, as safetensors holds it
+    return mutate
+
+
+def _put(make):
+    def mutate(sd, key):
+        sd[key] = make()
+    return mutate
+
+
+# (kind of the target, key to spoil, how, the message after "0.<key>: "[, the error: ValueError])
+BAD_BLOBS = {
+    "checksum": ("ternary", "weight", _flip(1000), r"checksum mismatch"),
+    "truncated": ("ternary", "weight", lambda sd, k: sd.__setitem__(k, sd[k].blob[:-64].clone()),
+                  r"header says"),
+    "not_a_blob": ("ternary", "weight", _put(lambda: torch.zeros(16, dtype=torch.uint8)),
+                   r"expected a prepared-weight buffer"),
+    "float_tensor": ("ternary", "weight", _put(lambda: torch.zeros(40, 64)),
+                     r"expected a 1-D uint8 tensor", TypeError),
+    "other_shape": ("ternary", "weight",
+                    _put(lambda: TernaryLinear.from_linear(torch.nn.Linear(64, 20)).weight),
+                    r"packed weights of shape \(20, 64\) \(group_size 0\) do not fit"),
+    "other_groups": ("ternary", "weight", _put(lambda: TernaryLinear.from_packed(
+        ternary.pack(torch.ones(40, 64, dtype=torch.int8)), 64, torch.ones(40, 2),
+        group_size=32).weight), r"packed weights of shape \(40, 64\) \(group_size 32\) do not fit"),
+    "other_op": ("ternary", "weight", _put(lambda: _build("widely")[0].weight.blob.clone()),
+                 r"holds packed weights of op 'widely_linear'"),
+    "stages": ("widely", "weight", _put(lambda: WidelyLinear.from_linear(
+        torch.nn.Linear(64, 40), stages=1).weight), r"a packed layer of shape \(40, 64\) with 1 "
+        r"stages does not fit"),
+    "dense_format": ("dense", "weight", _put(lambda: _build("dense_int8")[0].weight),
+                     r"packed as int8, this layer is bf16"),
+    "dense_shape": ("dense", "weight", _put(lambda: Linear.from_linear(torch.nn.Linear(64, 8)).weight),
+                    r"packed weight of shape \(1, 8, 64\) does not fit"),
+    "moe_checksum": ("moe_bf16", "w2", _flip(2000), r"checksum mismatch"),
+    "moe_swapped": ("moe_bf16", "w2", lambda sd, k: sd.__setitem__(k, sd["0.w13"]),
+                    r"packed experts of shape \(4, 64, 64\) do not fit this layer \(4, 64, 32\)"),
+    "moe_act": ("moe_mxfp4", "w13", _put(lambda: _w4a8().w13),
+                r"packed as mxfp4_a8, this layer runs act='fp32'"),
+    "moe_ternary": ("moe_bf16", "w2", _put(lambda: _build("ternary")[0].weight.blob.clone()),
+                    r"holds packed weights of op 'ternary'"),
+}
+
+
+def _w4a8():
+    _, w13, w2 = _sources()
     b13, s13 = moe.quantize(w13)
     b2, s2 = moe.quantize(w2)
-    yield "mxfp4", FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2)
-    q13, t13 = moe.quantize(w13, format="int8")
-    q2, t2 = moe.quantize(w2, format="int8")
-    yield "int8", FusedMoE.from_int8(q13, t13, q2, t2, topk=2)
+    return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, act="int8")
 
 
-def _moe_inputs(m):
-    return torch.randn(5, m.hidden).to(torch.bfloat16), torch.randn(5, m.num_experts)
-
-
-@pytest.mark.parametrize("fmt", ["bf16", "mxfp4", "int8"])
-def test_fused_moe_prepared_survives_state_dict_save_load_and_pickle(fmt, monkeypatch):
-    mod = dict(_moe_modules())[fmt]
-    args = _moe_inputs(mod)
+@pytest.mark.parametrize("case", list(BAD_BLOBS))
+def test_bad_blob_in_a_state_dict_names_the_key_and_replaces_nothing(case):
+    kind, name, mutate, message, *exc = BAD_BLOBS[case]
+    mod, args = _build(kind)
+    outer = torch.nn.Sequential(mod)  # the key carries the module's prefix
     want = mod(*args)
-    ct.clear_cache()
-    mod.prepare()
-    assert mod.is_prepared and mod.w13_prepared.dtype == torch.uint8
+    sd = _build(kind, seed=1)[0].state_dict()  # other weights, which a good load would take
+    sd = {"0." + k: v for k, v in sd.items()}
+    mutate(sd, "0." + name)
+    before = {n: (t, t.blob) for n, t in _packed(mod).items()}
+    with pytest.raises(exc[0] if exc else ValueError, match=rf"^0\.{name}: {message}"):
+        outer.load_state_dict(sd)
+    for n, (t, blob) in before.items():  # every packed weight, the good ones included
+        assert getattr(mod, n) is t and t.blob is blob, n
     assert torch.equal(mod(*args), want)
-    sd = mod.state_dict()
-    buf = io.BytesIO()
-    torch.save(sd, buf)
-    buf.seek(0)
-    counter = PrepareCounter(monkeypatch)
-    fresh = dict(_moe_modules())[fmt]  # other weights, overwritten by the load
-    fresh.load_state_dict(torch.load(buf))
-    assert fresh.is_prepared and torch.equal(fresh(*args), want)
-    assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
-    assert counter.calls == 0 and ct.cache_info()["misses"] == 0
-    monkeypatch.undo()
-    plain = {k: v for k, v in sd.items() if not k.endswith("_prepared")}
-    again = dict(_moe_modules())[fmt].prepare()
-    again.load_state_dict(plain)
-    assert not again.is_prepared and torch.equal(again(*args), want)
 
 
-def test_fused_moe_prepared_for_another_variant_is_packed_again_from_the_experts():
-    names = [v["name"] for v in cpukern.kernels("fused_moe") if v["supported"]]
-    for src in names:
-        a = dict(_moe_modules())["bf16"]
-        a.isa = src
-        a.prepare()
-        for dst in names:
-            b = dict(_moe_modules())["bf16"]
-            b.isa = dst
-            b.load_state_dict(a.state_dict())
-            assert b.is_prepared and b.w13_prepared.weights.isa == dst  # packed again
-
-
-def test_fused_moe_vllm_flow_and_compile(monkeypatch):
-    mod = dict(_moe_modules())["bf16"]
-    args = _moe_inputs(mod)
-    mod.process_weights_after_loading(mod)
+@pytest.mark.parametrize("kind", ["ternary", "ternary_int8", "widely", "dense", "moe_bf16",
+                                  "moe_mxfp4"])
+def test_plain_blobs_in_a_state_dict_load_like_safetensors(kind, tmp_path):
+    """A safetensors file holds each packed weight as its plain 1-D uint8 blob: loading it
+    wraps and checks the blob, and the module computes what the saved one did."""
+    st = pytest.importorskip("safetensors.torch")
+    mod, args = _build(kind)
     want = mod(*args)
-    for name in tuple(FusedMoE._SOURCES) + ("w13", "w2"):
-        old = getattr(mod, name)
-        delattr(mod, name)
-        mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
-    ct.clear_cache()
-    counter = PrepareCounter(monkeypatch)
+    plain = {k: (v.blob if isinstance(v, PackedWeightsTensor) else v)
+             for k, v in mod.state_dict().items()}
+    st.save_file(plain, str(tmp_path / "m.safetensors"))
+    loaded = st.load_file(str(tmp_path / "m.safetensors"))
+    assert all(type(v) is torch.Tensor for v in loaded.values())
+    target, _ = _build(kind, seed=1)
+    target.load_state_dict(loaded)
+    for name, t in _packed(target).items():
+        assert type(t) is PackedWeightsTensor and t.kind == getattr(mod, name).kind, name
+        assert t.act == getattr(mod, name).act, name
+    assert torch.equal(target(*args), want)
+
+
+# --- weights packed for a CPU that cannot run them -------------------------------------------
+
+_OTHER_CPU_CHILD = r"""
+import json, sys
+import torch
+import cpukern
+from cpukern.torch import FusedMoE, Linear, PackedWeightsTensor, TernaryLinear, WidelyLinear
+
+cases = torch.load(sys.argv[1], weights_only=False)
+out = {}
+for case in cases:
+    kind, isa = case["kind"], case["isa"]
+    lin, w13, w2, args = case["lin"], case["w13"], case["w2"], case["args"]
+    r = out[f"{kind}-{isa}"] = {
+        "runs": [v["name"] for v in cpukern.kernels(case["op"]) if v["supported"]]}
+    if kind.startswith("ternary"):
+        native = TernaryLinear.from_linear(lin, act=case["act"])
+    elif kind == "widely":
+        native = WidelyLinear.from_linear(lin)
+    elif kind == "dense":
+        native = Linear.from_linear(lin)
+    else:
+        native = FusedMoE.from_experts(w13, w2, case["b13"], case["b2"], activation="swigluoai")
+    want = native(*args)
+    for how in ("plain", "saved"):
+        res = r[how] = {}
+        try:
+            if how == "plain":
+                sd = case["plain"]
+            else:
+                sd = torch.load(case["saved"], weights_only=False)
+        except ValueError as e:
+            res["load_error"] = str(e)
+            continue
+        base = kind.split("_")[0]
+        target = {"ternary": lambda: TernaryLinear(64, 40, act=case["act"]),
+                  "widely": lambda: WidelyLinear(64, 40),
+                  "dense": lambda: Linear(64, 40),
+                  "moe": lambda: FusedMoE(4, 64, 32, activation="swigluoai", bias=True)}[base]()
+        if base in ("dense", "moe"):  # refused: the target keeps what it held
+            target.load_state_dict(native.state_dict())
+        blobs = [b.blob for b in target.buffers() if isinstance(b, PackedWeightsTensor)]
+        try:
+            target.load_state_dict(sd)
+        except ValueError as e:
+            res["error"] = str(e)
+            packed = [b for b in target.buffers() if isinstance(b, PackedWeightsTensor)]
+            res["unchanged"] = (len(packed) == len(blobs)
+                                and all(b.blob is old for b, old in zip(packed, blobs))
+                                and (all(b.is_empty for b in packed) if base in ("ternary", "widely")
+                                     else torch.equal(target(*args), want)))
+            continue
+        w = target.weight.weights
+        res.update(isa=w.isa, view=bool(w.is_view), equal=bool(torch.equal(target(*args), want)))
+print(json.dumps(out))
+"""
+
+OTHER_CPU_KINDS = ["ternary", "ternary_int8", "widely", "dense", "moe_bf16"]
+
+
+@pytest.fixture(scope="module")
+def other_cpu(tmp_path_factory):
+    """Modules packed here for every variant that needs a CPU feature, loaded in a Python that
+    hides all those features (CPUKERN_DISABLE_FEATURES), so that only the portable variants
+    run there: {"<kind>-<isa>": what the load did}."""
+    if UNDER_QEMU:
+        pytest.skip("qemu-user cannot start a guest subprocess")
+    tmp = tmp_path_factory.mktemp("other_cpu")
+    hide = sorted({f for op in set(KIND_OP.values()) for v in cpukern.kernels(op)
+                   for f in v["requires"]})
+    cases = []
+    for kind in OTHER_CPU_KINDS:
+        op = KIND_OP[kind]
+        for v in cpukern.kernels(op):
+            if not v["supported"] or not v["requires"]:
+                continue
+            mod, args = _build(kind, v["name"])
+            lin, w13, w2 = _sources()
+            saved = tmp / f"{kind}-{v['name']}.pt"
+            torch.save(mod.state_dict(), saved)
+            plain = {k: (t.blob.clone() if isinstance(t, PackedWeightsTensor) else t)
+                     for k, t in mod.state_dict().items()}
+            b13, b2 = (getattr(mod, "w13_bias", None), getattr(mod, "w2_bias", None))
+            cases.append({"kind": kind, "isa": v["name"], "op": op, "lin": lin, "w13": w13,
+                          "w2": w2, "b13": b13, "b2": b2, "args": args, "plain": plain,
+                          "saved": str(saved), "act": getattr(mod, "act", "fp32")})
+    path = tmp / "cases.pt"
+    torch.save(cases, path)
+    env = dict(os.environ, CPUKERN_DISABLE_FEATURES=",".join(hide))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_OTHER_CPU_CHILD), str(path)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _other_cpu_result(other_cpu, kind, isa):
+    r = other_cpu[f"{kind}-{isa}"]
+    assert isa not in r["runs"], f"{isa} still runs with every feature hidden"
+    return r
+
+
+def _packed_again(res, runs):
+    assert "error" not in res and "load_error" not in res, res
+    assert res["isa"] in runs and not res["view"], res  # packed again for that CPU
+    assert res["equal"], res  # bitwise what that CPU packs from the float weights
+
+
+@pytest.mark.parametrize("kind,isa", kind_variant_params(["ternary", "ternary_int8"],
+                                                         skip_portable=True))
+def test_ternary_weights_of_another_cpu_are_packed_again_on_load(other_cpu, kind, isa):
+    r = _other_cpu_result(other_cpu, kind, isa)
+    for how in ("plain", "saved"):  # a safetensors-like blob, and torch.save's tensor
+        _packed_again(r[how], r["runs"])
+
+
+@pytest.mark.parametrize("kind,isa", kind_variant_params(["widely"], skip_portable=True))
+def test_widely_linear_weights_of_another_cpu_are_packed_again_or_refused(other_cpu, kind, isa):
+    """Only the public layout (t2p16x4) can be unpacked and packed again; the others are
+    refused naming the key, and the module keeps what it held."""
+    r = _other_cpu_result(other_cpu, kind, isa)
+    layout = bytes(_build(kind, isa)[0].weight.blob[160:192].tolist()).rstrip(b"\0")
+    if layout == b"t2p16x4":
+        _packed_again(r["plain"], r["runs"])
+        return
+    res = r["plain"]
+    assert res.get("error", "").startswith("weight: packed for a variant this CPU cannot run"), res
+    assert res["unchanged"], res
+
+
+@pytest.mark.parametrize("kind,isa", kind_variant_params(["dense", "moe_bf16"], skip_portable=True))
+def test_dense_and_moe_weights_of_another_cpu_are_refused_naming_the_key(other_cpu, kind, isa):
+    """MoE and dense packings cannot be unpacked: a load names the key and replaces nothing."""
+    r = _other_cpu_result(other_cpu, kind, isa)
+    key = "weight" if kind == "dense" else "w13"
+    res = r["plain"]
+    assert res.get("error", "").startswith(f"{key}: packed for a variant this CPU cannot run"), res
+    assert res["unchanged"], res
+    # torch.save's PackedWeightsTensor is checked when torch.load rebuilds it
+    res = r["saved"]
+    assert "cannot run" in res.get("load_error", res.get("error", "")), res
+    assert res.get("unchanged", True), res
+
+
+# --- vLLM ------------------------------------------------------------------------------------
+
+def _replace_parameter(mod, name):
+    """vLLM's replace_parameter: a new Parameter object over the same data."""
+    old = getattr(mod, name)
+    delattr(mod, name)
+    mod.register_parameter(name, torch.nn.Parameter(old.detach(), requires_grad=False))
+    return old
+
+
+@pytest.mark.parametrize("kind", list(KIND_OP))
+def test_vllm_replace_parameter_keeps_the_packed_weights(kind, monkeypatch, dynamo):
+    mod, args = _build(kind)
+    want = mod(*args)
+    other = _build(kind, seed=1)[0]
+    counter = PackCounter(monkeypatch)
+    for name in list(mod._PACKED):
+        old = _replace_parameter(mod, name)
+        new = getattr(mod, name)
+        assert isinstance(new, PackedWeightsTensor) and isinstance(new, torch.nn.Parameter)
+        assert new is not old and new.blob is old.blob and new.weights is old.weights
     assert torch.equal(mod(*args), want)
-    assert counter.calls == 0 and ct.cache_info()["misses"] == 0
-    monkeypatch.undo()
-    cm = torch.compile(mod, fullgraph=True, backend="aot_eager")
-    assert torch.equal(cm(*args), want)
-    ep = torch.export.export(mod, args)
-    assert any(str(n.target) == "cpukern.fused_moe_prepared.default" for n in ep.graph.nodes)
-    assert torch.equal(ep.module()(*args), want)
-    tw, ids = mod.route(args[1])
-    torch.library.opcheck(torch.ops.cpukern.fused_moe_prepared.default,
-                          (args[0], mod.w13_prepared.blob, mod.w2_prepared.blob, tw, ids, "swigluoai",
-                           mod.w13_bias, mod.w2_bias))
+    assert counter.calls == []
+    assert torch.equal(torch.compile(mod, fullgraph=True, backend="aot_eager")(*args), want)
+    fresh = other
+    fresh.load_state_dict(mod.state_dict())  # parameters or buffers: the same state_dict
+    assert torch.equal(fresh(*args), want)
+    other2 = _build(kind, seed=2)[0]
+    mod.load_state_dict(other2.state_dict())  # and a Parameter takes a later load
+    assert torch.equal(mod(*args), other2(*args)) and not torch.equal(mod(*args), want)
 
 
-def test_fused_moe_corrupted_prepared_names_the_key():
-    mod = dict(_moe_modules())["bf16"].prepare()
-    sd = mod.state_dict()
-    bad = sd["w2_prepared"].blob.clone()
-    bad[2000] ^= 1
-    sd["w2_prepared"] = bad
-    with pytest.raises(ValueError, match=r"^w2_prepared: checksum mismatch"):
-        dict(_moe_modules())["bf16"].load_state_dict(sd)
-    sd["w2_prepared"] = mod.w13_prepared
-    with pytest.raises(ValueError, match=r"^w2_prepared: packed experts of shape \(4, 64, 64\)"):
-        dict(_moe_modules())["bf16"].load_state_dict(sd)
+def test_vllm_order_prepared_moe_op_runs_prepacked_and_module_experts(monkeypatch):
+    from cpukern.torch import vllm
+
+    _, w13, w2 = _sources()
+    mod = FusedMoE.from_experts(w13, w2, activation="swigluoai")
+    x, logits = _build("moe_bf16")[1]
+    tw, ids = mod.route(logits)
+    want = mod.experts(x, tw, ids)
+    p13, p2 = vllm.prepack_moe_tensor(w13), vllm.prepack_moe_tensor(w2)
+    counter = PackCounter(monkeypatch)
+    for a, b in ((p13, p2), (mod.w13, mod.w2)):  # plain blobs, and the module's packed tensors
+        out = torch.empty_like(x)
+        torch.ops.cpukern.cpu_fused_moe_prepared(out, x, a, b, None, None, tw, ids, False,
+                                                 "swigluoai")
+        assert torch.equal(out, want)
+    assert counter.calls == [] and ct.cache_info()["misses"] == 0
 
 
 def test_packed_experts_buffer_fuzz_raises_or_returns():
     """Flipped header / payload bytes and one-byte-value payloads (MXFP4 nibbles and scale
     bytes 255 included): import and fused_moe raise ValueError or return."""
     rng = torch.Generator().manual_seed(3)
-    for fmt, mod in _moe_modules():
-        mod.prepare()
-        x, logits = _moe_inputs(mod)
+    for kind in ("moe_bf16", "moe_mxfp4"):
+        mod, (x, logits) = _build(kind)
         tw, ids = mod.route(logits)
         outcomes = set()
         for trial in range(40):
-            w13 = mod.w13_prepared.blob.clone()
+            w13 = mod.w13.blob.clone()
             if trial < 4:
                 w13[448:] = (0xFF, 0x00, 0x7F, 0x88)[trial]
             else:
@@ -407,73 +545,11 @@ def test_packed_experts_buffer_fuzz_raises_or_returns():
                 w13[at] ^= (1 << torch.randint(0, 8, (n,), generator=rng)).to(torch.uint8)
             try:
                 p13 = moe.from_buffer(w13)
-                p2 = moe.from_buffer(mod.w2_prepared.blob)
+                p2 = moe.from_buffer(mod.w2.blob)
                 if p13.shape[1] != 2 * mod.intermediate or p13.shape[2] != mod.hidden:
                     raise ValueError("shape")
                 moe.fused_moe(x, p13, p2, tw, ids, activation=mod.activation)
                 outcomes.add("ran")
             except ValueError:
                 outcomes.add("raised")
-        assert outcomes == {"ran", "raised"}, (fmt, outcomes)
-
-
-def test_vllm_order_prepared_moe_op_matches_the_module(monkeypatch):
-    from cpukern.torch import vllm
-    mod = dict(_moe_modules())["bf16"]
-    x, logits = _moe_inputs(mod)
-    tw, ids = mod.route(logits)
-    want = mod.experts(x, tw, ids)
-    w13, w2 = vllm.prepack_moe_tensor(mod.w13), vllm.prepack_moe_tensor(mod.w2)
-    ct.clear_cache()
-    counter = PrepareCounter(monkeypatch)
-    out = torch.empty_like(x)
-    torch.ops.cpukern.cpu_fused_moe_prepared(out, x, w13, w2, mod.w13_bias, mod.w2_bias, tw, ids,
-                                             False, "swigluoai")
-    assert torch.equal(out, want) and counter.calls == 0
-
-
-# --- drop_plain_weights: one copy of the weights in memory ------------------------------
-
-def _all_modules():
-    for kind, mod, x in _modules():
-        yield kind, mod, (x,)
-    for fmt, mod in _moe_modules():
-        yield "moe_" + fmt, mod, _moe_inputs(mod)
-
-
-@pytest.mark.parametrize("kind", ["ternary", "ternary_grouped", "widely", "dense", "moe_bf16",
-                                  "moe_mxfp4", "moe_int8"])
-def test_drop_plain_weights_keeps_the_result_and_frees_the_plain_copy(kind, monkeypatch):
-    mod, args = next((m, a) for k, m, a in _all_modules() if k == kind)
-    twin = pickle.loads(pickle.dumps(mod))  # the same weights, for a state_dict target
-    with pytest.raises(RuntimeError, match="prepare"):
-        mod.drop_plain_weights()  # nothing prepared yet: it would leave no weights at all
-    want = mod.prepare()(*args)
-    plain = [s for srcs in mod._SOURCES.values() for s in srcs if getattr(mod, s, None) is not None]
-    assert mod.drop_plain_weights() is mod and mod.plain_weights_dropped
-    assert all(getattr(mod, s).numel() == 0 for s in plain), plain
-    counter = PrepareCounter(monkeypatch)
-    assert torch.equal(mod(*args), want)
-    assert counter.calls == 0
-    # What needs the plain weights again says so instead of preparing from empty tensors.
-    with pytest.raises(RuntimeError, match="drop_plain_weights"):
-        mod.prepare()
-    if hasattr(mod, "dequantized"):
-        with pytest.raises(RuntimeError, match="drop_plain_weights"):
-            mod.dequantized()
-    # state_dict carries the prepared buffers; a module that dropped too loads them.
-    twin.prepare().drop_plain_weights()
-    twin.load_state_dict(mod.state_dict())
-    assert torch.equal(twin(*args), want)
-    assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
-    # A state_dict without the prepared buffers replaces nothing the module runs from.
-    empty = {k: v for k, v in mod.state_dict().items() if not k.endswith("prepared")}
-    twin.load_state_dict(empty)
-    assert torch.equal(twin(*args), want)
-    # Prepared weights made for another CPU need the plain weights: an error, not zeros.
-    for name in twin._PREPARED:
-        foreign = getattr(twin, name).clone()
-        foreign._runs_here, foreign._weights = False, None
-        getattr(twin, name).copy_(foreign)
-    with pytest.raises(RuntimeError, match="drop_plain_weights"):
-        twin(*args)
+        assert outcomes == {"ran", "raised"}, (kind, outcomes)

@@ -2,14 +2,14 @@
 
 Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
 torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
-``modules`` (TernaryLinear, WidelyLinear, FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
+``modules`` (TernaryLinear, WidelyLinear, Linear), ``experts`` (FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
 transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
 quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
 as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
 from_pretrained for Hugging Face transformers models), ``attention`` (one-token decode attention
 registered with transformers' AttentionInterface, set by patch / the quantizer), ``packed``
-(PackedWeightsTensor, the one torch holder of prepared weights), ``_weight_cache`` (the
-raw-weight ops' cache below).
+(PackedWeightsTensor, the one torch holder of packed weights), ``_weight_cache`` (the
+raw-weight ops' cache below, which the modules never use).
 
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
 trace them without graph breaks; no autograd: inference only):
@@ -26,8 +26,8 @@ w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
     cpukern.moe.fused_moe over bf16 expert weights w13 (E, 2I, H) and w2 (E, H, I).
 ``torch.ops.cpukern.ternary_gemv_prepared(prepared, x, out_features, act="fp32") -> Tensor``
 ``torch.ops.cpukern.widely_linear_prepared(prepared, x, out_features) -> Tensor``
-    The same layers from PREPARED weights: a PackedWeightsTensor (a module's ``prepared``;
-    its cached prepared object runs, nothing is parsed per call) or its blob, a plain 1-D
+    The same layers from PREPARED weights: a PackedWeightsTensor (a module's ``weight``;
+    its packed object runs, nothing is parsed per call) or its blob, a plain 1-D
     uint8 tensor (the serialised form of cpukern.ternary.to_bytes: a versioned header + the
     kernel layout and scales; make one with ``ops.prepare_ternary_tensor`` /
     ``ops.prepare_widely_linear_tensor``), whose header is validated on every call (O(1)).
@@ -65,14 +65,16 @@ is a ValueError listing the known names.
 Threads: the ops use torch.get_num_threads() unless cpukern.set_num_threads(n >= 1) chose a
 count (cpukern.num_threads_is_set()); then they use cpukern's.
 
-Modules (``modules``): weights stay in their own formats under .to(dtype) / .half() /
-.bfloat16() / .float(); any float activation dtype in, the same dtype out. ``prepare()``
-(alias ``process_weights_after_loading()``) builds the kernel layout at load time into the
-module's PackedWeightsTensor buffers ``prepared`` (TernaryLinear, WidelyLinear, Linear;
-FusedMoE: ``w13_prepared``, ``w2_prepared``), and forward runs from them: no per-call work,
-vLLM's ``replace_parameter`` loses nothing, and state_dict / torch.save / pickle / deepcopy
-carry them through the tensor subclass (checked on load: header, checksum, fit; weights made
-for another CPU are prepared again for this one). See cpukern.torch.modules and
+Modules (``modules``, ``experts``): packed weights are the weights. TernaryLinear, WidelyLinear
+and Linear hold ``weight``, a PackedWeightsTensor that carries its kernel, and ``bias``;
+FusedMoE holds ``w13`` and ``w2``. The constructors pack once (``from_linear``,
+``from_checkpoint``, ``from_packed``, ``from_experts``, ``from_mxfp4``, ``from_int8``); no float
+copy, no second cache. ``F.linear(x, packed, bias)`` runs the kernel, so an ``nn.Linear`` whose
+weight is a PackedWeightsTensor runs cpukern too, eagerly and compiled. state_dict /
+torch.save / pickle / deepcopy carry the packed bytes (checked on load: header, checksum,
+fit; ternary layouts made for another CPU are packed again for this one, MoE and dense ones
+are refused). Weights stay in their own formats under .to(dtype) / .half() / .bfloat16() /
+.float(); any float activation dtype in, the same dtype out. See cpukern.torch.modules and
 cpukern.torch.packed.
 
 The raw-weight ops below prepare the weights themselves: prepared forms (the kernels' own
@@ -86,8 +88,7 @@ version and the next call converts again. The prepared form is freed with the st
 that bypass torch's version counter (through a numpy view, ``.data`` tricks, or another
 process) are not seen: call ``clear_cache()``. This cache is not saved: torch.save, pickle
 and state_dict carry the portable weights (and a module's PackedWeightsTensor buffers, which
-need no cache), and the raw-weight ops convert them again after loading. The modules use the
-raw-weight ops only while torch.compile / torch.export trace a module not prepared yet.
+need no cache), and the raw-weight ops convert them again after loading.
 
 vLLM's ``prepack_moe_weight(weight, packed_weight, isa)`` fills ``packed_weight`` (same shape
 and dtype as ``weight``, as vLLM allocates it with ``empty_like``) with the weights and packs
@@ -106,7 +107,8 @@ from cpukern.torch._weight_cache import cache_info, clear_cache
 from cpukern.torch.packed import PackedWeightsTensor
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
-from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, WidelyLinear
+from cpukern.torch.modules import Linear, TernaryLinear, WidelyLinear
+from cpukern.torch.experts import FusedMoE
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "PackedWeightsTensor",

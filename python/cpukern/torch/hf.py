@@ -44,8 +44,7 @@ __all__ = ["patch", "from_pretrained", "PatchReport", "MoEExperts"]
 
 def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = None,
           format: Optional[str] = None, dense: Optional[str] = "bf16",
-          threads: Optional[int] = None, keep_plain_weights: bool = False,
-          lm_head: Optional[str] = None) -> PatchReport:
+          threads: Optional[int] = None, lm_head: Optional[str] = None) -> PatchReport:
     """Replaces, in place, every module of a transformers model that cpukern runs (see the
     module docstring) and returns a PatchReport (also kept as ``model.cpukern_report``). All
     or nothing: every argument and every module is checked before the first is replaced.
@@ -59,17 +58,16 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     (default), "int8" (W8A8) or None (left in torch). lm_head: the LM head's format, "bf16",
     "int8" (W8A8: a quarter of the bytes a decoded token reads there, within the bound of
     docs/guarantees.md; a tied head packs its own copy, the embedding lookups stay bf16) or
-    None (default: as dense). threads: cpukern.set_num_threads(threads)
-    (process-wide). keep_plain_weights: keep the plain weights next to the prepared kernel
-    layouts (twice the memory; needed to prepare again for another isa, or for
-    dequantized()); by default they are dropped (``drop_plain_weights()``)."""
+    None (default: as dense). threads: cpukern.set_num_threads(threads) (process-wide).
+    Replaced modules hold their weights packed only (cpukern.torch.modules): the float
+    weights they were made from are freed as each module is packed."""
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     family = family_for(model.config, "model")
     opts = options(family, isa, act, format, dense, threads, lm_head)
     report = PatchReport()
     steps, report.left = family.plan(model, opts)
-    family.apply(model, steps, opts, report, keep_plain_weights)
+    family.apply(model, steps, opts, report)
     use_decode_attention(model)
     model.cpukern_report = report
     return report
@@ -79,7 +77,6 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
                     act: Optional[str] = None, format: Optional[str] = None,
                     dense: Optional[str] = "bf16", threads: Optional[int] = None,
                     dtype: Optional[torch.dtype] = None,
-                    keep_plain_weights: bool = False,
                     lm_head: Optional[str] = None) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(path, quantization_config=CpukernConfig(...))``
     for a local checkpoint directory, also when config.json names BitNet's or MXFP4's
@@ -107,12 +104,10 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
     stored = getattr(config, "quantization_config", None)
     if stored is not None and not isinstance(stored, dict):
         stored = stored.to_dict()
-    given = dict(format=format, act=act, dense=dense, isa=isa, threads=threads,
-                 keep_plain_weights=keep_plain_weights, lm_head=lm_head)
+    given = dict(format=format, act=act, dense=dense, isa=isa, threads=threads, lm_head=lm_head)
     if stored is not None and stored.get("quant_method") == "cpukern":
         # saved by save_pretrained: its own options and prepared modules
-        defaults = dict(format=None, act=None, dense="bf16", isa=None, threads=None,
-                        keep_plain_weights=False, lm_head=None)
+        defaults = dict(format=None, act=None, dense="bf16", isa=None, threads=None, lm_head=None)
         for name, v in given.items():
             if v != defaults[name] and v != stored.get(name):
                 raise ValueError(f"{name}: {path!r} holds layouts prepared with {name}="

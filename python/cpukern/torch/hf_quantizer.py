@@ -16,10 +16,10 @@ keeps that config in config.json, and transformers refuses a second one passed t
 stored config on as ``CpukernConfig(checkpoint_quantization=...)`` (the packed ternary rows and
 the MXFP4 blocks are loaded as stored, never expanded to float).
 
-``save_pretrained`` of such a model writes the prepared layouts and a ``quantization_config``
+``save_pretrained`` of such a model writes the packed weights and a ``quantization_config``
 that records each replaced module; loading that directory builds those modules on the meta
 device with the stored shapes (cpukern.torch.families.saved), lets transformers fill them and
-adopts the prepared buffers (checked; prepared again for this CPU or refused)."""
+wraps the packed weights (checked; ternary packed again for this CPU, others refused)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ from transformers.quantizers.auto import register_quantization_config, register_
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from cpukern._arrays import bool_arg
 from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.attention import use_decode_attention
 from cpukern.torch.families import family_for
@@ -54,7 +53,7 @@ class CpukernConfig(QuantizationConfigMixin):
     variant), act (ternary activations: "int8_bitnet", "int8", "fp32"), format (experts:
     gpt-oss "mxfp4", "mxfp4_a8", "bf16"; Qwen3-MoE "bf16", "int8"; None: the checkpoint's own),
     dense ("bf16", "int8", None: left in torch), lm_head (the LM head: "bf16", "int8" = W8A8,
-    None: as dense), threads, keep_plain_weights.
+    None: as dense), threads.
     checkpoint_quantization: the quantization config the checkpoint was stored with (BitNet's
     or MXFP4's, as a dict), None for float checkpoints. Checked against the model's family when
     it loads. prepared_modules: written by save_pretrained (the modules whose prepared
@@ -62,7 +61,7 @@ class CpukernConfig(QuantizationConfigMixin):
 
     def __init__(self, format: Optional[str] = None, act: Optional[str] = None,
                  dense: Optional[str] = "bf16", isa: Optional[str] = None,
-                 threads: Optional[int] = None, keep_plain_weights: bool = False,
+                 threads: Optional[int] = None,
                  checkpoint_quantization: Optional[dict] = None,
                  prepared_modules: Optional[dict] = None, lm_head: Optional[str] = None,
                  **kwargs: Any) -> None:
@@ -76,7 +75,6 @@ class CpukernConfig(QuantizationConfigMixin):
                             f"{type(checkpoint_quantization).__name__}")
         self.format, self.act, self.dense, self.isa, self.threads = format, act, dense, isa, threads
         self.lm_head = lm_head
-        self.keep_plain_weights = bool_arg(keep_plain_weights, "keep_plain_weights")
         self.checkpoint_quantization = checkpoint_quantization
         if prepared_modules is not None and not isinstance(prepared_modules, dict):
             raise TypeError(f"prepared_modules: expected None or a dict, got "
@@ -201,7 +199,7 @@ class CpukernHfQuantizer(HfQuantizer):
             report.replaced += [(n, d["class"].rpartition(".")[2], "loaded prepared")
                                 for n, d in prepared.items()]
         steps, report.left = self._family.plan(model, self._options)
-        self._family.apply(model, steps, self._options, report, qc.keep_plain_weights)
+        self._family.apply(model, steps, self._options, report)
         use_decode_attention(model)
         prepared.update({s.name: describe(model.get_submodule(s.name)) for s in steps})
         # What save_pretrained writes: these options and the modules as they are now (the
@@ -220,7 +218,7 @@ class CpukernHfQuantizer(HfQuantizer):
         return True
 
     def get_state_dict_and_metadata(self, model: Any) -> tuple:
-        """The state_dict save_pretrained writes: prepared weights as their blobs (safetensors
+        """The state_dict save_pretrained writes: packed weights as their blobs (safetensors
         holds plain tensors; loading wraps them again, checked)."""
         state = {k: v.blob if isinstance(v, PackedWeightsTensor) else v
                  for k, v in model.state_dict().items()}

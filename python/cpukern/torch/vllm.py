@@ -22,7 +22,6 @@ from cpukern import moe as _moe
 from cpukern.torch._weight_cache import _CACHE, _version
 from cpukern.torch.ops import (_fused_moe_into, _fused_moe_prepared, _isa, experts_cache_key,
                                prepare_experts_tensor)
-from cpukern.torch.packed import eager_impl
 
 __all__ = ["prepack_moe_weight", "cpu_fused_moe", "prepack_moe_tensor", "cpu_fused_moe_prepared"]
 
@@ -91,7 +90,6 @@ def _cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tens
 
 cpu_fused_moe_prepared = torch.library.custom_op("cpukern::cpu_fused_moe_prepared",
                                                  mutates_args=("output",))(_cpu_fused_moe_prepared)
-eager_impl(torch.ops.cpukern.cpu_fused_moe_prepared.default)(_cpu_fused_moe_prepared)
 
 
 @cpu_fused_moe_prepared.register_fake

@@ -21,7 +21,8 @@ from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import MAX_THREADS, int_arg, str_arg
 from cpukern.torch._pages import drop_mapped_pages
-from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
+from cpukern.torch.experts import FusedMoE
+from cpukern.torch.modules import Linear, TernaryLinear
 
 DENSE = ("bf16", "int8")
 
@@ -116,16 +117,12 @@ def options(family: "Family", isa: Any = None, act: Any = None, format: Any = No
 
 def ternary_linear(codes: np.ndarray, scale: float, bias: Optional[Tensor], act: str, isa: str,
                    norm: Optional[nn.Module] = None) -> nn.Module:
-    """TernaryLinear (prepared) over int8 {-1, 0, +1} codes (out, in) times a per-tensor
+    """TernaryLinear (packed) over int8 {-1, 0, +1} codes (out, in) times a per-tensor
     float32 scale; behind the layer's optional RMSNorm (kept in torch)."""
     out_f, in_f = codes.shape
-    tl = TernaryLinear(in_f, out_f, bias is not None, act=act, isa=isa)
-    with torch.no_grad():
-        tl.packed.copy_(torch.from_numpy(_ternary.pack(np.ascontiguousarray(codes)).view(np.int32)))
-        tl.scale.fill_(float(scale))
-        if bias is not None:
-            tl.bias.copy_(bias.detach().to(torch.float32))
-    tl.prepare()
+    packed = torch.from_numpy(_ternary.pack(np.ascontiguousarray(codes)).view(np.int32))
+    tl = TernaryLinear.from_packed(packed, in_f, torch.full((out_f,), float(scale)), bias,
+                                   act=act, isa=isa)
     return tl if norm is None else nn.Sequential(norm, tl)
 
 
@@ -144,7 +141,7 @@ def is_exact_mxfp4(w: Tensor) -> bool:
 
 def fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tensor], *, fmt: str,
               topk: int, activation: str, isa: str) -> FusedMoE:
-    """FusedMoE (prepared) from float experts w13 (E, 2I, H), w2 (E, H, I) in format fmt
+    """FusedMoE (packed) from float experts w13 (E, 2I, H), w2 (E, H, I) in format fmt
     ("bf16", "int8", "mxfp4", "mxfp4_a8")."""
     kw = dict(topk=topk, activation=activation, isa=isa)
     if fmt == "bf16":
@@ -158,14 +155,14 @@ def fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tenso
         else:
             mod = FusedMoE.from_mxfp4(q13, s13, q2, s2, b13, b2, **kw,
                                       act="int8" if fmt == "mxfp4_a8" else "fp32")
-    return mod.prepare()
+    return mod
 
 
 # --- the plan: which module becomes what ---------------------------------------------------
 
 @dataclasses.dataclass
 class Step:
-    """One module to replace: `build()` makes the prepared cpukern module."""
+    """One module to replace: `build()` makes the packed cpukern module."""
 
     name: str
     cls: str
@@ -261,7 +258,7 @@ class Family:
             lossy = ("lm_head='int8' (W8A8 LM head)" if option == "lm_head"
                      else "dense='int8' (W8A8 dense layers)")
         return Step(name, "Linear", f"Linear {fmt}", lambda: Linear.from_linear(
-            mod, format=fmt, isa=_dense_isa(opts.isa)).prepare(), lossy=lossy)
+            mod, format=fmt, isa=_dense_isa(opts.isa)), lossy=lossy)
 
     def plan(self, model: nn.Module, opts: Options) -> tuple[list, list]:
         """(steps, left): every module checked before any is replaced."""
@@ -292,25 +289,20 @@ class Family:
                           UserWarning, stacklevel=3)
         return steps, left
 
-    def apply(self, model: nn.Module, steps: list, opts: Options, report: PatchReport,
-              keep_plain: bool) -> None:
-        """Builds and places each step's module, one at a time (with keep_plain False one
-        layer's plain copy at a time is alive, and the checkpoint pages the replaced module's
-        tensors were mapped from are dropped from the process once copied: cpukern.torch._pages)."""
+    def apply(self, model: nn.Module, steps: list, opts: Options, report: PatchReport) -> None:
+        """Builds and places each step's module, one at a time (one layer's float weights at a
+        time are alive beside the packed ones, and the checkpoint pages the replaced module's
+        tensors were mapped from are dropped from the process once packed: cpukern.torch._pages)."""
         if opts.threads is not None:
             cpukern.set_num_threads(opts.threads)
         with torch.no_grad():
             for step in steps:
                 new = step.build()
                 old = model.get_submodule(step.name)
-                if not keep_plain:
-                    for m in new.modules():
-                        if isinstance(m, _PreparedBuffer) and not m.plain_weights_dropped:
-                            m.drop_plain_weights()
                 model.set_submodule(step.name, new)
                 report.replaced.append((step.name, step.cls, step.what))
-                if not keep_plain:  # pages of tensors the model still holds stay
-                    drop_mapped_pages(_tensors(old), _tensors(model))
+                # pages of tensors the model still holds stay
+                drop_mapped_pages(_tensors(old), _tensors(model))
                 del new, old
                 step.build = None  # frees the old module's tensors the closure holds
 

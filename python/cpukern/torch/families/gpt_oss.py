@@ -24,7 +24,7 @@ from cpukern import moe as _moe
 from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.families.common import (Family, MoEExperts, Options, Step, fused_moe,
                                            is_exact_mxfp4)
-from cpukern.torch.modules import FusedMoE
+from cpukern.torch.experts import FusedMoE
 
 SWIGLU = (1.702, 7.0)  # cpukern's swigluoai constants (alpha, limit)
 _A8 = "format='mxfp4_a8' (experts' activations rounded to int8)"
@@ -116,7 +116,7 @@ class GptOss(Family):
                         lambda: MoEExperts(FusedMoE.from_mxfp4(
                             mod.gate_up_proj_blocks, mod.gate_up_proj_scales, mod.down_proj_blocks,
                             mod.down_proj_scales, b13, b2, **kw,
-                            act="int8" if fmt == "mxfp4_a8" else "fp32").prepare()),
+                            act="int8" if fmt == "mxfp4_a8" else "fp32")),
                         _A8 if fmt == "mxfp4_a8" else None)
         w13 = mod.gate_up_proj.detach().transpose(1, 2)  # (E, H, 2I) -> (E, 2I, H), interleaved
         w2 = mod.down_proj.detach().transpose(1, 2)  # (E, I, H) -> (E, H, I)

@@ -1,8 +1,9 @@
-"""Saving and loading prepared models: what each replaced module is (its class, its plain
+"""Saving and loading packed models: what each replaced module is (its class, its plain
 attributes, which tensors are parameters), recorded in the saved ``quantization_config``; on
 loading, the same modules are built on the meta device with the stored tensors' shapes, so that
-transformers' loader fills them, and their prepared buffers are then checked (header, checksum,
-shape) and adopted, prepared again for this CPU, or refused."""
+transformers' loader fills them, and their packed weights are then checked (header, checksum,
+fit) and used as stored, packed again for this CPU from their own layout (ternary), or
+refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 from torch import nn
 
 from cpukern.torch.families.common import MoEExperts, safetensors_header
-from cpukern.torch.modules import FusedMoE, Linear, TernaryLinear, _PreparedBuffer
+from cpukern.torch.experts import FusedMoE
+from cpukern.torch.modules import Linear, TernaryLinear, _PackedModule, _wrap_blobs
 from cpukern.torch.packed import PackedWeightsTensor
 
 # The classes a saved description may name (nothing else is ever imported from it).
@@ -35,7 +37,7 @@ def describe(mod: nn.Module) -> dict:
         raise ValueError(f"cannot describe a {name} for saving")
     return {"class": name,
             "attrs": {k: v for k, v in vars(mod).items()
-                      if isinstance(v, _PLAIN) and k not in ("_plain_dropped", "_ready")},
+                      if isinstance(v, _PLAIN)},
             "params": sorted(mod._parameters),
             "absent": sorted(k for k, v in mod._buffers.items() if v is None),
             "children": {k: describe(c) for k, c in mod._modules.items()}}
@@ -74,15 +76,10 @@ def _skeleton(desc: dict, prefix: str, stored: dict, where: str) -> nn.Module:
         mod.register_buffer(str(name), None)
     for k, child in desc["children"].items():
         mod.add_module(k, _skeleton(child, f"{prefix}{k}.", stored, where))
-    if isinstance(mod, _PreparedBuffer):
-        for name in mod._PREPARED:
+    if isinstance(mod, _PackedModule):
+        for name in mod._PACKED:
             if name not in mod._buffers:
                 raise ValueError(f"{where}: the checkpoint has no {prefix}{name}")
-        for sources in mod._SOURCES.values():  # optional plain tensors the checkpoint lacks
-            for src in sources:
-                mod._buffers.setdefault(src, None)
-        mod._prepared_from = {}
-        mod._register_prepared_hooks()
     return mod
 
 
@@ -104,17 +101,14 @@ def build_skeletons(model: nn.Module, described: Any, files: list) -> None:
 
 
 def adopt_loaded(model: nn.Module, described: dict) -> None:
-    """The loaded prepared buffers of every described module checked and put to use: as
-    stored when made for this CPU, prepared again for it from their own layout (ternary) or
-    from the plain weights when saved with them; else RuntimeError (never run wrong)."""
+    """The loaded packed weights of every described module checked and wrapped: used as
+    stored when made for this CPU, packed again for it from their own layout (ternary), else
+    ValueError naming the tensor (never run wrong)."""
     with torch.no_grad():
         for name in described:
             for sub, mod in model.get_submodule(name).named_modules(prefix=name):
-                if not isinstance(mod, _PreparedBuffer):
-                    continue
-                plain = [getattr(mod, s, None) for srcs in mod._SOURCES.values() for s in srcs]
-                mod._plain_dropped = all(t is None or t.numel() == 0 for t in plain)
-                for n in mod._PREPARED:  # the loaded blobs, checked (header, checksum)
-                    mod._buffers[n] = PackedWeightsTensor(mod._buffers[n], name=f"{sub}.{n}",
-                                                          _shape=mod._packed_shape(n))
-                mod._refresh(prepare=True)  # adopted, or prepared again here
+                if isinstance(mod, _PackedModule):
+                    state = {f"{sub}.{n}": mod._buffers[n] for n in mod._PACKED}
+                    _wrap_blobs(mod, state, f"{sub}.")
+                    for n in mod._PACKED:
+                        mod._buffers[n] = state[f"{sub}.{n}"]
