@@ -1,6 +1,9 @@
 #include "kernels/common/packed_weights.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "kernels/common/errors.h"
 
@@ -10,6 +13,15 @@ PackedWeights::PackedWeights(const blob::OpFormat& fmt, int scale_section, const
     : blob_format(fmt), op(fmt.op), scale_section_(scale_section), arg_name_(arg_name) {}
 
 void* PackedWeights::own_section(int i, int64_t bytes, bool for_overwrite) {
+  if (target_.p) {  // packing into a serialised buffer (place_sections)
+    if (uint64_t(bytes) != plan_.section[i].size)
+      throw std::logic_error("section " + std::to_string(i) + ": " + std::to_string(bytes) +
+                             " bytes packed, " + std::to_string(plan_.section[i].size) + " planned");
+    unsigned char* p = bytes ? target_.p + plan_.section[i].offset : nullptr;
+    if (p && !for_overwrite) std::memset(p, 0, size_t(bytes));
+    sections_[i] = {p, bytes};
+    return p;
+  }
   AlignedBuffer& b = owned_[i];
   if (for_overwrite)
     b.resize_for_overwrite(size_t(bytes));
@@ -46,6 +58,11 @@ int64_t PackedWeights::serialized_size(const SerializeOptions& o) const {
   return int64_t(blob::plan(c.bytes, sections()).total);
 }
 
+blob::Header PackedWeights::header(const BlobContents& c, const blob::LayoutPlan& plan) const {
+  return blob::make_header(blob_format.op, isa, ukernel_name, layout_name, c.format, c.dims,
+                           blob_format.dims, plan);
+}
+
 void PackedWeights::serialize(unsigned char* out, int64_t size, const SerializeOptions& o) const {
   const blob::LayoutPlan plan = blob::plan(blob_contents(o, true).bytes, sections());
   check_arg(size == int64_t(plan.total), "out",
@@ -53,12 +70,42 @@ void PackedWeights::serialize(unsigned char* out, int64_t size, const SerializeO
                 std::to_string(size));
   check_disjoint_from(out, size, "out", arg_name_);
   const BlobContents c = blob_contents(o, false);  // may pack a layout now (ternary int8)
-  const blob::Header h = blob::make_header(blob_format.op, isa, ukernel_name, layout_name, c.format,
-                                           c.dims, blob_format.dims, plan);
+  const blob::Header h = header(c, plan);
   std::memset(out, 0, size_t(plan.total));  // header gaps and section padding
   for (int i = 0; i < sections(); ++i)
     if (c.bytes[i]) std::memcpy(out + plan.section[i].offset, c.data[i], size_t(c.bytes[i]));
   blob::finish(h, out);
+}
+
+void PackedWeights::place_sections(const BlobTarget& into, const int64_t* sizes) {
+  const blob::LayoutPlan plan = blob::plan(sizes, sections());
+  check_arg(into.size == int64_t(plan.total), "out",
+            "expected " + std::to_string(plan.total) +
+                " bytes (the prepared weights' serialised size), got " + std::to_string(into.size));
+  check_arg(into.p != nullptr && reinterpret_cast<uintptr_t>(into.p) % blob::kAlign == 0, "out",
+            "must start on a 64-byte boundary");
+  // Every byte outside the sections: the header (finished by seal) and each section's padding.
+  std::memset(into.p, 0, sizeof(blob::Header));
+  for (int i = 0; i < plan.sections; ++i) {
+    const uint64_t end = plan.section[i].offset + plan.section[i].size;
+    if (plan.section[i].size && end % blob::kAlign)
+      std::memset(into.p + end, 0, size_t(blob::kAlign - end % blob::kAlign));
+  }
+  plan_ = plan;
+  target_ = into;
+}
+
+void PackedWeights::seal(const SerializeOptions& o) {
+  const BlobContents c = blob_contents(o, true);
+  for (int i = 0; i < sections(); ++i)
+    if (uint64_t(c.bytes[i]) != plan_.section[i].size || c.bytes[i] != section_bytes(i))
+      throw std::logic_error("section " + std::to_string(i) + ": " + std::to_string(c.bytes[i]) +
+                             " bytes serialised, " + std::to_string(plan_.section[i].size) +
+                             " planned");
+  blob::finish(header(c, plan_), target_.p);
+  buffer = {target_.p, target_.size};
+  owner = std::move(target_.owner);
+  target_ = BlobTarget();
 }
 
 void PackedWeights::view_blob(const blob::Header& h, const unsigned char* buf, int64_t size,

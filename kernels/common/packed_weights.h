@@ -18,6 +18,16 @@
 
 namespace cpukern {
 
+// A caller's memory that an op's prepare packs straight into, in the serialised form (the
+// prepare_into functions): `size` bytes at `p`, 64-byte aligned, exactly the op's
+// prepared_size for the same arguments (else InvalidArgument naming "out"). The weights then
+// view it, as from_buffer's zero-copy view would, and keep `owner` alive.
+struct BlobTarget {
+  unsigned char* p = nullptr;
+  int64_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
 class PackedWeights {
  public:
   virtual ~PackedWeights() = default;
@@ -49,7 +59,9 @@ class PackedWeights {
   int64_t scale_bytes() const { return scale_section_ < 0 ? 0 : section_bytes(scale_section_); }
 
   // Packing: section i as `bytes` of owned 64-byte aligned memory (zeroed unless
-  // for_overwrite: the packer then writes every byte); returns it for the packer.
+  // for_overwrite: the packer then writes every byte); returns it for the packer. Between
+  // place_sections and seal: section i's place in the target buffer instead (`bytes` must be
+  // the planned size), zeroed the same way.
   void* own_section(int i, int64_t bytes, bool for_overwrite = false);
 
   // from_buffer: the serialised buffer the sections view (empty when the memory is owned),
@@ -78,6 +90,16 @@ class PackedWeights {
   void serialize(unsigned char* out, int64_t size, const SerializeOptions& o) const;
   void serialize(unsigned char* out, int64_t size) const { serialize(out, size, SerializeOptions()); }
 
+  // Packing straight into the serialised form (prepare_into), the base of every op's:
+  // place_sections, before packing, plans section i at sizes[i] bytes (the op's order,
+  // blob::plan) in `into` (its size and alignment checked, naming "out"), zeroes the header
+  // and the padding, and from then on own_section hands out those places. seal, once every
+  // section is packed, writes the header (blob_contents(o, true): names, dims, format word;
+  // a section of another size than planned is a std::logic_error) and the checksum: the
+  // bytes of serialize(o), and the weights view `into` (is_view()) and hold its owner.
+  void place_sections(const BlobTarget& into, const int64_t* sizes);
+  void seal(const SerializeOptions& o);
+
   // An import's zero-copy view of a parsed buffer: the header's variant, micro-kernel and
   // layout names; section i viewing the buffer after blob::section checked it holds exactly
   // expected[i] bytes (`what[i]` names it in the error); `owner` and `buffer` kept.
@@ -101,6 +123,8 @@ class PackedWeights {
   virtual BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const = 0;
   // The sections held now, for blob_contents.
   BlobContents held_sections() const;
+  // The header of these weights' blob with contents c laid out by plan (checksum 0).
+  blob::Header header(const BlobContents& c, const blob::LayoutPlan& plan) const;
 
  private:
   struct Section {
@@ -109,6 +133,9 @@ class PackedWeights {
   };
   Section sections_[blob::kMaxSections];
   AlignedBuffer owned_[blob::kMaxSections];
+  // Between place_sections and seal: the buffer packed into and its plan.
+  BlobTarget target_;
+  blob::LayoutPlan plan_;
   int scale_section_;
   const char* arg_name_;
 };

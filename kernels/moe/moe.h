@@ -75,20 +75,31 @@ struct PackedExperts final : PackedWeights {
 
 // Every prepare*: e, o, i >= 1, else throws naming "w" (the weights, whatever their format);
 // isa "" (the default variant) or a variant this CPU runs (else throws naming "isa").
+// into: pack straight into that serialised buffer, without an owned copy of the packing
+// (BlobTarget: exactly prepared_size(...) bytes, 64-byte aligned, disjoint from the weights,
+// else throws naming "out"); the result views it as from_buffer would, and its bytes are
+// those of serialize(*prepare*(...)), checksum included.
 std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
-                                             const std::string& isa);
+                                             const std::string& isa,
+                                             const BlobTarget* into = nullptr);
 // MXFP4 experts: blocks (e, o, i/32, 16), scales (e, o, i/32); i a multiple of 32 (throws
 // naming "i"), no scale 255 (throws naming "scales" with its position). format: kMxfp4 (exact)
 // or kMxfp4A8 (int8 activations; else throws naming "format").
 std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const std::string& isa,
-                                                   WeightFormat format = WeightFormat::kMxfp4);
+                                                   WeightFormat format = WeightFormat::kMxfp4,
+                                                   const BlobTarget* into = nullptr);
 // int8 experts: q (e, o, i) int8 in [-127, 127] (-128 throws naming "w"), scales (e, o) fp32,
 // finite and >= 0 (else throws naming "scales" with its position); i <= int8::kMaxK (the int32
 // sums stay exact; throws naming "i").
 std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
-                                                  int64_t o, int64_t i, const std::string& isa);
+                                                  int64_t o, int64_t i, const std::string& isa,
+                                                  const BlobTarget* into = nullptr);
+// The bytes of the serialised form of experts of `format` (e, o, i) packed for `isa`: the
+// size of prepare*'s `into`. Checks the shape and isa as prepare* does (not the arrays).
+int64_t prepared_size(WeightFormat format, int64_t e, int64_t o, int64_t i,
+                      const std::string& isa);
 
 // x: (t, h) bf16; w13 packed from (e, 2I, h); w2 packed from (e, h, I) (same variant, any
 // formats);

@@ -8,6 +8,7 @@
 
 #include "kernels/common/errors.h"
 #include "kernels/common/limits.h"
+#include "kernels/common/prepared_blob.h"
 #include "kernels/common/thread_pool.h"
 #include "kernels/moe/int8.h"
 #include "kernels/moe/moe.h"
@@ -67,9 +68,11 @@ void check_quantize_k(WeightFormat format, int64_t k, const std::string& got) {
 
 // The row a prepare call packs for: an explicit one, or the one `isa` names (resolved only
 // after the call's other arguments are checked, so that their errors come first).
+// into: pack straight into that serialised buffer (prepare_into).
 struct RowChoice {
   const Variant* row;
   const std::string& isa;
+  const BlobTarget* into = nullptr;
   const Variant& get() const { return row ? *row : registry().select(isa); }
 };
 
@@ -85,14 +88,20 @@ static std::shared_ptr<const PackedExperts> pack_experts(const RowChoice& choice
   auto p = std::make_shared<PackedExperts>();
   p->identify(choice.get(), format, e, o, i);
   const Ukernel& uk = *p->ukernel;
-  const int64_t per = uk.packed_size(o, i);
-  char* dst = static_cast<char*>(p->own_section(0, checked_mul(per, e, arg)));
+  const int64_t per = uk.packed_size(o, i), bytes = packed_bytes(uk, e, o, i, arg);
   const char* values = static_cast<const char*>(first.values);
   const char* scales = static_cast<const char*>(first.scales);
+  if (choice.into) {
+    check_disjoint(choice.into->p, choice.into->size, "out",
+                   {{values, e * value_bytes, arg}, {scales, scales ? e * scale_bytes : 0, "scales"}});
+    p->place_sections(*choice.into, &bytes);
+  }
+  char* dst = static_cast<char*>(p->own_section(0, bytes));
   parallel_for(e, 0, [&](int64_t x) {
     uk.pack({values + x * value_bytes, scales ? scales + x * scale_bytes : nullptr}, o, i,
             dst + x * per);
   });
+  if (choice.into) p->seal({});
   return p;
 }
 
@@ -112,12 +121,35 @@ void PackedExperts::identify(const Variant& row, WeightFormat f, int64_t experts
   i = in_features;
 }
 
-// Every format's experts: e matrices of (o, i), each extent >= 1. Errors name the weights "w"
-// (the argument of each prepare*, whatever the format's pointer is called).
-static void check_weight_shape(int64_t e, int64_t o, int64_t i) {
+// Every format's experts: e matrices of (o, i), each extent >= 1 (errors name the weights "w",
+// the argument of each prepare*, whatever the format's pointer is called); then the format's
+// own rules on i and its element counts' overflow, before any array is read.
+static void check_weight_shape(WeightFormat format, int64_t e, int64_t o, int64_t i) {
   check_arg(e >= 1 && o >= 1 && i >= 1, "w",
             "expected (E, O, I) experts with E, O, I >= 1, got (" + std::to_string(e) + ", " +
                 std::to_string(o) + ", " + std::to_string(i) + ")");
+  if (format == WeightFormat::kMxfp4 || format == WeightFormat::kMxfp4A8) {
+    check_arg(i % mxfp4::kBlock == 0, "i",
+              "MXFP4 in-features must be a positive multiple of 32, got " + std::to_string(i));
+    checked_mul(checked_mul(e, o, "blocks"), i / mxfp4::kBlock, "blocks");
+    return;
+  }
+  if (format == WeightFormat::kInt8)
+    check_arg(i <= int8::kMaxK, "i",
+              "int8 in-features must be in [1, " + std::to_string(int8::kMaxK) +
+                  "] (K * 127 * 127 must fit the exact int32 sums), got " + std::to_string(i));
+  checked_mul(checked_mul(e, o, "w"), i, "w");
+}
+
+int64_t packed_bytes(const Ukernel& uk, int64_t e, int64_t o, int64_t i, const char* arg) {
+  return checked_mul(uk.packed_size(o, i), e, arg);
+}
+
+int64_t prepared_size(WeightFormat format, int64_t e, int64_t o, int64_t i,
+                      const std::string& isa) {
+  check_weight_shape(format, e, o, i);
+  const int64_t bytes = packed_bytes(ukernel_for(registry().select(isa), format), e, o, i, "w");
+  return int64_t(blob::plan(&bytes, 1).total);
 }
 
 static std::shared_ptr<const PackedExperts> prepare_mxfp4_for(const uint8_t* blocks,
@@ -127,10 +159,8 @@ static std::shared_ptr<const PackedExperts> prepare_mxfp4_for(const uint8_t* blo
                                                               WeightFormat format) {
   check_arg(format == WeightFormat::kMxfp4 || format == WeightFormat::kMxfp4A8, "format",
             std::string("expected mxfp4 or mxfp4_a8 for MXFP4 blocks, got ") + format_name(format));
-  check_weight_shape(e, o, i);
-  check_arg(i % mxfp4::kBlock == 0, "i",
-            "MXFP4 in-features must be a positive multiple of 32, got " + std::to_string(i));
-  const int64_t nscales = checked_mul(checked_mul(e, o, "blocks"), i / mxfp4::kBlock, "blocks");
+  check_weight_shape(format, e, o, i);
+  const int64_t nscales = e * o * (i / mxfp4::kBlock);
   check_arg(blocks != nullptr, "blocks", "null pointer");
   check_arg(scales != nullptr, "scales", "null pointer");
   const int64_t bad = mxfp4::first_nan_scale(scales, nscales);
@@ -147,11 +177,8 @@ static std::shared_ptr<const PackedExperts> prepare_mxfp4_for(const uint8_t* blo
 static std::shared_ptr<const PackedExperts> prepare_int8_for(const int8_t* q, const float* scales,
                                                              int64_t e, int64_t o, int64_t i,
                                                              const RowChoice& isa) {
-  check_weight_shape(e, o, i);
-  check_arg(i <= int8::kMaxK, "i",
-            "int8 in-features must be in [1, " + std::to_string(int8::kMaxK) +
-                "] (K * 127 * 127 must fit the exact int32 sums), got " + std::to_string(i));
-  const int64_t n = checked_mul(checked_mul(e, o, "w"), i, "w");
+  check_weight_shape(WeightFormat::kInt8, e, o, i);
+  const int64_t n = e * o * i;
   check_arg(q != nullptr, "w", "null pointer");
   check_arg(scales != nullptr, "scales", "null pointer");
   if (const int64_t at = int8::first_minus_128(q, n); at >= 0)
@@ -168,38 +195,41 @@ static std::shared_ptr<const PackedExperts> prepare_int8_for(const int8_t* q, co
 
 static std::shared_ptr<const PackedExperts> prepare_for(const bf16_t* w, int64_t e, int64_t o,
                                                         int64_t i, const RowChoice& isa) {
-  check_weight_shape(e, o, i);
-  checked_mul(checked_mul(e, o, "w"), i, "w");
+  check_weight_shape(WeightFormat::kBf16, e, o, i);
   check_arg(w != nullptr, "w", "null pointer");
   return pack_experts(isa, WeightFormat::kBf16, e, o, i, "w", {w},
                       o * i * int64_t(sizeof(bf16_t)), 0);
 }
 
 std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
-                                             const std::string& isa) {
-  return prepare_for(w, e, o, i, {nullptr, isa});
+                                             const std::string& isa, const BlobTarget* into) {
+  return prepare_for(w, e, o, i, {nullptr, isa, into});
 }
 std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
-                                             const Variant& v) {
-  return prepare_for(w, e, o, i, {&v, v.name});
+                                             const Variant& v, const BlobTarget* into) {
+  return prepare_for(w, e, o, i, {&v, v.name, into});
 }
 std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
-                                                   const std::string& isa, WeightFormat format) {
-  return prepare_mxfp4_for(blocks, scales, e, o, i, {nullptr, isa}, format);
+                                                   const std::string& isa, WeightFormat format,
+                                                   const BlobTarget* into) {
+  return prepare_mxfp4_for(blocks, scales, e, o, i, {nullptr, isa, into}, format);
 }
 std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
-                                                   const Variant& v, WeightFormat format) {
-  return prepare_mxfp4_for(blocks, scales, e, o, i, {&v, v.name}, format);
+                                                   const Variant& v, WeightFormat format,
+                                                   const BlobTarget* into) {
+  return prepare_mxfp4_for(blocks, scales, e, o, i, {&v, v.name, into}, format);
 }
 std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
-                                                  int64_t o, int64_t i, const std::string& isa) {
-  return prepare_int8_for(q, scales, e, o, i, {nullptr, isa});
+                                                  int64_t o, int64_t i, const std::string& isa,
+                                                  const BlobTarget* into) {
+  return prepare_int8_for(q, scales, e, o, i, {nullptr, isa, into});
 }
 std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
-                                                  int64_t o, int64_t i, const Variant& v) {
-  return prepare_int8_for(q, scales, e, o, i, {&v, v.name});
+                                                  int64_t o, int64_t i, const Variant& v,
+                                                  const BlobTarget* into) {
+  return prepare_int8_for(q, scales, e, o, i, {&v, v.name, into});
 }
 
 }  // namespace cpukern::moe

@@ -68,7 +68,7 @@ std::shared_ptr<const PackedExperts> from_buffer(
                                   "weights");
   auto p = std::make_shared<PackedExperts>();
   p->identify(*row, format, e, o, i);
-  const int64_t bytes = checked_mul(p->ukernel->packed_size(o, i), e, arg.c_str());
+  const int64_t bytes = packed_bytes(*p->ukernel, e, o, i, arg.c_str());
   const char* const what[1] = {"packed experts"};
   p->view_blob(h, buf, size, std::move(owner), &bytes, what, arg);
   return p;

@@ -134,13 +134,18 @@ std::shared_ptr<const PackedExperts> from_buffer(const unsigned char* buf, int64
 // prepare, prepare_mxfp4 and prepare_int8 (moe.h) for an explicit row (the tests' rows of the
 // kernel list); `v` must outlive the packed experts.
 std::shared_ptr<const PackedExperts> prepare(const bf16_t* w, int64_t e, int64_t o, int64_t i,
-                                             const Variant& v);
+                                             const Variant& v, const BlobTarget* into = nullptr);
 std::shared_ptr<const PackedExperts> prepare_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                    int64_t e, int64_t o, int64_t i,
                                                    const Variant& v,
-                                                   WeightFormat format = WeightFormat::kMxfp4);
+                                                   WeightFormat format = WeightFormat::kMxfp4,
+                                                   const BlobTarget* into = nullptr);
 std::shared_ptr<const PackedExperts> prepare_int8(const int8_t* q, const float* scales, int64_t e,
-                                                  int64_t o, int64_t i, const Variant& v);
+                                                  int64_t o, int64_t i, const Variant& v,
+                                                  const BlobTarget* into = nullptr);
+
+// The packed section's bytes: e experts of (o, i) packed by uk (overflow throws naming arg).
+int64_t packed_bytes(const Ukernel& uk, int64_t e, int64_t o, int64_t i, const char* arg);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

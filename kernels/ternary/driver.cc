@@ -89,24 +89,24 @@ std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_
   return p;
 }
 
-std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
-                                                       int64_t m, int64_t k, const float* scale,
-                                                       int threads, int64_t group_size) {
-  const int nthreads = limits::resolve_threads(threads);
-  auto p = new_weights(v, m, k, group_size);
+namespace {
+
+// The fp32 layout and the scales of w (new_weights) into the sections own_section hands out.
+void pack_sections(PreparedWeights& w, const uint32_t* packed, const float* scale, int nthreads) {
+  const int64_t m = w.m, k = w.k, group_size = w.group_size;
   if (scale && group_size > 0) {  // given (m, groups); kept group-major for the epilogue
     const int64_t groups = groups_for(k, group_size);
-    auto* s = static_cast<float*>(p->own_section(PreparedWeights::kScales, 4 * m * groups, true));
+    auto* s = static_cast<float*>(w.own_section(PreparedWeights::kScales, 4 * m * groups, true));
     for (int64_t r = 0; r < m; ++r)
       for (int64_t gi = 0; gi < groups; ++gi) s[gi * m + r] = scale[r * groups + gi];
   } else if (scale) {
-    auto* s = static_cast<float*>(p->own_section(PreparedWeights::kScales, 4 * m, true));
+    auto* s = static_cast<float*>(w.own_section(PreparedWeights::kScales, 4 * m, true));
     std::memcpy(s, scale, size_t(4 * m));
   }
-  const F32Ukernel& uk = v.ukernel.f32;
+  const F32Ukernel& uk = w.variant->ukernel.f32;
   if (m == 0 || k == 0) {
-    p->own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k));
-    return p;
+    w.own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k));
+    return;
   }
   if (group_size > 0) {  // one validated copy, then the (block, group) sub-layouts
     const int64_t words = words_for(k);
@@ -115,14 +115,14 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
       throw_bad_word(i, copy[size_t(i)], words, k);
     const grouped::Plan plan(m, k, group_size, uk.packed_size);
     // zeroed: the alignment gaps between sub-layouts
-    void* dst = p->own_section(PreparedWeights::kF32Layout, plan.bytes());
+    void* dst = w.own_section(PreparedWeights::kF32Layout, plan.bytes());
     grouped::pack(plan, packer_for(uk.layout), copy.data(), k, nthreads, dst);
-    return p;
+    return;
   }
   // Packers write every byte of the layout (tested), each task its own rows: no zeroing
   // pass, and the first touch of the pages is spread over the threads.
   char* base = static_cast<char*>(
-      p->own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k), true));
+      w.own_section(PreparedWeights::kF32Layout, uk.packed_size(m, k), true));
   const Packer& packer = packer_for(uk.layout);
   const int64_t words = words_for(k), rpt = prepare_rows_per_task(words, uk.mr);
   const int64_t tasks = (m + rpt - 1) / rpt;
@@ -145,6 +145,73 @@ std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const u
   });
   for (const BadWord& b : bad)  // the first in row-major order, whatever the thread count
     if (b.index >= 0) throw_bad_word(b.index, b.word, words, k);
+}
+
+// The int8 layout of w, whose variant's int8 kernel reads a layout of its own, restored from
+// the fp32 layout (the caller's words may be gone) into alloc(bytes, for_overwrite)'s memory:
+// the owned buffer of i8_data, or prepare_into's section.
+template <class Alloc>
+void pack_i8_layout(const PreparedWeights& w, int threads, Alloc alloc) {
+  const F32Ukernel& f = w.variant->ukernel.f32;
+  const I8Ukernel& q = w.variant->ukernel.i8;
+  const int64_t m = w.m, k = w.k;
+  if (m == 0 || k == 0) {
+    alloc(q.packed_size(m, k), false);
+    return;
+  }
+  const Packer& from = packer_for(f.layout);
+  const Packer& to = packer_for(q.layout);
+  if (!from.unpack) throw std::logic_error(std::string(from.name) + " has no unpack");
+  if (w.group_size > 0) {
+    const grouped::Plan fp(m, k, w.group_size, f.packed_size);
+    const grouped::Plan qp(m, k, w.group_size, q.packed_size);
+    std::vector<uint32_t> words(size_t(m * words_for(k)));
+    grouped::unpack(fp, from, w.layout(), k, words.data());
+    void* dst = alloc(qp.bytes(), false);  // zeroed: the alignment gaps between sub-layouts
+    grouped::pack(qp, to, words.data(), k, limits::resolve_threads(threads), dst);
+    return;
+  }
+  // Task by task (whole tiles of both layouts); every byte is packed.
+  char* dst = static_cast<char*>(alloc(q.packed_size(m, k), true));
+  const int64_t words = words_for(k);
+  const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
+  const char* src = static_cast<const char*>(w.layout());
+  parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
+    const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
+    ChunkCopy words_of(n * words);
+    from.unpack(src + f.packed_size(r0, k), n, k, words_of.data());
+    to.pack(words_of.data(), n, k, dst + q.packed_size(r0, k));
+  });
+}
+
+// What prepare_into serialises besides the asked-for int8 layout: that of empty weights, which
+// is ready without packing (i8_ready(); cpukern's to_bytes includes a ready layout).
+bool blob_int8(bool with_int8, int64_t m, int64_t k) { return with_int8 || m == 0 || k == 0; }
+
+}  // namespace
+
+std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
+                                                       int64_t m, int64_t k, const float* scale,
+                                                       int threads, int64_t group_size,
+                                                       const BlobTarget* into, bool with_int8) {
+  const int nthreads = limits::resolve_threads(threads);
+  auto p = new_weights(v, m, k, group_size);
+  if (!into) {
+    pack_sections(*p, packed, scale, nthreads);
+    return p;
+  }
+  int64_t sizes[3];
+  section_sizes(v, m, k, group_size, scale != nullptr, with_int8, sizes);
+  const int64_t nscale = group_size > 0 ? m * groups_for(k, group_size) : m;
+  check_disjoint(into->p, into->size, "out",
+                 {{packed, m * words_for(k) * 4, "packed"}, {scale, scale ? 4 * nscale : 0, "scale"}});
+  p->place_sections(*into, sizes);
+  pack_sections(*p, packed, scale, nthreads);
+  if (sizes[PreparedWeights::kI8Layout] > 0)
+    pack_i8_layout(*p, threads, [&](int64_t bytes, bool for_overwrite) {
+      return p->own_section(PreparedWeights::kI8Layout, bytes, for_overwrite);
+    });
+  p->seal({with_int8, threads});
   return p;
 }
 
@@ -158,51 +225,28 @@ bool PreparedWeights::i8_ready() const {
 const void* PreparedWeights::i8_data(int threads) const {
   if (const void* viewed = section(kI8Layout)) return viewed;
   std::call_once(i8_once_, [&] {
-    const F32Ukernel& f = variant->ukernel.f32;
-    const I8Ukernel& q = variant->ukernel.i8;
-    if (std::strcmp(f.layout, q.layout) == 0) {  // one layout serves both modes
-      i8_ptr_ = layout();
+    if (std::strcmp(variant->ukernel.f32.layout, variant->ukernel.i8.layout) == 0) {
+      i8_ptr_ = layout();  // one layout serves both modes
       return;
     }
-    if (m == 0 || k == 0) {
-      i8_buf_.resize(size_t(q.packed_size(m, k)));
-    } else {
-      // The public words are restored from the fp32 layout (the caller's copy may be gone),
-      // task by task (whole tiles of both layouts).
-      const Packer& from = packer_for(f.layout);
-      const Packer& to = packer_for(q.layout);
-      if (!from.unpack) throw std::logic_error(std::string(from.name) + " has no unpack");
-      if (group_size > 0) {
-        const grouped::Plan fp(m, k, group_size, f.packed_size);
-        const grouped::Plan qp(m, k, group_size, q.packed_size);
-        std::vector<uint32_t> words(size_t(m * words_for(k)));
-        grouped::unpack(fp, from, layout(), k, words.data());
-        i8_buf_.resize(size_t(qp.bytes()));  // zeroed: the alignment gaps between sub-layouts
-        grouped::pack(qp, to, words.data(), k, limits::resolve_threads(threads), i8_buf_.data());
-      } else {
-        i8_buf_.resize_for_overwrite(size_t(q.packed_size(m, k)));  // every byte is packed
-        const int64_t words = words_for(k);
-        const int64_t rpt = prepare_rows_per_task(words, std::lcm<int64_t>(f.mr, q.mr));
-        const char* src = static_cast<const char*>(layout());
-        char* dst = i8_buf_.data<char>();
-        parallel_for((m + rpt - 1) / rpt, limits::resolve_threads(threads), [&](int64_t t) {
-          const int64_t r0 = t * rpt, n = std::min(m, r0 + rpt) - r0;
-          ChunkCopy words_of(n * words);
-          from.unpack(src + f.packed_size(r0, k), n, k, words_of.data());
-          to.pack(words_of.data(), n, k, dst + q.packed_size(r0, k));
-        });
-      }
-    }
+    pack_i8_layout(*this, threads, [&](int64_t bytes, bool for_overwrite) {
+      if (for_overwrite)
+        i8_buf_.resize_for_overwrite(size_t(bytes));
+      else
+        i8_buf_.resize(size_t(bytes));
+      return i8_buf_.data();
+    });
     i8_ptr_ = i8_buf_.data();
     i8_bytes_ = int64_t(i8_buf_.size());
   });
   return i8_ptr_;
 }
 
-std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
-                                               int64_t k, const float* scale,
-                                               const std::string& isa, int threads,
-                                               int64_t group_size) {
+namespace {
+
+// prepare's checks of its arguments but the arrays' contents (and `packed` being given).
+void check_prepare_args(int64_t m, int64_t words, int64_t k, bool has_scale, int threads,
+                        int64_t group_size) {
   check_arg(m >= 0, "packed", "rows must be >= 0, got " + s(m));
   check_arg(k >= 0, "k", "must be >= 0, got " + s(k));
   check_arg(k <= limits::kMaxElements, "k", "expected k <= 2**46, got " + s(k));
@@ -210,16 +254,50 @@ std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m
             "expected ceil(k/16) = " + s(words_for(k)) + " words per row for k = " + s(k) +
                 ", got " + s(words));
   checked_mul(m, words * 16, "packed");
-  check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
   limits::resolve_threads(threads);             // throws naming "threads"
   check_arg(group_size == 0 || (group_size >= 16 && group_size % 16 == 0), "group_size",
             "expected a multiple of 16 (or 0: no groups), got " + s(group_size));
-  check_arg(group_size == 0 || scale != nullptr || m * k == 0, "scale",
+  check_arg(group_size == 0 || has_scale || m * k == 0, "scale",
             "expected float32 group scales of shape (" + s(m) + ", " +
                 s(groups_for(k, std::max<int64_t>(group_size, 1))) + ") with group_size = " +
                 s(group_size) + ", got none");
-  const Variant& v = registry().select(isa);  // throws naming "isa"
+}
+
+const Variant& checked_row(const uint32_t* packed, int64_t m, int64_t words, int64_t k,
+                           const float* scale, const std::string& isa, int threads,
+                           int64_t group_size) {
+  check_prepare_args(m, words, k, scale != nullptr, threads, group_size);
+  check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
+  return registry().select(isa);  // throws naming "isa"
+}
+
+}  // namespace
+
+std::shared_ptr<const PreparedWeights> prepare(const uint32_t* packed, int64_t m, int64_t words,
+                                               int64_t k, const float* scale,
+                                               const std::string& isa, int threads,
+                                               int64_t group_size) {
+  const Variant& v = checked_row(packed, m, words, k, scale, isa, threads, group_size);
   return prepare_variant(v, packed, m, k, scale, threads, group_size);  // validates the words
+}
+
+int64_t prepared_size(int64_t m, int64_t words, int64_t k, bool has_scale, const std::string& isa,
+                      int64_t group_size, bool with_int8) {
+  check_prepare_args(m, words, k, has_scale, 0, group_size);
+  int64_t sizes[3];
+  section_sizes(registry().select(isa), m, k, group_size, has_scale, blob_int8(with_int8, m, k),
+                sizes);
+  return int64_t(blob::plan(sizes, 3).total);
+}
+
+std::shared_ptr<const PreparedWeights> prepare_into(const uint32_t* packed, int64_t m,
+                                                    int64_t words, int64_t k, const float* scale,
+                                                    const std::string& isa, int threads,
+                                                    int64_t group_size, bool with_int8,
+                                                    const BlobTarget& into) {
+  const Variant& v = checked_row(packed, m, words, k, scale, isa, threads, group_size);
+  return prepare_variant(v, packed, m, k, scale, threads, group_size, &into,
+                         blob_int8(with_int8, m, k));
 }
 
 void scale_epilogue_f32(float* y, int64_t batch, int64_t m, const float* scale,

@@ -49,6 +49,14 @@ const Packer* unpacker_for(const std::string& layout) {
 
 }  // namespace
 
+void section_sizes(const Variant& v, int64_t m, int64_t k, int64_t g, bool has_scale,
+                   bool with_int8, int64_t sizes[3]) {
+  sizes[PreparedWeights::kF32Layout] = layout_size(v.ukernel.f32.packed_size, m, k, g);
+  sizes[PreparedWeights::kScales] = 4 * scale_floats(m, k, g, has_scale);
+  sizes[PreparedWeights::kI8Layout] =
+      with_int8 && !same_layout(v) ? layout_size(v.ukernel.i8.packed_size, m, k, g) : 0;
+}
+
 PackedWeights::BlobContents PreparedWeights::blob_contents(const SerializeOptions& o,
                                                            bool sizes_only) const {
   BlobContents c = held_sections();
@@ -117,8 +125,8 @@ std::shared_ptr<const PreparedWeights> from_buffer(
               "corrupted header (int8 layout '" + i8_layout + "', the variant reads '" +
                   (same_layout(v) ? std::string("its fp32 layout") : v.ukernel.i8.layout) + "')");
     auto w = new_weights(v, m, k, g);
-    const int64_t expected[3] = {layout_size(v.ukernel.f32.packed_size, m, k, g), 4 * nscale,
-                                 i8_bytes};  // the row's own int8 size: the same layout word
+    int64_t expected[3];  // the row's own int8 size: the same layout word
+    section_sizes(v, m, k, g, has_scale == 1, !i8_layout.empty(), expected);
     const char* const what[3] = {"fp32 layout", "scales", "int8 layout"};
     w->view_blob(h, buf, size, std::move(owner), expected, what, arg);
     return w;

@@ -120,6 +120,21 @@ int64_t serialized_size(const PreparedWeights& w, bool with_int8);
 void serialize(const PreparedWeights& w, bool with_int8, int threads, unsigned char* out,
                int64_t size);
 
+// Packing straight into the serialised form, without an owned copy of the layout:
+// prepared_size is the size of that form for prepare's arguments (checked as prepare checks
+// them; has_scale: a scale is given), and prepare_into packs into `into` (exactly that many
+// bytes, 64-byte aligned, disjoint from packed and scale, else throws naming "out"). Its
+// result views `into` as from_buffer would; the bytes are those of
+// serialize(*prepare(...), with_int8 || w.i8_ready()) (cpukern's to_bytes), checksum included.
+// with_int8: pack the int8 layout into it too (empty weights carry theirs anyway).
+int64_t prepared_size(int64_t m, int64_t words, int64_t k, bool has_scale, const std::string& isa,
+                      int64_t group_size, bool with_int8);
+std::shared_ptr<const PreparedWeights> prepare_into(const uint32_t* packed, int64_t m,
+                                                    int64_t words, int64_t k, const float* scale,
+                                                    const std::string& isa, int threads,
+                                                    int64_t group_size, bool with_int8,
+                                                    const BlobTarget& into);
+
 // Weights from a serialised buffer (size bytes at buf, 64-byte aligned). The header is
 // validated in O(1) against itself and the size (errors name opts.arg), the checksum of
 // header and payload when opts.verify. When the buffer's variant runs on this CPU (and

@@ -165,9 +165,20 @@ std::shared_ptr<PreparedWeights> new_weights(const Variant& v, int64_t m, int64_
 // Internal entry point: prepare for an explicit row (prepare(), from_buffer, and the tests'
 // rows of the kernel list). Validates the codes (0b11, past k) but not the
 // shapes (prepare checks those).
+// into: pack straight into that serialised buffer instead (prepare_into; the int8 layout too
+// when with_int8), which the result then views.
 std::shared_ptr<const PreparedWeights> prepare_variant(const Variant& v, const uint32_t* packed,
                                                        int64_t m, int64_t k, const float* scale,
-                                                       int threads = 0, int64_t group_size = 0);
+                                                       int threads = 0, int64_t group_size = 0,
+                                                       const BlobTarget* into = nullptr,
+                                                       bool with_int8 = false);
+
+// The serialised sections' bytes (PreparedWeights::Section order) of row v's weights for
+// (m, k, group_size), with scales or not, with the int8 layout or not (none when the variant's
+// int8 kernel reads the fp32 layout): what prepare packs, serialize writes and from_buffer
+// expects (serialize.cc).
+void section_sizes(const Variant& v, int64_t m, int64_t k, int64_t group_size, bool has_scale,
+                   bool with_int8, int64_t sizes[3]);
 
 // Scale epilogue: y[b, r] *= s(r), s = scale[r] (len m), scale[0] (len 1) or 1 (len 0); a row
 // run pre-scaled by 2**-e (exps[b] = e > 0, prescale.h) gets float(double(y) * s(r) * 2**e).

@@ -26,7 +26,7 @@ const Packer& packer_for(const Layout& layout) {
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
                                                   const float* scales, bool scales_per_row,
                                                   int64_t stages, int64_t n, int64_t words,
-                                                  int64_t m) {
+                                                  int64_t m, const BlobTarget* into) {
   validate_planes(planes, stages, n, words, m);
   validate_scales(scales, scales_per_row, stages, n);
   auto layer = std::make_shared<PreparedLayer>();
@@ -39,6 +39,15 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
   layer->stages = stages;
   layer->n = n;
   layer->m = m;
+  const Dims d{stages, n, m, words};
+  if (into) {
+    int64_t sizes[2];
+    section_sizes(v, d, sizes);
+    check_disjoint(into->p, into->size, "out",
+                   {{planes, stages * 4 * n * words * 4, "planes"},
+                    {scales, 4 * stages * 4 * (scales_per_row ? n : 1), "scales"}});
+    layer->place_sections(*into, sizes);
+  }
   auto* per_row = static_cast<float*>(
       layer->own_section(PreparedLayer::kScales, 4 * stages * 4 * n, true));
   for (int64_t s = 0; s < stages; ++s)
@@ -46,16 +55,26 @@ std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32
       for (int64_t r = 0; r < n; ++r)
         per_row[(s * 4 + p) * n + r] =
             scales_per_row ? scales[(s * 4 + p) * n + r] : scales[s * 4 + p];
-  const Dims d{stages, n, m, words};
   packer.pack(planes, d,
               layer->own_section(PreparedLayer::kLayout, int64_t(v.ukernel.layout->packed_size(d))));
+  if (into) layer->seal({});
   return layer;
 }
 
 std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
                                              bool scales_per_row, int64_t stages, int64_t n,
-                                             int64_t words, int64_t m, const std::string& isa) {
-  return prepare_with(registry().select(isa), planes, scales, scales_per_row, stages, n, words, m);
+                                             int64_t words, int64_t m, const std::string& isa,
+                                             const BlobTarget* into) {
+  return prepare_with(registry().select(isa), planes, scales, scales_per_row, stages, n, words, m,
+                      into);
+}
+
+int64_t prepared_size(int64_t stages, int64_t n, int64_t words, int64_t m, const std::string& isa) {
+  const Variant& v = registry().select(isa);
+  check_plane_dims(stages, n, words, m);
+  int64_t sizes[2];
+  section_sizes(v, Dims{stages, n, m, words}, sizes);
+  return int64_t(blob::plan(sizes, 2).total);
 }
 
 namespace {

@@ -111,9 +111,7 @@ void phase_quantize(const float* a, int64_t n, int64_t m, int64_t stages, uint32
   }
 }
 
-// Shared with prepare(): shape and code checks of the public planes.
-void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words,
-                     int64_t m) {
+void check_plane_dims(int64_t stages, int64_t n, int64_t words, int64_t m) {
   check_arg(stages >= 1, "stages", "must be >= 1, got " + std::to_string(stages));
   check_arg(m >= 1 && m <= limits::kMaxElements, "m",
             "must be in [1, 2**46], got " + std::to_string(m));  // before ceil(m/16) can overflow
@@ -122,6 +120,12 @@ void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t 
             "expected ceil(m/16) = " + std::to_string(words_for(m)) + " words per row for m = " +
                 std::to_string(m) + ", got " + std::to_string(words));
   checked_mul(checked_mul(checked_mul(stages, 4, "planes"), n, "planes"), words * 16, "planes");
+}
+
+// Shared with prepare(): shape and code checks of the public planes.
+void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words,
+                     int64_t m) {
+  check_plane_dims(stages, n, words, m);
   check_arg(planes != nullptr, "planes", "must not be null");
   // Bits of codes past m in the last word must be zero.
   const uint32_t tail_mask = ternary_codes::past_mask(int((m - 1) % 16) + 1);

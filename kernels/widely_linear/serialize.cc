@@ -27,6 +27,11 @@ const Layout* layout_named(const std::string& name) {
 
 }  // namespace
 
+void section_sizes(const Variant& v, const Dims& d, int64_t sizes[2]) {
+  sizes[PreparedLayer::kLayout] = int64_t(v.ukernel.layout->packed_size(d));
+  sizes[PreparedLayer::kScales] = 4 * d.stages * 4 * d.n;
+}
+
 PackedWeights::BlobContents PreparedLayer::blob_contents(const SerializeOptions&, bool) const {
   BlobContents c = held_sections();
   c.dims[kStages] = stages;
@@ -72,7 +77,8 @@ std::shared_ptr<const PreparedLayer> from_buffer(
     layer->stages = stages;
     layer->n = n;
     layer->m = m;
-    const int64_t expected[2] = {int64_t(v.ukernel.layout->packed_size(d)), scale_bytes};
+    int64_t expected[2];
+    section_sizes(v, d, expected);
     const char* const what[2] = {"layout", "scales"};
     layer->view_blob(h, buf, size, std::move(owner), expected, what, arg);
     return layer;

@@ -151,13 +151,19 @@ std::shared_ptr<const PreparedLayer> from_buffer(const unsigned char* buf, int64
 // prepare() with an explicit row (prepare(), from_buffer, and the tests' rows of the kernel
 // list). `v` must outlive
 // the layer.
+// into: pack straight into that serialised buffer instead (prepare's `into`).
 std::shared_ptr<const PreparedLayer> prepare_with(const Variant& v, const uint32_t* planes,
                                                   const float* scales, bool scales_per_row,
                                                   int64_t stages, int64_t n, int64_t words,
-                                                  int64_t m);
+                                                  int64_t m, const BlobTarget* into = nullptr);
+
+// The serialised sections' bytes (PreparedLayer::Section order) of row v's layer of dims d:
+// what prepare packs, serialize writes and from_buffer expects (serialize.cc).
+void section_sizes(const Variant& v, const Dims& d, int64_t sizes[2]);
 
 // Boundary checks shared by dense() and prepare(); throw naming "planes", "m", "stages",
-// "scales".
+// "scales". check_plane_dims: validate_planes' checks of the dims alone (prepared_size).
+void check_plane_dims(int64_t stages, int64_t n, int64_t words, int64_t m);
 void validate_planes(const uint32_t* planes, int64_t stages, int64_t n, int64_t words, int64_t m);
 void validate_scales(const float* scales, bool per_row, int64_t stages, int64_t n);
 

@@ -50,9 +50,17 @@ struct PreparedLayer final : PackedWeights {
   BlobContents blob_contents(const SerializeOptions& o, bool sizes_only) const override;
 };
 
+// into: pack straight into that serialised buffer, without an owned copy of the layout
+// (BlobTarget: exactly prepared_size(...) bytes, 64-byte aligned, disjoint from planes and
+// scales, else throws naming "out"); the result views it as from_buffer would, and its bytes
+// are those of serialize(*prepare(...)), checksum included.
 std::shared_ptr<const PreparedLayer> prepare(const uint32_t* planes, const float* scales,
                                              bool scales_per_row, int64_t stages, int64_t n,
-                                             int64_t words, int64_t m, const std::string& isa);
+                                             int64_t words, int64_t m, const std::string& isa,
+                                             const BlobTarget* into = nullptr);
+// The bytes of that serialised form for prepare's arguments (the dims and isa checked as
+// prepare checks them).
+int64_t prepared_size(int64_t stages, int64_t n, int64_t words, int64_t m, const std::string& isa);
 
 // x: (batch, 2m) = [x_re | x_im] per row; y: (batch, 2n) = [y_re | y_im].
 // fused=false runs the naive schedule: 8 separate GEMV passes per stage over the same bytes.

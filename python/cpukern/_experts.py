@@ -8,13 +8,21 @@ from typing import Any
 from cpukern import _ext
 from cpukern._arrays import ext_array, str_value
 from cpukern._dtypes import act_arg
-from cpukern._packed import PackedWeights
+from cpukern._packed import PackedWeights, prepare_into
 
 
-def pack(w: Any, format: str, scales: Any, act: str, isa: str) -> PackedWeights:
-    """Experts `w` packed for `isa` ("" or a variant name of fused_moe's rows)."""
+def pack(w: Any, format: str, scales: Any, act: str, isa: str, out: Any = None) -> PackedWeights:
+    """Experts `w` packed for `isa` ("" or a variant name of fused_moe's rows); out: None, or
+    the alloc of cpukern._packed.prepare_into (packed straight into its buffer)."""
     # format, act and scales given or not (moe::prepare_format), then the arrays of that
     # format (shapes, values): checked by the extension and moe::prepare*.
     format = str_value(format, "format")
-    sc = None if scales is None else ext_array(scales, "scales")
-    return _ext.moe_prepare(ext_array(w, "w"), sc, format, act_arg(act), isa)
+    act = act_arg(act)
+
+    def arrays() -> tuple[Any, Any]:  # for each call: one call consumes a DLPack capsule
+        return ext_array(w, "w"), None if scales is None else ext_array(scales, "scales")
+
+    if out is None:
+        return _ext.moe_prepare(*arrays(), format, act, isa)
+    return prepare_into(out, lambda: _ext.moe_prepared_size(*arrays(), format, act, isa),
+                        lambda buf: _ext.moe_prepare(*arrays(), format, act, isa, buf))

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from cpukern import _ext
-from cpukern._arrays import (MAX_ELEMS, bool_arg, ext_array, ext_out, int_arg, is_torch, isa_arg,
-                             method_of, name_arg, threads_arg)
+from cpukern._arrays import (MAX_ELEMS, bool_arg, describe, ext_array, ext_out, int_arg,
+                             is_torch, isa_arg, method_of, name_arg, require_array, threads_arg)
 
 PackedWeights = _ext.PackedWeights
 
@@ -118,14 +118,16 @@ def _torch_memory(buf: Any) -> Any:
     return buf if is_torch(buf) and hasattr(buf, "untyped_storage") else None
 
 
-def owned_buffer(buf: Any) -> Any:
-    """`buf` as a buffer packed weights may view for as long as they live. torch can free or
-    move a tensor's memory under any view of it (resize_ of the tensor or of its storage, set_,
+def stable_memory(buf: Any) -> Any:
+    """`buf`, or an object over the same memory, that packed weights may view for as long as
+    they live; None where that memory is torch's to free or move. torch can free or move a
+    tensor's memory under any view of it (resize_ of the tensor or of its storage, set_,
     share_memory_ of a storage not yet shared), so torch memory is viewed as it is only where
     none of that can happen: a storage that is not resizable and already shared (a tensor
     torch.multiprocessing handed over, or one share_memory_() moved), through a tensor object
-    of our own (set_ on the caller's tensor leaves it). Any other torch memory is copied once
-    into memory cpukern owns; numpy arrays over memory numpy owns are viewed as they are."""
+    of our own (set_ on the caller's tensor leaves it), and cpukern's own memory (owned_tensor),
+    through the numpy array that holds it. numpy arrays over memory numpy owns are viewed as
+    they are, and so is what the extension does not take as a buffer (it names what is wrong)."""
     t = _torch_memory(buf)
     if t is None:
         return buf
@@ -148,6 +150,16 @@ def owned_buffer(buf: Any) -> Any:
         owner = ref() if ref is not None else None
         if owner is not None and owner.ctypes.data == start and 0 <= addr - start <= owner.size - size:
             return owner[addr - start:addr - start + size]
+    return None
+
+
+def owned_buffer(buf: Any) -> Any:
+    """`buf` as a buffer packed weights may view for as long as they live: stable_memory(buf),
+    else (torch memory torch can free or move) a copy, made once, in memory cpukern owns."""
+    stable = stable_memory(buf)
+    if stable is not None:
+        return stable
+    size = buf.numel() if is_torch(buf) else buf.size
     copy = _owned_empty(size)
     if is_torch(buf):
         import torch
@@ -167,6 +179,30 @@ def owned_tensor_of(blob: Any) -> Any:
     if isinstance(stable, np.ndarray) and stable.ctypes.data != blob.data_ptr():
         return torch.from_numpy(stable)
     return blob
+
+
+def prepare_into(out: Any, size: Callable[[], int], prepare: Callable[[Any], Any]) -> Any:
+    """The `out=` of every op's prepare: packing straight into out(nbytes), the serialised form
+    (the bytes of to_bytes(prepare(...)), checksum included), without an owned copy of the
+    layout. size() is that form's size for the call's arguments (the extension checks them
+    first); `out` is called once with it and must return a 1-D C-contiguous uint8 numpy array
+    or torch tensor of exactly that many bytes, 64-byte aligned and writeable (the extension
+    checks dtype, size and alignment, naming `out`); prepare(buffer) packs into it and returns
+    weights that view it, keeping it alive (as from_buffer's view). torch memory that torch can
+    free or move under a view (stable_memory) is refused: return owned_tensor(nbytes), or a
+    numpy array (aligned_empty)."""
+    if not callable(out):
+        raise TypeError(f"out: expected a callable alloc(nbytes) returning a 1-D uint8 array "
+                        f"(e.g. cpukern.ternary.aligned_empty), got {type(out).__name__}")
+    nbytes = int(size())
+    buf = require_array(out(nbytes), "out")
+    stable = stable_memory(buf)
+    if stable is None:
+        raise ValueError(f"out: returned a {describe(buf)} whose memory torch can free or move "
+                         f"under packed weights that view it (resize_, set_, share_memory_); "
+                         f"return cpukern._packed.owned_tensor(nbytes) or a numpy array "
+                         f"(cpukern.ternary.aligned_empty(nbytes))")
+    return prepare(ext_out(stable, "out"))
 
 
 def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads: Any,

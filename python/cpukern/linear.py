@@ -48,14 +48,16 @@ def _one_expert(a: Any, name: str, ndim: int) -> Any:
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
-            isa: Optional[str] = None) -> PackedWeights:
+            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
     """Packs one weight matrix (nn.Linear [out, in] order) once for linear's selected (or
     forced) variant.
 
     format="bf16": w bf16 (O, I), O, I >= 1. format="mxfp4": w = blocks uint8 (O, I/32, 16),
     scales uint8 (O, I/32); act="int8" runs it W4A8. format="int8": w = q int8 (O, I), scales
     float32 (O,) (cpukern.moe.quantize(w, format="int8") makes both). Never copied to bf16;
-    the rules of each format are cpukern.moe.prepare's.
+    the rules of each format are cpukern.moe.prepare's. out: None, or a callable
+    alloc(nbytes): packed straight into its buffer, the serialised form (cpukern.moe.prepare's
+    out=).
     """
     isa = isa_arg(isa)
     # An unknown format or act, and scales with bf16: refused by the extension (cpukern.moe's
@@ -70,7 +72,7 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
         if scales is None:
             raise ValueError(f"scales: required with format={format!r} ({scales_are})")
         scales = _one_expert(scales, "scales", scales_ndim)
-    packed = _experts.pack(w, format, scales, act, _ext.linear_isa(isa))
+    packed = _experts.pack(w, format, scales, act, _ext.linear_isa(isa), out)
     _log.selection("linear", packed.isa, isa, _ext.linear_variants)
     return packed
 

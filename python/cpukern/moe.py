@@ -71,7 +71,7 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
-            isa: Optional[str] = None) -> PackedWeights:
+            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
     kernel family.
 
@@ -84,9 +84,12 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     act="fp32" (default): activations as they come (bf16; MXFP4 exact). act="int8", only with
     format="mxfp4": W4A8, activations quantised per token to int8 at run time
     (PackedWeights.format "mxfp4_a8"; not exact: the error bound is in the module docstring).
+    out: None, or a callable alloc(nbytes) returning a 1-D uint8 buffer of nbytes, 64-byte
+    aligned: the experts are packed straight into it, as to_bytes would serialise them, and
+    the result views it (cpukern.ternary.prepare's out=).
     """
     isa = isa_arg(isa)
-    packed = _experts.pack(w, format, scales, act, isa)
+    packed = _experts.pack(w, format, scales, act, isa, out)
     _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
     return packed
 

@@ -16,8 +16,8 @@ import numpy as np
 from cpukern import _ext, _log
 from cpukern import _packed as packed_weights
 from cpukern._dtypes import act_arg
-from cpukern._arrays import (describe, ext_array, ext_out, float32_scale, int_arg, is_torch,
-                             isa_arg, require_array, result, str_arg, threads_arg)
+from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, float32_scale, int_arg,
+                             is_torch, isa_arg, require_array, result, str_arg, threads_arg)
 
 from cpukern._packed import PackedWeights, aligned_empty, check_op, import_buffer
 
@@ -73,7 +73,8 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int] = None,
-            isa: Optional[str] = None, threads: Optional[int] = None) -> PackedWeights:
+            isa: Optional[str] = None, threads: Optional[int] = None, int8: bool = False,
+            out: Any = None) -> PackedWeights:
     """Converts packed weights once into the selected (or forced) kernel's own layout.
 
     The result keeps K and the scale (None, a float or float32 (M,)); pass it to gemv.
@@ -82,32 +83,49 @@ def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int]
     sum_g scale[m, g] * sum_{k in g} w[m, k] x[k] (multiplication-free inside a group, one
     multiply per row and group) and takes no `scale` of its own.
     threads: as in gemv (the layout does not depend on it).
+    int8=True: pack the int8 layout (act="int8") now too, as to_bytes(w, int8=True) does.
+    out: None, or a callable alloc(nbytes) called once with the size of the serialised form,
+    returning a 1-D C-contiguous uint8 numpy array or torch tensor of exactly nbytes bytes,
+    64-byte aligned (aligned_empty; torch memory: cpukern._packed.owned_tensor). The layouts
+    are packed straight into it (no owned copy): its bytes are those of
+    to_bytes(prepare(...)) (with int8 as given), and the result views it as from_buffer would.
     """
-    return _prepare(packed, k, scale, isa, "packed", group_size, threads)
+    return _prepare(packed, k, scale, isa, "packed", group_size, threads, int8, out)
 
 
 def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: Any = None,
-             threads: Any = None) -> PackedWeights:
+             threads: Any = None, int8: Any = False, out: Any = None) -> PackedWeights:
     k = int_arg(k, "k", 0)
     isa = isa_arg(isa)
     nthreads = threads_arg(threads)
+    int8 = bool_arg(int8, "int8")
     # Shapes (words per row, a scale of M or 1 values, group scales, group_size a multiple of
     # 16): checked by the extension and ternary::prepare.
-    packed = ext_array(packed, name)
-    if group_size is None:
-        g = 0
-        s = float32_scale(scale)
-    else:
-        g = int_arg(group_size, "group_size", 16)
-        s = None if scale is None else ext_array(scale, "scale")
+    p = ext_array(packed, name)
+    g = 0 if group_size is None else int_arg(group_size, "group_size", 16)
+    s = _scale_arg(scale, group_size)
     try:
-        prepared = _ext.ternary_prepare(packed, k, s, isa, g, nthreads)
+        if out is None:
+            prepared = _ext.ternary_prepare(p, k, s, isa, g, nthreads, int8)
+        else:  # arrays converted again for the second call (one call consumes a DLPack capsule)
+            prepared = packed_weights.prepare_into(
+                out, lambda: _ext.ternary_prepared_size(p, k, s, isa, g, int8),
+                lambda buf: _ext.ternary_prepare(ext_array(packed, name), k,
+                                                 _scale_arg(scale, group_size), isa, g, nthreads,
+                                                 int8, buf))
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
         raise
     _log.selection("ternary_gemv", prepared.isa, isa, _ext.ternary_variants)
     return prepared
+
+
+def _scale_arg(scale: Any, group_size: Any) -> Any:
+    """prepare's scale as the extension takes it: group scales as they are, else float32_scale."""
+    if group_size is None:
+        return float32_scale(scale)
+    return None if scale is None else ext_array(scale, "scale")
 
 
 def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",

@@ -18,7 +18,7 @@ from cpukern import _ext, _log
 from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, int_arg, is_torch, isa_arg,
                              result, threads_arg)
 
-from cpukern._packed import PackedWeights
+from cpukern._packed import PackedWeights, prepare_into
 
 __all__ = ["quantize", "dense", "prepare", "apply"]
 
@@ -47,12 +47,23 @@ def dense(planes: Any, scales: Any, m: int) -> np.ndarray:
 
 
 def prepare(planes: Any, scales: Any, m: int, *,
-            isa: Optional[str] = None) -> PackedWeights:
-    """Converts a widely-linear layer once into the selected (or forced) kernel's layout."""
+            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
+    """Converts a widely-linear layer once into the selected (or forced) kernel's layout.
+
+    out: None, or a callable alloc(nbytes) returning a 1-D uint8 buffer of nbytes, 64-byte
+    aligned: the layer is packed straight into it, as to_bytes would serialise it, and the
+    result views it (cpukern.ternary.prepare's out=)."""
     m = int_arg(m, "m", 1)
     isa = isa_arg(isa)
-    layer = _ext.widely_linear_prepare(ext_array(planes, "planes"), ext_array(scales, "scales"), m,
-                                       isa)
+
+    def arrays() -> tuple[Any, Any]:  # for each call: one call consumes a DLPack capsule
+        return ext_array(planes, "planes"), ext_array(scales, "scales")
+
+    if out is None:
+        layer = _ext.widely_linear_prepare(*arrays(), m, isa)
+    else:
+        layer = prepare_into(out, lambda: _ext.widely_linear_prepared_size(*arrays(), m, isa),
+                             lambda buf: _ext.widely_linear_prepare(*arrays(), m, isa, buf))
     _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
     return layer
 

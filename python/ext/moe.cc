@@ -38,6 +38,54 @@ std::string index_str(const std::vector<int64_t>& shape, int64_t flat) {
   return "[" + s + "]";
 }
 
+// prepare's arrays of the format prepare_format names (format, act, scales given or not),
+// checked here (their values by moe::prepare*). bf16: w (E, O, I). MXFP4: w = blocks uint8
+// (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
+// scales float32 (E, O).
+struct ExpertArrays {
+  moe::WeightFormat format;
+  const void* w;
+  const void* scales;
+  int64_t e, o, i;
+  double work;  // weights touched (GilRelease)
+};
+
+ExpertArrays expert_arrays(const InArray& w, const std::optional<InArray>& scales,
+                           const std::string& format, const std::string& act) {
+  const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
+  if (f == moe::WeightFormat::kBf16) {
+    const auto* wp = in_ptr<uint16_t>(w, "w", {3});
+    return {f, wp, nullptr, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)),
+            double(w.size())};
+  }
+  if (f == moe::WeightFormat::kInt8) {
+    const auto* qp = in_ptr<int8_t>(w, "w", {3});
+    const auto* sp = in_ptr<float>(*scales, "scales", {2});
+    const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), i = int64_t(w.shape(2));
+    check_shape(*scales, "scales", {e, o});
+    return {f, qp, sp, e, o, i, double(w.size())};
+  }
+  const auto* bp = in_ptr<uint8_t>(w, "w", {4});
+  const auto* sp = in_ptr<uint8_t>(*scales, "scales", {3});
+  const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), nb = int64_t(w.shape(2));
+  if (w.shape(3) != moe::mxfp4::kBlockBytes)
+    throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(w));
+  check_shape(*scales, "scales", {e, o, nb});
+  return {f, bp, sp, e, o, nb * moe::mxfp4::kBlock, double(w.size()) * 2.0};
+}
+
+// The experts packed for `isa` (into: straight into that serialised buffer).
+std::shared_ptr<const PackedWeights> pack_experts(const ExpertArrays& a, const std::string& isa,
+                                                  const BlobTarget* into) {
+  if (a.format == moe::WeightFormat::kBf16)
+    return moe::prepare(static_cast<const uint16_t*>(a.w), a.e, a.o, a.i, isa, into);
+  if (a.format == moe::WeightFormat::kInt8)
+    return moe::prepare_int8(static_cast<const int8_t*>(a.w), static_cast<const float*>(a.scales),
+                             a.e, a.o, a.i, isa, into);
+  return moe::prepare_mxfp4(static_cast<const uint8_t*>(a.w), static_cast<const uint8_t*>(a.scales),
+                            a.e, a.o, a.i, isa, a.format, into);
+}
+
 }  // namespace
 
 void bind_moe(nb::module_& m) {
@@ -74,36 +122,26 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
 
-  // prepare(w, scales, format, act, isa): prepare_format's rules first (format, act, scales
-  // given or not), then the arrays of that format. bf16: w (E, O, I). MXFP4: w = blocks uint8
-  // (E, O, I/32, 16), scales uint8 (E, O, I/32) (gpt-oss's layout). int8: w int8 (E, O, I),
-  // scales float32 (E, O).
+  // prepare(w, scales, format, act, isa, out): prepare_format's rules first (format, act,
+  // scales given or not), then the arrays of that format (expert_arrays). out: pack straight
+  // into it (moe::prepare*'s into), a buffer of moe_prepared_size's bytes.
   m.def("moe_prepare", [](const InArray& w, std::optional<InArray> scales, const std::string& format,
-                          const std::string& act, const std::string& isa) {
-    const moe::WeightFormat f = moe::prepare_format(format, act, scales.has_value());
-    std::shared_ptr<const PackedExperts> packed;
-    if (f == moe::WeightFormat::kBf16) {
-      const auto* wp = in_ptr<uint16_t>(w, "w", {3});
-      GilRelease release(double(w.size()));
-      packed = moe::prepare(wp, int64_t(w.shape(0)), int64_t(w.shape(1)), int64_t(w.shape(2)), isa);
-    } else if (f == moe::WeightFormat::kInt8) {
-      const auto* qp = in_ptr<int8_t>(w, "w", {3});
-      const auto* sp = in_ptr<float>(*scales, "scales", {2});
-      const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), i = int64_t(w.shape(2));
-      check_shape(*scales, "scales", {e, o});
-      GilRelease release(double(w.size()));
-      packed = moe::prepare_int8(qp, sp, e, o, i, isa);
-    } else {
-      const auto* bp = in_ptr<uint8_t>(w, "w", {4});
-      const auto* sp = in_ptr<uint8_t>(*scales, "scales", {3});
-      const int64_t e = int64_t(w.shape(0)), o = int64_t(w.shape(1)), nb = int64_t(w.shape(2));
-      if (w.shape(3) != moe::mxfp4::kBlockBytes)
-        throw_arg("w", "expected MXFP4 blocks (E, O, I/32, 16), got " + describe_array(w));
-      check_shape(*scales, "scales", {e, o, nb});
-      GilRelease release(double(w.size()) * 2.0);
-      packed = moe::prepare_mxfp4(bp, sp, e, o, nb * moe::mxfp4::kBlock, isa, f);
-    }
-    return std::shared_ptr<const PackedWeights>(std::move(packed));
+                          const std::string& act, const std::string& isa,
+                          const std::optional<OutArray>& out) {
+    const ExpertArrays a = expert_arrays(w, scales, format, act);
+    if (out)
+      return prepare_into(*out, moe::prepared_size(a.format, a.e, a.o, a.i, isa), a.work,
+                          [&](const BlobTarget& into) { return pack_experts(a, isa, &into); });
+    GilRelease release(a.work);
+    return pack_experts(a, isa, nullptr);
+  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"),
+     nb::arg("out").none() = nb::none());
+  // The bytes of moe_prepare's serialised form for these arguments (the size of its out).
+  m.def("moe_prepared_size", [](const InArray& w, std::optional<InArray> scales,
+                                const std::string& format, const std::string& act,
+                                const std::string& isa) {
+    const ExpertArrays a = expert_arrays(w, scales, format, act);
+    return moe::prepared_size(a.format, a.e, a.o, a.i, isa);
   }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"));
 
   // Weight quantisation of bf16 w (..., K): returns new numpy arrays, int8: (q int8 (..., K),

@@ -24,9 +24,10 @@ inline std::pair<const unsigned char*, int64_t> buffer_bytes(const InArray& a, c
 // Holds the ndarray (and so the Python object or DLPack capsule that owns the memory) for as
 // long as a C++ view of it lives; released with the GIL (with_gil: a thread that is exiting
 // with the interpreter is parked there, not unwound through this noexcept deleter).
-inline std::shared_ptr<const void> keep_alive(const InArray& a) {
-  return std::shared_ptr<const void>(new InArray(a), [](const void* p) {
-    with_gil([p] { delete static_cast<const InArray*>(p); });
+template <class Array>
+std::shared_ptr<const void> keep_alive(const Array& a) {
+  return std::shared_ptr<const void>(new Array(a), [](const void* p) {
+    with_gil([p] { delete static_cast<const Array*>(p); });
   });
 }
 
@@ -37,6 +38,23 @@ inline unsigned char* out_bytes(const OutArray& a, const char* arg, int64_t size
   auto* p = static_cast<unsigned char*>(a.data());
   check_arg(reinterpret_cast<uintptr_t>(p) % 64 == 0, arg, "must start on a 64-byte boundary");
   return p;
+}
+
+// Packs straight into `out` (a prepare binding's out=, cpukern._packed.prepare_into): checked
+// as a uint8 buffer of exactly `size` bytes, 64-byte aligned (naming "out"), then
+// prepare(target) runs with the GIL released (work as GilRelease takes it); the weights it
+// returns view `out` and keep it alive.
+template <class Prepare>
+std::shared_ptr<const PackedWeights> prepare_into(const OutArray& out, int64_t size, double work,
+                                                  Prepare&& prepare) {
+  BlobTarget target{out_bytes(out, "out", size), size, keep_alive(out)};
+  std::shared_ptr<const PackedWeights> w;
+  {
+    GilRelease release(work);
+    w = prepare(target);
+  }
+  target.owner.reset();  // with the GIL held (the weights keep their own reference)
+  return w;
 }
 
 // Imports a serialised buffer: import(bytes, size, owner) runs with the GIL released and

@@ -20,6 +20,34 @@ const PreparedWeights& ternary_weights(const PackedWeights& w) {
   return weights_of<PreparedWeights>(w, "weights", "PackedWeights from cpukern.ternary.prepare");
 }
 
+// prepare's arrays, checked here (their values by ternary::prepare): packed uint32 (rows,
+// words) and the scale, group scales (rows, groups) or (rows,), or one value for every row.
+struct PrepareArrays {
+  const uint32_t* packed;
+  int64_t rows, words;
+  const float* given = nullptr;
+  std::vector<float> broadcast;  // a scale of one value for every row
+  const float* scale() const { return broadcast.empty() ? given : broadcast.data(); }
+};
+
+PrepareArrays prepare_arrays(const InArray& packed, int64_t k, const std::optional<InArray>& scale,
+                             int64_t group_size) {
+  check_extent(k, "k", 0);
+  PrepareArrays a{in_ptr<uint32_t>(packed, "packed", {2}), int64_t(packed.shape(0)),
+                  int64_t(packed.shape(1))};
+  if (scale && group_size > 0) {
+    a.given = in_ptr<float>(*scale, "scale", {2});
+    check_shape(*scale, "scale", {a.rows, ternary::groups_for(k, group_size)});
+  } else if (scale) {
+    a.given = in_ptr<float>(*scale, "scale", {1});
+    if (scale->shape(0) == 1 && a.rows != 1)
+      a.broadcast.assign(size_t(a.rows), a.given[0]);
+    else
+      check_shape(*scale, "scale", {a.rows});
+  }
+  return a;
+}
+
 }  // namespace
 
 void bind_ternary(nb::module_& m) {
@@ -62,33 +90,39 @@ void bind_ternary(nb::module_& m) {
     return nb::make_tuple(std::move(packed.array), std::move(scale.array));
   }, nb::arg("w"), nb::arg("per_tensor"));
 
+  // int8: pack the int8 layout too. out: pack straight into it (ternary::prepare_into), a
+  // buffer of ternary_prepared_size's bytes for the same arguments.
   m.def(
       "ternary_prepare",
       [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa,
-         int64_t group_size, int threads) {
-        check_extent(k, "k", 0);
-        const auto* pp = in_ptr<uint32_t>(packed, "packed", {2});
-        const int64_t rows = int64_t(packed.shape(0)), words = int64_t(packed.shape(1));
-        const float* sp = nullptr;
-        std::vector<float> broadcast;  // a scale of one value for every row
-        if (scale && group_size > 0) {
-          sp = in_ptr<float>(*scale, "scale", {2});
-          check_shape(*scale, "scale", {rows, ternary::groups_for(k, group_size)});
-        } else if (scale) {
-          sp = in_ptr<float>(*scale, "scale", {1});
-          if (scale->shape(0) == 1 && rows != 1) {
-            broadcast.assign(size_t(rows), sp[0]);
-            sp = broadcast.data();
-          } else {
-            check_shape(*scale, "scale", {rows});
-          }
+         int64_t group_size, int threads, bool int8, const std::optional<OutArray>& out) {
+        const PrepareArrays a = prepare_arrays(packed, k, scale, group_size);
+        if (out) {
+          const int64_t size = ternary::prepared_size(a.rows, a.words, k, a.scale() != nullptr,
+                                                      isa, group_size, int8);
+          return prepare_into(*out, size, 0.0, [&](const BlobTarget& into) {
+            return ternary::prepare_into(a.packed, a.rows, a.words, k, a.scale(), isa, threads,
+                                         group_size, int8, into);
+          });
         }
         GilRelease release;
-        return std::shared_ptr<const PackedWeights>(
-            ternary::prepare(pp, rows, words, k, sp, isa, threads, group_size));
+        auto w = ternary::prepare(a.packed, a.rows, a.words, k, a.scale(), isa, threads, group_size);
+        if (int8) w->i8_data(threads);
+        return std::shared_ptr<const PackedWeights>(std::move(w));
       },
       nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
-      nb::arg("group_size") = 0, nb::arg("threads") = 0);
+      nb::arg("group_size") = 0, nb::arg("threads") = 0, nb::arg("int8") = false,
+      nb::arg("out").none() = nb::none());
+  // The bytes of ternary_prepare's serialised form for these arguments (the size of its out).
+  m.def(
+      "ternary_prepared_size",
+      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa,
+         int64_t group_size, bool int8) {
+        const PrepareArrays a = prepare_arrays(packed, k, scale, group_size);
+        return ternary::prepared_size(a.rows, a.words, k, a.scale() != nullptr, isa, group_size, int8);
+      },
+      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
+      nb::arg("group_size"), nb::arg("int8"));
 
   // isa: "" or the variant the weights were prepared for (checked here: one call per forward).
   m.def(

@@ -120,15 +120,36 @@ void bind_widely_linear(nb::module_& m) {
         },
         nb::arg("planes"), nb::arg("scales"), nb::arg("m"));
 
+  // out: pack straight into it (widely_linear::prepare's into), a buffer of
+  // widely_linear_prepared_size's bytes for the same arguments.
   m.def("widely_linear_prepare",
+        [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa,
+           const std::optional<OutArray>& out) {
+          check_extent(m_, "m", 1);
+          const PlaneShape s = plane_shape(planes, scales);
+          auto prepare = [&](const BlobTarget* into) {
+            return std::shared_ptr<const PackedWeights>(widely_linear::prepare(
+                static_cast<const uint32_t*>(planes.data()),
+                static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n, s.words, m_,
+                isa, into));
+          };
+          if (out)
+            return prepare_into(
+                *out, widely_linear::prepared_size(s.stages, s.n, s.words, m_, isa), 0.0,
+                [&](const BlobTarget& into) { return prepare(&into); });
+          GilRelease release;
+          return prepare(nullptr);
+        },
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("isa"),
+        nb::arg("out").none() = nb::none());
+  // The bytes of widely_linear_prepare's serialised form for these arguments (its out's size).
+  m.def("widely_linear_prepared_size",
         [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
-          GilRelease release;
-          return std::shared_ptr<const PackedWeights>(widely_linear::prepare(
-              static_cast<const uint32_t*>(planes.data()), static_cast<const float*>(scales.data()),
-              s.per_row, s.stages, s.n, s.words, m_, isa));
-        });
+          return widely_linear::prepared_size(s.stages, s.n, s.words, m_, isa);
+        },
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("isa"));
 
   // isa: "" or the variant the layer was prepared for (checked here: one call per forward).
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,

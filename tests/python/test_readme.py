@@ -94,6 +94,7 @@ def test_every_python_block_is_covered():
         ("docs/formats/mxfp4.md", "W4A8: int8 activations (opt-in)"),
         ("docs/formats/int8.md", "int8 MoE experts (W8A8)"),
         ("docs/formats/prepared_weights.md", "Prepared weights as bytes (`to_bytes` / `from_buffer`)"),
+        ("docs/formats/prepared_weights.md", "Packing straight into the buffer (`out=`)"),
         ("docs/formats/prepared_weights.md",
          "PyTorch: packed weights as one tensor (`PackedWeightsTensor`)"),
         ("docs/pytorch.md", "PyTorch (`cpukern.torch`)"),
@@ -163,6 +164,12 @@ def test_prepared_bytes_block(tmp_path, monkeypatch):
     g = {}
     exec(block("docs/formats/prepared_weights.md", "Prepared weights as bytes"), g)
     assert g["w2"].is_view and g["y"].shape == (256,)
+
+
+def test_prepare_into_block():
+    g = {}
+    exec(block("docs/formats/prepared_weights.md", "Packing straight into the buffer"), g)
+    assert g["w"].int8_ready and len(g["blobs"]) == 1
 
 
 def test_prepared_torch_block(tmp_path, monkeypatch):

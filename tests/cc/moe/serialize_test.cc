@@ -7,6 +7,7 @@
 // InvalidArgument or compute in bounds. Memory safety itself: the ASan leg.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -38,22 +39,24 @@ std::vector<bf16_t> random_bf16(int64_t n, float scale, std::mt19937& rng) {
   return v;
 }
 
+// e experts (kE unless given) of random weights; into: packed straight into that buffer.
 std::shared_ptr<const PackedExperts> pack(const Variant& v, WeightFormat f, int64_t o, int64_t i,
-                                          std::mt19937& rng) {
+                                          std::mt19937& rng, const BlobTarget* into = nullptr,
+                                          int64_t e = kE) {
   if (f == WeightFormat::kBf16) {
-    const auto w = random_bf16(kE * o * i, 0.1f, rng);
-    return prepare(w.data(), kE, o, i, v);
+    const auto w = random_bf16(e * o * i, 0.1f, rng);
+    return prepare(w.data(), e, o, i, v, into);
   }
   if (f == WeightFormat::kMxfp4 || f == WeightFormat::kMxfp4A8) {
-    std::vector<uint8_t> blocks(static_cast<size_t>(kE * o * i / 2)), scales(static_cast<size_t>(kE * o * i / 32));
+    std::vector<uint8_t> blocks(static_cast<size_t>(e * o * i / 2)), scales(static_cast<size_t>(e * o * i / 32));
     for (auto& b : blocks) b = uint8_t(rng());
     for (auto& s : scales) s = uint8_t(120 + rng() % 8);
-    return prepare_mxfp4(blocks.data(), scales.data(), kE, o, i, v, f);
+    return prepare_mxfp4(blocks.data(), scales.data(), e, o, i, v, f, into);
   }
-  std::vector<int8_t> q(static_cast<size_t>(kE * o * i));
+  std::vector<int8_t> q(static_cast<size_t>(e * o * i));
   for (auto& x : q) x = int8_t(int(rng() % 255) - 127);
-  std::vector<float> s(static_cast<size_t>(kE * o), 0.01f);
-  return prepare_int8(q.data(), s.data(), kE, o, i, v);
+  std::vector<float> s(static_cast<size_t>(e * o), 0.01f);
+  return prepare_int8(q.data(), s.data(), e, o, i, v, into);
 }
 
 std::shared_ptr<const PackedExperts> import(const unsigned char* p, int64_t size, bool verify,
@@ -119,6 +122,67 @@ TEST(MoeBlob, RoundTripIsAZeroCopyViewWithIdenticalResults) {
       const Routing r = routing(rng);
       EXPECT_EQ(run(*w13, *w2, r), run(*v13, *v2, r));
     }
+}
+
+// Packing straight into the serialised form (prepare*'s into), on every row this CPU runs and
+// every SIMDe row, in every format: into a buffer of garbage, the bytes serialize writes for
+// the same experts packed the usual way, viewed in place; fused_moe on them gives bitwise the
+// same result. One expert of one row, ragged shapes.
+TEST(MoeBlob, PrepareIntoWritesTheSerialisedBytes) {
+  std::mt19937 rng(5);
+  for (const Variant* v : rows())
+    for (WeightFormat f : kFormats) {
+      const bool mx = f == WeightFormat::kMxfp4 || f == WeightFormat::kMxfp4A8;
+      for (const auto& [e, o, i] : std::vector<std::array<int64_t, 3>>{
+               {1, 1, mx ? 32 : 1}, {2, 17, mx ? 64 : 45}, {kE, 2 * kI, kH}, {kE, kH, kI}}) {
+        SCOPED_TRACE(std::string(v->name) + " " + format_name(f) + " " + std::to_string(e) + "x" +
+                     std::to_string(o) + "x" + std::to_string(i));
+        std::mt19937 same = rng;
+        auto w = pack(*v, f, o, i, rng, nullptr, e);
+        const AlignedBuffer expected = to_buffer(*w);
+        const BlobTarget t = blob::testing::garbage_target(int64_t(expected.size()));
+        auto direct = pack(*v, f, o, i, same, &t, e);
+        blob::testing::expect_blob(*direct, t, expected);
+        EXPECT_EQ(direct->format, f);
+      }
+      SCOPED_TRACE(std::string(v->name) + " " + format_name(f) + " fused_moe");
+      std::mt19937 same = rng;
+      auto w13 = pack(*v, f, 2 * kI, kH, rng), w2 = pack(*v, f, kH, kI, rng);
+      const BlobTarget t13 = blob::testing::garbage_target(serialized_size(*w13));
+      const BlobTarget t2 = blob::testing::garbage_target(serialized_size(*w2));
+      auto d13 = pack(*v, f, 2 * kI, kH, same, &t13), d2 = pack(*v, f, kH, kI, same, &t2);
+      const Routing r = routing(rng);
+      EXPECT_EQ(run(*w13, *w2, r), run(*d13, *d2, r));
+    }
+}
+
+// prepared_size is serialize's size for the registry's rows; prepare*'s into refuses a wrong
+// size, a misaligned buffer and one over the weights, naming "out", before writing anything.
+TEST(MoeBlob, PrepareIntoSizesAndOutErrors) {
+  std::mt19937 rng(6);
+  for (const Variant& v : registry().variants()) {
+    if (!v.supported()) continue;
+    for (WeightFormat f : kFormats) {
+      auto w = pack(v, f, 40, 96, rng);
+      EXPECT_EQ(prepared_size(f, kE, 40, 96, v.name), serialized_size(*w)) << v.name;
+    }
+  }
+  const auto w = random_bf16(kE * 8 * 64, 0.1f, rng);
+  const int64_t n = prepared_size(WeightFormat::kBf16, kE, 8, 64, "");
+  BlobTarget t = blob::testing::garbage_target(n + 64);
+  for (const int64_t wrong : {n - 64, n + 64}) {
+    t.size = wrong;
+    blob::testing::expect_out_error([&] { prepare(w.data(), kE, 8, 64, "", &t); },
+                                    std::to_string(n) + " bytes");
+  }
+  t.p += 32;
+  t.size = n;
+  blob::testing::expect_out_error([&] { prepare(w.data(), kE, 8, 64, "", &t); }, "64-byte");
+  BlobTarget over = blob::testing::garbage_target(n);
+  const auto* in = reinterpret_cast<const bf16_t*>(over.p + 448);
+  blob::testing::expect_out_error([&] { prepare(in, 1, 8, 64, "", &over); }, "'w'");
+  EXPECT_EQ(over.p[0], 0xA5) << "nothing is written before the checks";
+  EXPECT_THROW(prepared_size(WeightFormat::kMxfp4, kE, 8, 48, ""), InvalidArgument);  // I % 32
 }
 
 TEST(MoeBlob, HeaderErrorsNameTheArgument) {

@@ -6,8 +6,10 @@
 // whose section sizes disagree with its dims is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,13 +49,19 @@ struct UnitWeights final : PackedWeights {
   }
 };
 
-std::shared_ptr<UnitWeights> make_unit(int64_t rows, int64_t cols, bool extra) {
+// into: packed straight into that buffer (place_sections, then seal), a prepare_into's way.
+std::shared_ptr<UnitWeights> make_unit(int64_t rows, int64_t cols, bool extra,
+                                       const BlobTarget* into = nullptr) {
   auto w = std::make_shared<UnitWeights>();
   w->rows = rows;
   w->cols = cols;
   w->isa = "unit_variant";
   w->ukernel_name = "unit_ukernel";
   w->layout_name = "unit_layout";
+  if (into) {
+    const int64_t sizes[3] = {rows * cols, 4 * rows, extra ? cols : 0};
+    w->place_sections(*into, sizes);
+  }
   auto* lay = static_cast<unsigned char*>(w->own_section(0, rows * cols, true));
   for (int64_t i = 0; i < rows * cols; ++i) lay[i] = uint8_t(i * 13 + 1);
   auto* sc = static_cast<float*>(w->own_section(1, 4 * rows));
@@ -62,6 +70,7 @@ std::shared_ptr<UnitWeights> make_unit(int64_t rows, int64_t cols, bool extra) {
     auto* x = static_cast<unsigned char*>(w->own_section(2, cols));
     for (int64_t i = 0; i < cols; ++i) x[i] = uint8_t(200 - i);
   }
+  if (into) w->seal({});
   return w;
 }
 
@@ -134,6 +143,64 @@ TEST(PackedWeights, OwnedSectionsRoundTripAsViews) {
       ASSERT_EQ(again.size(), b.size());
       EXPECT_EQ(0, std::memcmp(again.data(), b.data(), b.size()));
     }
+}
+
+// Packing straight into the serialised form (place_sections, own_section, seal): into a
+// buffer of garbage, the bytes serialize writes for the same weights (the header, the padding
+// zeroed, the checksum), viewed in place, holding the buffer's owner until the last view goes.
+TEST(PackedWeights, PlacedSectionsSealToTheSerialisedBytes) {
+  for (const bool extra : {false, true})
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 70}, {0, 5}, {2, 64}}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + (extra ? " extra" : ""));
+      const AlignedBuffer expected = to_blob(*make_unit(rows, cols, extra));
+      BlobTarget t = blob::testing::garbage_target(int64_t(expected.size()));
+      std::weak_ptr<const void> owner = t.owner;
+      auto w = make_unit(rows, cols, extra, &t);
+      blob::testing::expect_blob(*w, t, expected);
+      EXPECT_NO_THROW(blob::verify_checksum(blob::parse(t.p, t.size, kUnit, "buffer"), t.p, "buffer"));
+      t.owner.reset();
+      EXPECT_FALSE(owner.expired()) << "the weights must hold the buffer's owner";
+      const AlignedBuffer again = to_blob(*w);  // the view serialises to the same bytes
+      EXPECT_EQ(0, std::memcmp(again.data(), expected.data(), expected.size()));
+      w.reset();
+      EXPECT_TRUE(owner.expired()) << "the weights released the owner";
+    }
+}
+
+TEST(PackedWeights, PlaceSectionsRefusesAWrongSizeOrAlignmentNamingOut) {
+  const int64_t n = to_blob(*make_unit(2, 64, false)).size();
+  for (const int64_t wrong : {n - 1, n + 1, n + 64, int64_t(0)}) {
+    BlobTarget t = blob::testing::garbage_target(std::max<int64_t>(wrong, 1));
+    t.size = wrong;
+    blob::testing::expect_out_error([&] { make_unit(2, 64, false, &t); }, std::to_string(n) + " bytes");
+  }
+  BlobTarget t = blob::testing::garbage_target(n + 64);
+  t.p += 8;
+  t.size = n;
+  blob::testing::expect_out_error([&] { make_unit(2, 64, false, &t); }, "64-byte boundary");
+  EXPECT_EQ(t.p[0], 0xA5) << "nothing is written before the checks";
+}
+
+// A section packed at another size than planned, or not packed at all, is a bug of the op's
+// section sizes: std::logic_error, never a header that lies.
+TEST(PackedWeights, SectionsOfAnotherSizeThanPlannedAreRefused) {
+  const int64_t sizes[3] = {6, 8, 0};
+  const blob::LayoutPlan plan = blob::plan(sizes, 3);
+  {
+    BlobTarget t = blob::testing::garbage_target(int64_t(plan.total));
+    UnitWeights w;
+    w.place_sections(t, sizes);
+    EXPECT_THROW(w.own_section(0, 7), std::logic_error);
+  }
+  {
+    BlobTarget t = blob::testing::garbage_target(int64_t(plan.total));
+    UnitWeights w;
+    w.rows = 2;
+    w.cols = 3;
+    w.place_sections(t, sizes);
+    w.own_section(0, 6);
+    EXPECT_THROW(w.seal({}), std::logic_error);  // the scales never packed
+  }
 }
 
 // A call's isa= on packed weights: none or their own variant; any other names "isa".

@@ -15,11 +15,13 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/common/aligned_buffer.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/packed_weights.h"
 #include "kernels/common/prepared_blob.h"
 #include "kernels/common/registry.h"
 
@@ -236,6 +238,41 @@ void fuzz(const AlignedBuffer& clean, int trials, int fills, Fill fill, Rng& rng
     } catch (const InvalidArgument&) {
       ++counts.threw;
     }
+  }
+}
+
+// A prepare_into target: `size` bytes of garbage (the packing must write every byte itself),
+// 64-byte aligned, that its owner (held by the weights) keeps alive.
+inline BlobTarget garbage_target(int64_t size, unsigned char fill = 0xA5) {
+  auto mem = std::make_shared<AlignedBuffer>(size_t(size));
+  std::memset(mem->data(), fill, size_t(size));
+  return {mem->data<unsigned char>(), size, mem};
+}
+
+// prepare_into's result: weights viewing `t`, which holds exactly the bytes `expected`
+// (what serialize wrote for the same weights packed the usual way).
+inline void expect_blob(const PackedWeights& w, const BlobTarget& t, const AlignedBuffer& expected) {
+  ASSERT_TRUE(w.is_view()) << "not a view of the buffer packed into";
+  EXPECT_EQ(w.buffer.p, t.p);
+  EXPECT_EQ(w.buffer.size, t.size);
+  ASSERT_EQ(size_t(t.size), expected.size());
+  EXPECT_EQ(0, std::memcmp(t.p, expected.data(), expected.size())) << "not the serialised bytes";
+  const Header h = header_of(t.p);
+  for (int i = 0; i < w.sections(); ++i)
+    if (w.section_bytes(i)) {
+      EXPECT_EQ(w.section(i), t.p + h.section[i].offset) << "section " << i;
+    }
+}
+
+// A call that must throw InvalidArgument naming "out" (with `mentions` in the message).
+template <class F>
+void expect_out_error(F&& f, const std::string& mentions = "") {
+  try {
+    f();
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("out: ", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
   }
 }
 

@@ -101,6 +101,91 @@ TEST(TernarySerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
     }
 }
 
+// Packing straight into the serialised form (prepare_variant's into), on every row this CPU
+// runs and every SIMDe row: into a buffer of garbage, the bytes serialize writes for the same
+// weights prepared the usual way (checksum included; the int8 layout when asked), viewed in
+// place, computing bitwise the same results. Empty, one-weight, ragged and grouped shapes.
+TEST(TernarySerialize, PrepareIntoWritesTheSerialisedBytes) {
+  std::mt19937 rng(11);
+  std::vector<Case> cases = kCases;
+  cases.insert(cases.end(), {{1, 17, 16}, {0, 40, 32}, {6, 0, 16}});
+  for (const Variant* v : blob::testing::runnable_rows(registry(), simde_variants()))
+    for (const Case& c : cases)
+      for (bool int8 : {false, true}) {
+        SCOPED_TRACE(std::string(v->name) + " m=" + std::to_string(c.m) + " k=" +
+                     std::to_string(c.k) + " g=" + std::to_string(c.g) + (int8 ? " int8" : ""));
+        const auto words = random_words(c.m, c.k, rng);
+        const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+        auto w = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 1, c.g);
+        const AlignedBuffer expected = to_buffer(*w, int8);
+        const BlobTarget t = blob::testing::garbage_target(int64_t(expected.size()));
+        auto direct = prepare_variant(*v, words.data(), c.m, c.k, scale.data(), 2, c.g, &t, int8);
+        blob::testing::expect_blob(*direct, t, expected);
+        if (int8 && c.m * c.k > 0 && std::strcmp(v->ukernel.f32.layout, v->ukernel.i8.layout) != 0) {
+          EXPECT_NE(direct->section(PreparedWeights::kI8Layout), nullptr) << "int8 layout not packed";
+        }
+        const auto x = random_floats(3 * c.k, rng);
+        EXPECT_EQ(run(*w, x, 3, Act::kF32), run(*direct, x, 3, Act::kF32));
+        EXPECT_EQ(run(*w, x, 3, Act::kInt8), run(*direct, x, 3, Act::kInt8));
+      }
+}
+
+// The public entry points: prepared_size is the size of cpukern's to_bytes of prepare's
+// weights (the int8 layout when asked or ready without packing), prepare_into writes those
+// bytes; a wrong size, a misaligned buffer and one over the inputs are refused naming "out"
+// before anything is written.
+TEST(TernarySerialize, PrepareIntoMatchesToBytesAndChecksOut) {
+  std::mt19937 rng(12);
+  for (const Variant& v : registry().variants()) {
+    if (!v.supported()) continue;
+    for (const Case& c : {Case{0, 5, 0}, Case{3, 0, 0}, Case{1, 1, 0}, Case{40, 301, 0},
+                          Case{19, 257, 64}})
+      for (bool int8 : {false, true}) {
+        SCOPED_TRACE(std::string(v.name) + " m=" + std::to_string(c.m) + " k=" +
+                     std::to_string(c.k) + (int8 ? " int8" : ""));
+        const auto words = random_words(c.m, c.k, rng);
+        const auto scale = random_floats(c.g ? c.m * groups_for(c.k, c.g) : c.m, rng);
+        const int64_t nw = words_for(c.k);
+        auto w = prepare(words.data(), c.m, nw, c.k, scale.data(), v.name, 1, c.g);
+        const AlignedBuffer expected = to_buffer(*w, int8 || w->i8_ready());
+        EXPECT_EQ(prepared_size(c.m, nw, c.k, true, v.name, c.g, int8), int64_t(expected.size()));
+        const BlobTarget t = blob::testing::garbage_target(int64_t(expected.size()));
+        auto direct = prepare_into(words.data(), c.m, nw, c.k, scale.data(), v.name, 0, c.g, int8, t);
+        blob::testing::expect_blob(*direct, t, expected);
+      }
+  }
+  const int64_t m = 33, k = 100, nw = words_for(k);
+  const auto words = random_words(m, k, rng);
+  const int64_t n = prepared_size(m, nw, k, false, "", 0, false);
+  BlobTarget t = blob::testing::garbage_target(n + 64);
+  for (const int64_t wrong : {n - 64, n + 64}) {
+    t.size = wrong;
+    blob::testing::expect_out_error(
+        [&] { prepare_into(words.data(), m, nw, k, nullptr, "", 0, 0, false, t); },
+        std::to_string(n) + " bytes");
+  }
+  t.p += 16;
+  t.size = n;
+  blob::testing::expect_out_error(
+      [&] { prepare_into(words.data(), m, nw, k, nullptr, "", 0, 0, false, t); }, "64-byte");
+  // out over the packed words (the words copied into the buffer itself).
+  BlobTarget over = blob::testing::garbage_target(n);
+  std::memcpy(over.p + n - words.size() * 4, words.data(), words.size() * 4);
+  const auto* in = reinterpret_cast<const uint32_t*>(over.p + n - words.size() * 4);
+  blob::testing::expect_out_error(
+      [&] { prepare_into(in, m, nw, k, nullptr, "", 0, 0, false, over); }, "'packed'");
+  EXPECT_EQ(over.p[0], 0xA5) << "nothing is written before the checks";
+  // Invalid words: prepare's error, naming "packed".
+  auto bad = words;
+  bad[5] = 0xFFFFFFFFu;
+  try {
+    prepare_into(bad.data(), m, nw, k, nullptr, "", 0, 0, false, blob::testing::garbage_target(n));
+    ADD_FAILURE() << "invalid codes accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("packed: ", 0), 0u) << e.what();
+  }
+}
+
 // Serialisation racing the first int8 call (which packs the int8 layout) on the same weights:
 // each export is one consistent snapshot (its size taken once, with or without the int8
 // layout), imports, and computes what the weights compute. ThreadSanitizer runs this too.

@@ -95,6 +95,61 @@ TEST(WidelyLinearSerialize, RoundTripIsAZeroCopyViewWithIdenticalResults) {
     }
 }
 
+// Packing straight into the serialised form (prepare_with's into), on every row this CPU runs
+// and every SIMDe row: into a buffer of garbage, serialize's bytes for the same layer prepared
+// the usual way, viewed in place, with identical results (per-tensor and per-row scales).
+TEST(WidelyLinearSerialize, PrepareIntoWritesTheSerialisedBytes) {
+  std::mt19937 rng(7);
+  for (const Variant* v : runnable_rows())
+    for (auto [stages, n, m] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 37, 50}, {1, 130, 300}})
+      for (bool per_row : {true, false}) {
+        SCOPED_TRACE(std::string(v->name) + " n=" + std::to_string(n) + " m=" + std::to_string(m));
+        const Layer L = random_layer(stages, n, m, rng);
+        auto l = prepare_with(*v, L.planes.data(), L.scales.data(), per_row, stages, n, L.words, m);
+        const AlignedBuffer expected = to_buffer(*l);
+        const BlobTarget t = blob::testing::garbage_target(int64_t(expected.size()));
+        auto direct = prepare_with(*v, L.planes.data(), L.scales.data(), per_row, stages, n,
+                                   L.words, m, &t);
+        blob::testing::expect_blob(*direct, t, expected);
+        const auto x = random_x(2 * 2 * m, rng);
+        EXPECT_EQ(run_layer(*l, x, 2, true), run_layer(*direct, x, 2, true));
+      }
+}
+
+// prepared_size is serialize's size for the registry's rows; prepare's into refuses a wrong
+// size, a misaligned buffer and one over the planes, naming "out", before writing anything.
+TEST(WidelyLinearSerialize, PrepareIntoSizesAndOutErrors) {
+  std::mt19937 rng(8);
+  const Layer L = random_layer(2, 45, 70, rng);
+  for (const Variant& v : registry().variants()) {
+    if (!v.supported()) continue;
+    auto l = prepare(L.planes.data(), L.scales.data(), true, 2, 45, L.words, 70, v.name);
+    EXPECT_EQ(prepared_size(2, 45, L.words, 70, v.name), serialized_size(*l)) << v.name;
+    const BlobTarget t = blob::testing::garbage_target(serialized_size(*l));
+    auto direct = prepare(L.planes.data(), L.scales.data(), true, 2, 45, L.words, 70, v.name, &t);
+    blob::testing::expect_blob(*direct, t, to_buffer(*l));
+  }
+  const int64_t size = prepared_size(2, 45, L.words, 70, "");
+  BlobTarget t = blob::testing::garbage_target(size + 64);
+  for (const int64_t wrong : {size - 64, size + 64}) {
+    t.size = wrong;
+    blob::testing::expect_out_error(
+        [&] { prepare(L.planes.data(), L.scales.data(), true, 2, 45, L.words, 70, "", &t); },
+        std::to_string(size) + " bytes");
+  }
+  t.p += 8;
+  t.size = size;
+  blob::testing::expect_out_error(
+      [&] { prepare(L.planes.data(), L.scales.data(), true, 2, 45, L.words, 70, "", &t); },
+      "64-byte");
+  BlobTarget over = blob::testing::garbage_target(size);
+  EXPECT_THROW(prepared_size(2, 45, L.words + 1, 70, ""), InvalidArgument);
+  const auto* in = reinterpret_cast<const float*>(over.p + size - 4 * 2 * 4 * 45);
+  blob::testing::expect_out_error(
+      [&] { prepare(L.planes.data(), in, true, 2, 45, L.words, 70, "", &over); }, "'scales'");
+  EXPECT_EQ(over.p[0], 0xA5) << "nothing is written before the checks";
+}
+
 // The public layout (t2p16x4: the reference and the pext / NEON rows) is prepared again for
 // another variant, bitwise what preparing the planes for it gives; a lookup layout made for a
 // variant not asked for cannot be unpacked: a clear error.
