@@ -31,6 +31,8 @@ minutes of a shared machine. Columns:
                  --stock-decode N times N tokens instead (stock BitNet unpacks every
                  weight at every step);
   peak RSS       of the process (llama-bench maps the GGUF: resident pages count);
+  load s         transformers engines: seconds of from_pretrained (cpukern: loading and
+                 packing every layer);
   weight B/tok   bytes of weights a decode step reads: all weights but the input embedding
                  (counted when it is tied to the LM head), MoE experts times top-k/E;
   of probe       weight B/tok x decode tok/s over the all-core read probe's GB/s at that
@@ -274,7 +276,9 @@ def worker(cfg: dict) -> dict[str, Any]:
         # to bf16, 42 GB).
         if not hasattr(ct, "from_pretrained"):
             return {**res, "skip": "cpukern.torch.from_pretrained not available"}
+        t0 = time.perf_counter()
         model = ct.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **kw)
+        res["load"] = time.perf_counter() - t0
         res["patched"] = str(model.cpukern_report)[:300]
         if cfg.get("attention") == "stock":  # transformers' own attention at decode too
             stock_attention(model)
@@ -284,7 +288,9 @@ def worker(cfg: dict) -> dict[str, Any]:
         if mxfp4:  # what transformers does on a CPU anyway, without asking for accelerate
             from transformers import Mxfp4Config
             extra["quantization_config"] = Mxfp4Config(dequantize=True)
+        t0 = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(cfg["hf_dir"], dtype=torch.bfloat16, **extra)
+        res["load"] = time.perf_counter() - t0
     model.eval()
     global PREFILL, PROMPT, DECODE
     PREFILL, PROMPT, DECODE = cfg.get("lengths", (PREFILL, PROMPT, DECODE))
@@ -420,7 +426,7 @@ def median_row(rows: list[dict]) -> dict:
     if not ok:
         return rows[-1]
     out = dict(ok[-1])
-    for k in ("prefill", "decode"):
+    for k in ("prefill", "decode", "load"):
         if all(k in r for r in ok):
             out[k] = statistics.median(r[k] for r in ok)
     if "settings" in out:  # ik_llama.cpp: the median of each setting, then the best
@@ -438,12 +444,12 @@ def fmt_profile(p: Optional[dict]) -> str:
 
 def fmt_table(results: list[tuple], gbs: dict) -> str:
     hdr = (f"| model | engine | threads | prefill tok/s ({PREFILL}) | decode tok/s ({DECODE} after {PROMPT}) "
-           "| decode x stock | peak RSS GB | weight MB/token | of probe "
+           "| decode x stock | peak RSS GB | load s | weight MB/token | of probe "
            "| decode step: cpukern ops / torch matmul / other |")
-    lines = [hdr, "|" + "---|" * 10]
+    lines = [hdr, "|" + "---|" * 11]
     for model, threads, row, stock in results:
         if "skip" in row:
-            lines.append(f"| {model} | {row['engine']} | {threads} | skipped: {row['skip']} ||||||")
+            lines.append(f"| {model} | {row['engine']} | {threads} | skipped: {row['skip']} |||||||")
             continue
         ratio = (f"{row['decode'] / stock['decode']:.2f}x"
                  if stock and "decode" in stock and "decode" in row else "-")
@@ -457,9 +463,10 @@ def fmt_table(results: list[tuple], gbs: dict) -> str:
             b = row["best"]
             engine += (f", best: `{b['decode']}`" if b.get("decode") == b.get("prefill") else
                        f", best decode `{b.get('decode')}`, prefill `{b.get('prefill')}`")
+        load = f"{row['load']:.1f}" if "load" in row else "-"
         lines.append(f"| {model} | {engine} | {threads} | {row.get('prefill', 0):.1f} | "
                      f"{row.get('decode', 0):.2f} | {ratio} | {row.get('rss', 0) / 1e9:.2f} | "
-                     f"{bpt / 1e6:.0f} | {frac} | {fmt_profile(row.get('profile'))} |")
+                     f"{load} | {bpt / 1e6:.0f} | {frac} | {fmt_profile(row.get('profile'))} |")
     return "\n".join(lines)
 
 

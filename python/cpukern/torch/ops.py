@@ -156,10 +156,16 @@ def _(planes, scales, x, isa=""):
 
 # --- prepared weights as plain uint8 tensors (no cache) ---------------------------------
 
-def _to_tensor(weights: Any, int8: bool = False) -> Tensor:
-    """The serialised form of prepared weights in a new uint8 tensor over memory cpukern owns
-    (_packed.owned_tensor: packed views of it need no copy)."""
-    return _packed.to_owned_tensor(weights, int8, _threads())
+class _Blob:
+    """The `out=` of a packer: the one new blob (a uint8 tensor over memory cpukern owns,
+    _packed.owned_tensor) the layouts are packed straight into; no second copy is made."""
+
+    def __init__(self) -> None:
+        self.tensor: Optional[Tensor] = None
+
+    def __call__(self, nbytes: int) -> Tensor:
+        self.tensor = _packed.owned_tensor(nbytes)
+        return self.tensor
 
 
 def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa: str = "",
@@ -168,22 +174,21 @@ def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa:
     one uint8 tensor for ternary_gemv_prepared (cpukern.ternary.to_bytes's format); int8:
     include the int8 layout (for act="int8"). Not cached: the tensor is the prepared form."""
     p = _u32(packed, "packed")
-    s = scale
-    if group_size:
-        w = _ternary.prepare(p, k, s, group_size=group_size, isa=_isa(isa), threads=_threads())
-    else:
-        if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
-            s = s.reshape(1).expand(p.shape[0]).contiguous()
-        w = _ternary.prepare(p, k, s, isa=_isa(isa), threads=_threads())
-    return _to_tensor(w, int8)
+    s, blob = scale, _Blob()
+    if not group_size and s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
+        s = s.reshape(1).expand(p.shape[0]).contiguous()
+    _ternary.prepare(p, k, s, group_size=group_size or None, isa=_isa(isa), threads=_threads(),
+                     int8=int8, out=blob)
+    return blob.tensor
 
 
 def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: str = "") -> Tensor:
     """The widely-linear layer prepared for this CPU as one uint8 tensor for
     widely_linear_prepared."""
-    layer = _widely_linear.prepare(_u32(planes, "planes"), scales, m,
-                                   isa=_isa(isa, "widely_linear"))
-    return _to_tensor(layer)
+    blob = _Blob()
+    _widely_linear.prepare(_u32(planes, "planes"), scales, m, isa=_isa(isa, "widely_linear"),
+                           out=blob)
+    return blob.tensor
 
 
 def _ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
@@ -252,8 +257,10 @@ def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
     act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepare)."""
-    packed = prepared_experts_uncached(w, name, _isa(isa, "fused_moe"), scales, act)
-    return _packed.to_owned_tensor(packed)
+    blob = _Blob()
+    _moe.prepare(w, format=_expert_format(w, name, scales), scales=scales, act=act,
+                 isa=_isa(isa, "fused_moe"), out=blob)
+    return blob.tensor
 
 
 _EXPERT_FORMATS = {torch.bfloat16: "bf16", torch.uint8: "mxfp4", torch.int8: "int8"}
@@ -273,12 +280,6 @@ def _expert_format(w: Tensor, name: str, scales: Optional[Tensor]) -> str:
     if fmt == "bf16" and scales is not None:
         raise ValueError(f"{name}_scales: only with uint8 (MXFP4) or int8 experts {name}")
     return fmt
-
-
-def prepared_experts_uncached(w: Tensor, name: str, isa: Optional[str],
-                              scales: Optional[Tensor] = None, act: str = "fp32") -> Any:
-    fmt = _expert_format(w, name, scales)
-    return _moe.prepare(w, format=fmt, scales=scales, act=act, isa=isa)
 
 
 def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, topk_weights: Tensor,
