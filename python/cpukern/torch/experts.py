@@ -11,6 +11,7 @@ from torch import Tensor
 from cpukern import moe as _moe
 from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern._dtypes import act_arg
+from cpukern.torch import forward as _forward
 from cpukern.torch import ops as _ops
 from cpukern.torch.modules import _float_weight, _isa_arg, _PackedModule
 from cpukern.torch.packed import PackedWeightsTensor
@@ -157,7 +158,7 @@ class FusedMoE(_PackedModule):
         return w.contiguous(), ids.to(torch.int32)
 
     def experts(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
-        _ops.check_float(x, "x")
+        _forward.check_float(x, "x")
         for name in ("w13", "w2"):
             if getattr(self, name).is_empty:
                 raise ValueError(f"{name}: holds no packed weights yet (load a state_dict or pack "
@@ -168,7 +169,7 @@ class FusedMoE(_PackedModule):
         xb = x.reshape(-1, self.hidden).to(torch.bfloat16).contiguous()
         tw = topk_weights.reshape(-1, self.topk).to(torch.float32).contiguous()
         ids = topk_ids.reshape(-1, self.topk).contiguous()
-        y = _ops.packed_fused_moe(xb, self.w13, self.w2, tw, ids, self.activation,
+        y = _forward.packed_fused_moe(xb, self.w13, self.w2, tw, ids, self.activation,
                                   self.w13_bias, self.w2_bias)
         return y.reshape(lead + (self.hidden,)).to(x.dtype)
 

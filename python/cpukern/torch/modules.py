@@ -5,7 +5,7 @@ Packed weights are the weights: each module holds them as cpukern.torch.PackedWe
 buffers (``weight``; FusedMoE: ``w13`` and ``w2``) and keeps no float or plain copy, no
 second cache and no record of what they were made from. The tensor carries its kernel: a
 linear layer's forward is ``F.linear(x, self.weight, self.bias)``, which the tensor runs on its
-op (cpukern.torch.ops.packed_linear: straight on the packed object in eager mode, the cpukern
+op (cpukern.torch.forward.packed_linear: straight on the packed object in eager mode, the cpukern
 op on the blob under torch.compile / torch.export). An ``nn.Linear`` whose weight is such a
 tensor runs the same way.
 
@@ -43,6 +43,7 @@ from cpukern import ternary as _ternary
 from cpukern import widely_linear as _widely_linear
 from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern._dtypes import act_arg
+from cpukern.torch import forward as _forward
 from cpukern.torch import ops as _ops
 from cpukern.torch.packed import PackedWeightsTensor
 
@@ -114,7 +115,7 @@ class _PackedModule(nn.Module):
         to32, to16 = fn(torch.zeros(1)), fn(torch.zeros(1, dtype=torch.float16))
         if to32.dtype == torch.float32 and to16.dtype == torch.float16:
             return super()._apply(fn, recurse)
-        if to32.dtype in _ops.FLOATS:
+        if to32.dtype in _forward.FLOATS:
             self._act_dtype = to32.dtype
         return super()._apply(lambda t: t if t.is_floating_point() else fn(t), recurse)
 
@@ -163,7 +164,7 @@ class _PackedLinear(_PackedModule):
 
     def forward(self, x: Tensor) -> Tensor:
         # F.linear(x, self.weight, self.bias), without torch's __torch_function__ dispatch
-        return _ops.packed_linear(x, self.weight, self.bias)
+        return _forward.packed_linear(x, self.weight, self.bias)
 
     def _identity_rows(self, in_features: int) -> Tensor:
         """The layer on the unit vectors: row k is the weights' column k as the kernel computes
@@ -173,7 +174,7 @@ class _PackedLinear(_PackedModule):
             w = PackedWeightsTensor(w.blob, verify=False, kind="ternary", act="fp32",
                                     _shape=tuple(w.shape), _weights=w.weights)
         eye = torch.eye(in_features, dtype=torch.float32)
-        return torch.cat([_ops.packed_linear(eye[i:i + 256], w)
+        return torch.cat([_forward.packed_linear(eye[i:i + 256], w)
                           for i in range(0, in_features, 256)])
 
     def dequantized(self) -> nn.Linear:

@@ -289,7 +289,7 @@ class PackedWeightsTensor(Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func is F.linear:  # the kernel the weights carry
-            from cpukern.torch.ops import packed_linear
+            from cpukern.torch.forward import packed_linear
             return packed_linear(*args, **kwargs)
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)

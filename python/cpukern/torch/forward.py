@@ -1,0 +1,84 @@
+"""What a PackedWeightsTensor runs: ``F.linear`` on one (``packed_linear``) and FusedMoE's
+experts (``packed_fused_moe``). One implementation per op serves both modes: in eager mode
+the op's implementation is called directly on the packed object (no dispatcher round trip);
+while torch.compile or torch.export trace, the cpukern op goes into the graph, and the graph
+calls that same implementation with the blob (which finds its packed object again)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from cpukern.torch.ops import (_fused_moe_prepared, _linear_prepared, _ternary_gemv_prepared,
+                               _widely_linear_prepared, fused_moe_prepared, linear_prepared,
+                               ternary_gemv_prepared, widely_linear_prepared)
+from cpukern.torch.packed import PackedWeightsTensor
+
+__all__ = ["packed_linear", "packed_fused_moe", "check_float", "FLOATS"]
+
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_float(x: Any, name: str) -> None:
+    if not isinstance(x, Tensor) or x.dtype not in FLOATS:
+        got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"{name}: expected a float32, float16, bfloat16 or float64 tensor, got {got}")
+
+
+def _run(op: Any, impl: Any, *args: Any) -> Any:
+    """The op's implementation called directly in eager mode (no dispatcher round trip; under
+    torch.profiler in a record_function of the op's name), the op itself while torch.compile or
+    torch.export trace (the graph calls the same implementation with the blobs)."""
+    if torch.compiler.is_compiling():
+        return op(*args)
+    if torch.autograd._profiler_enabled():
+        with torch.profiler.record_function(op._qualname):
+            return impl(*args)
+    return impl(*args)
+
+
+def packed_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """F.linear(x, weight, bias) for a PackedWeightsTensor weight of kind ternary,
+    widely_linear or linear: x of any float dtype (..., in) through the kernel the weights
+    carry (ternary and widely-linear: in float32, the bias added in float32; linear: in bf16,
+    the bias (rounded to bf16) added in the kernel's fp32 sums), returned in x's dtype."""
+    if not isinstance(weight, PackedWeightsTensor) or weight.kind == "moe":
+        got = weight.kind if isinstance(weight, PackedWeightsTensor) else type(weight).__name__
+        raise TypeError(f"weight: expected packed weights of a linear layer, got {got}")
+    check_float(x, "x")
+    if weight.is_empty:
+        raise ValueError("weight: holds no packed weights yet (load a state_dict or pack the "
+                         "layer with a from_* constructor)")
+    if bias is not None:
+        bias = bias.detach()  # inference only: a Parameter's requires_grad is not an error
+    out_features, in_features = weight.dims
+    if x.dim() < 1 or x.shape[-1] != in_features:
+        raise ValueError(f"x: expected {in_features} input features, got shape {tuple(x.shape)}")
+    lead = tuple(x.shape[:-1])
+    x2 = x.reshape(-1, in_features)
+    if weight.kind == "linear":
+        b = None if bias is None else bias.to(torch.bfloat16)
+        y = _run(linear_prepared, _linear_prepared, x2.to(torch.bfloat16).contiguous(), weight,
+                 out_features, b)
+    else:
+        x2 = x2.to(torch.float32).contiguous()
+        if weight.kind == "ternary":
+            y = _run(ternary_gemv_prepared, _ternary_gemv_prepared, weight, x2, out_features,
+                     weight.act)
+        else:
+            y = _run(widely_linear_prepared, _widely_linear_prepared, weight, x2, out_features)
+        if bias is not None:
+            y = y + bias.to(torch.float32)
+    return y.reshape(lead + (out_features,)).to(x.dtype)
+
+
+def packed_fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
+                     activation: str = "silu", w13_bias: Optional[Tensor] = None,
+                     w2_bias: Optional[Tensor] = None) -> Tensor:
+    """fused_moe_prepared on x (T, H) bf16 with PackedWeightsTensor experts, the same way
+    (eager: the implementation itself; traced: the op)."""
+    return _run(fused_moe_prepared, _fused_moe_prepared, x, w13, w2, topk_weights, topk_ids,
+                activation, w13_bias, w2_bias, False)
