@@ -138,7 +138,7 @@ def demo_ternary(args, rng, results, bandwidth):
     dense = w.astype(np.float32) * scale[:, None]
     del w
     fast = ternary.prepare(packed, k, scale)
-    ref = ternary.prepare(packed, k, scale, isa="reference")
+    ref = ternary.prepare(packed, k, scale, variant="reference")
     cold = cold_copies(lambda: ternary.prepare(packed, k, scale), fast.nbytes)
     cold_span = len(cold) * fast.nbytes
     rows = []
@@ -193,7 +193,7 @@ def demo_widely_linear(args, rng, results, bandwidth):
     planes, scales = widely_linear.quantize(a, stages=2)
     dense = widely_linear.dense(planes, scales, m)
     layer = widely_linear.prepare(planes, scales, m)
-    ref = widely_linear.prepare(planes, scales, m, isa="reference")
+    ref = widely_linear.prepare(planes, scales, m, variant="reference")
     cold = cold_copies(lambda: widely_linear.prepare(planes, scales, m), layer.nbytes)
     rows = []
     for b in args.batches[:2]:
@@ -249,7 +249,7 @@ def demo_moe(args, rng, results, bandwidth):
     b13 = (rng.standard_normal((e, 2 * inter)) * 0.1).astype(ml_dtypes.bfloat16) if bias else None
     b2 = (rng.standard_normal((e, h)) * 0.1).astype(ml_dtypes.bfloat16) if bias else None
     p13, p2 = moe.prepare(w13), moe.prepare(w2)
-    r13, r2 = moe.prepare(w13, isa="reference"), moe.prepare(w2, isa="reference")
+    r13, r2 = moe.prepare(w13, variant="reference"), moe.prepare(w2, variant="reference")
     del w13, w2
     expert_bytes = 3 * h * inter * 2
     rows = []

@@ -258,8 +258,8 @@ def worker(cfg: dict) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
     lift_accelerate_check()
     kw = {"threads": cfg["threads"]}
-    if cfg.get("isa"):
-        kw["isa"] = cfg["isa"]
+    if cfg.get("variant"):
+        kw["variant"] = cfg["variant"]
     if cfg.get("format"):
         kw["format"] = cfg["format"]
     if cfg.get("lm_head"):
@@ -398,7 +398,7 @@ def run_hf(spec: W.ModelSpec, engine: str, threads: int, args, hf_dir: Optional[
            attention: str = "cpukern") -> dict[str, Any]:
     cfg = {"engine": engine, "threads": threads, "hf_dir": hf_dir or spec.hf_dir, "format": fmt,
            "profile": args.profile_steps, "compile": compiled, "attention": attention,
-           "experts": list(spec.experts), "isa": args.isa, "lm_head": args.lm_head,
+           "experts": list(spec.experts), "variant": args.variant, "lm_head": args.lm_head,
            "lengths": (PREFILL, PROMPT, decode or DECODE)}
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rc, out, err, peak = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
@@ -492,7 +492,8 @@ def main() -> None:
     ap.add_argument("--llama-cpp-types", default="",
                     help="llama.cpp GGUF types to run (default: all of each model's, e.g. "
                          "TQ2_0,TQ1_0 for BitNet)")
-    ap.add_argument("--isa", default="", help="cpukern variant to force (default: automatic)")
+    ap.add_argument("--variant", default="",
+                    help="cpukern variant (registry row) to force (default: automatic)")
     ap.add_argument("--lm-head", dest="lm_head", default="", choices=("", "bf16", "int8"),
                     help="cpukern's LM head format (default: bf16)")
     ap.add_argument("--probe", help="benchmarks/bandwidth binary")

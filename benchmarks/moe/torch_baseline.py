@@ -209,7 +209,7 @@ def main():
         w13, w2, b13, b2 = make_layer(name)
         packed = {}
         for v in variants:
-            packed[v] = (moe.prepare(w13, isa=v), moe.prepare(w2, isa=v))
+            packed[v] = (moe.prepare(w13, variant=v), moe.prepare(w2, variant=v))
         for t in ts:
             x, wts, ids = routing(name, t, t)
             experts = int((torch.bincount(ids.flatten(), minlength=e) > 0).sum())

@@ -25,7 +25,7 @@ gpt-oss-20b MoE layer (E=32, top-4, H=I=2880, swigluoai, biases) T=1 at 1 and 2 
 T=64 at 2 threads: ggml's two MUL_MAT_ID expert GEMMs (gate_up, down; bf16 and MXFP4) vs
 cpukern's whole fused_moe (both GEMMs, activation, biases, weighted sum) in the same format,
 and cpukern's W4A8 (MXFP4 weights, int8 activations) against ggml's MXFP4 (which quantises
-activations to int8 too). `--moe-isa avx512_bf16,avx2` times cpukern's MoE on each named
+activations to int8 too). `--moe-variant avx512_bf16,avx2` times cpukern's MoE on each named
 variant (default: the selected one); `--only moe` skips the ternary shapes.
 
 Working sets: test-backend-ops times gate_up (133 MB of bf16 at T=1) and down (66 MB) one op
@@ -149,7 +149,7 @@ GGML_FORMAT = {"bf16": "bf16", "mxfp4": "mxfp4", "mxfp4_a8": "mxfp4"}
 
 
 class Cpukern:
-    def __init__(self, rng, min_time: float, moe_isas: list[str], ternary_shapes: bool = True):
+    def __init__(self, rng, min_time: float, moe_variants: list[str], ternary_shapes: bool = True):
         self.min_time = min_time
         self.ternary = {}
         self.layout_bytes = {}
@@ -179,13 +179,14 @@ class Cpukern:
                      (rng.standard_normal((e, h)) * 0.1).astype(bf))
         q13, q2 = moe.quantize(w13), moe.quantize(w2)
         self.moe = {}
-        for isa in moe_isas:
-            self.moe[isa, "bf16"] = (moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa))
+        for variant in moe_variants:
+            self.moe[variant, "bf16"] = (moe.prepare(w13, variant=variant),
+                                         moe.prepare(w2, variant=variant))
             for fmt, act in (("mxfp4", "fp32"), ("mxfp4_a8", "int8")):
-                self.moe[isa, fmt] = (
-                    moe.prepare(q13[0], format="mxfp4", scales=q13[1], act=act, isa=isa),
-                    moe.prepare(q2[0], format="mxfp4", scales=q2[1], act=act, isa=isa))
-            log(f"cpukern MoE experts packed for {isa} (bf16, MXFP4, W4A8)")
+                self.moe[variant, fmt] = (
+                    moe.prepare(q13[0], format="mxfp4", scales=q13[1], act=act, variant=variant),
+                    moe.prepare(q2[0], format="mxfp4", scales=q2[1], act=act, variant=variant))
+            log(f"cpukern MoE experts packed for {variant} (bf16, MXFP4, W4A8)")
         del w13, w2
         self.rng = rng
 
@@ -195,7 +196,7 @@ class Cpukern:
                  for w in self.ternary[(m, k, temp)]]
         return timeit(calls, self.min_time) * 1e3
 
-    def moe_ms(self, isa: str, t: int, fmt: str, routing: str, threads: int) -> float:
+    def moe_ms(self, variant: str, t: int, fmt: str, routing: str, threads: int) -> float:
         e, topk, h = MOE["e"], MOE["topk"], MOE["h"]
         x = self.rng.standard_normal((t, h)).astype(ml_dtypes.bfloat16)
         if routing == "ggml":  # test-backend-ops: experts 0..topk-1 for every token, shuffled
@@ -203,7 +204,7 @@ class Cpukern:
         else:
             ids = np.stack([self.rng.permutation(e)[:topk] for _ in range(t)]).astype(np.int32)
         tw = np.full((t, topk), 1.0 / topk, np.float32)
-        w13, w2 = self.moe[isa, fmt]
+        w13, w2 = self.moe[variant, fmt]
         call = lambda: moe.fused_moe(x, w13, w2, tw, ids, activation="swigluoai",
                                      w13_bias=self.bias[0], w2_bias=self.bias[1], threads=threads)
         return timeit([call], self.min_time) * 1e3
@@ -219,12 +220,12 @@ def main(argv=None) -> int:
     p.add_argument("--probe", default=None, help="benchmarks/bandwidth binary (default: next to this script in the runfiles)")
     p.add_argument("--json", metavar="FILE", help="also write every round as JSON")
     p.add_argument("--ggml-commit", default=None, help="the ggml commit, where the source is not a git checkout")
-    p.add_argument("--moe-isa", default=None,
+    p.add_argument("--moe-variant", default=None,
                    help="comma-separated fused_moe variants to time (default: the selected one)")
     p.add_argument("--only", choices=("all", "moe"), default="all", help="'moe': skip the ternary shapes")
     args = p.parse_args(argv)
     selected_moe = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
-    moe_isas = args.moe_isa.split(",") if args.moe_isa else [selected_moe]
+    moe_variants = args.moe_variant.split(",") if args.moe_variant else [selected_moe]
     with_ternary = args.only == "all"
     build = os.path.abspath(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), args.ggml_build))
     binary = os.path.join(build, "bin", "test-backend-ops")
@@ -244,7 +245,7 @@ def main(argv=None) -> int:
           f"L3 {machine['l3_bytes'] >> 20} MiB; {machine['cores']} cores")
     print(f"cpukern {cpukern.__version__} (ternary '{next(v['name'] for v in cpukern.kernels('ternary_gemv') if v['selected'])}', "
           f"moe '{next(v['name'] for v in cpukern.kernels('fused_moe') if v['selected'])}'); ggml {commit} ({build})")
-    ck = Cpukern(np.random.default_rng(0), args.min_time, moe_isas, with_ternary)
+    ck = Cpukern(np.random.default_rng(0), args.min_time, moe_variants, with_ternary)
     rounds = []
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_start": os.getloadavg()[0]}
@@ -266,11 +267,11 @@ def main(argv=None) -> int:
             for t, th in MOE_CASES:
                 if th != threads:
                     continue
-                for isa in moe_isas:
+                for variant in moe_variants:
                     for fmt in MOE_FORMATS:
                         for routing in ("ggml", "random"):
-                            row[f"cpukern/{isa}/moe_T{t}/{fmt}/{routing}/t{threads}"] = \
-                                ck.moe_ms(isa, t, fmt, routing, threads)
+                            row[f"cpukern/{variant}/moe_T{t}/{fmt}/{routing}/t{threads}"] = \
+                                ck.moe_ms(variant, t, fmt, routing, threads)
         row["load_end"] = os.getloadavg()[0]
         rounds.append(row)
         log(f"round {r + 1} done, load {row['load_start']:.2f} -> {row['load_end']:.2f}")
@@ -306,16 +307,16 @@ def main(argv=None) -> int:
     mx = 3 * MOE["h"] * MOE["i"] * 17 / 32
     expert = {"bf16": 3 * MOE["h"] * MOE["i"] * 2, "mxfp4": mx, "mxfp4_a8": mx}
     for t, th in MOE_CASES:
-        for isa in moe_isas:
+        for variant in moe_variants:
             for fmt in MOE_FORMATS:
                 gf = GGML_FORMAT[fmt]
                 g = med[f"ggml/moe_{gf}_T{t}_gate_up/t{th}"] + med[f"ggml/moe_{gf}_T{t}_down/t{th}"]
-                c = med[f"cpukern/{isa}/moe_T{t}/{fmt}/ggml/t{th}"]
-                cb = med[f"cpukern/{isa}/moe_T{t}/bf16/ggml/t{th}"]
-                cr = med[f"cpukern/{isa}/moe_T{t}/{fmt}/random/t{th}"]
+                c = med[f"cpukern/{variant}/moe_T{t}/{fmt}/ggml/t{th}"]
+                cb = med[f"cpukern/{variant}/moe_T{t}/bf16/ggml/t{th}"]
+                cr = med[f"cpukern/{variant}/moe_T{t}/{fmt}/random/t{th}"]
                 touched = min(MOE["e"], t * MOE["topk"]) if t == 1 else MOE["e"] * (1 - (1 - MOE["topk"] / MOE["e"]) ** t)
                 gbs = touched * expert[fmt] / cr / 1e6
-                print(f"| T={t} | {th} | {isa} | {fmt} ({gf}) | {g:.2f} | {c:.2f} | {g / c:.2f}x | "
+                print(f"| T={t} | {th} | {variant} | {fmt} ({gf}) | {g:.2f} | {c:.2f} | {g / c:.2f}x | "
                       f"{cb / c:.2f}x | {cr:.2f} | {gbs:.1f} ({gbs / bw_all:.0%}) |")
     ws = moe_working_sets()
     print("\nMoE T=1 bf16 at equal working sets: each timed call's weight bytes, the GB/s it read, "
@@ -326,7 +327,7 @@ def main(argv=None) -> int:
     for th in (1, 2):
         timed = {"ggml gate_up": med[f"ggml/moe_bf16_T1_gate_up/t{th}"],
                  "ggml down": med[f"ggml/moe_bf16_T1_down/t{th}"],
-                 "cpukern fused": med[f"cpukern/{moe_isas[0]}/moe_T1/bf16/ggml/t{th}"]}
+                 "cpukern fused": med[f"cpukern/{moe_variants[0]}/moe_T1/bf16/ggml/t{th}"]}
         for name, ms in timed.items():
             gbs = ws[name] / ms / 1e6
             pb = statistics.median(rd[f"ws/{name}/t{th}"] for rd in rounds)

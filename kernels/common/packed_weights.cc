@@ -31,10 +31,10 @@ void* PackedWeights::own_section(int i, int64_t bytes, bool for_overwrite) {
   return b.data();
 }
 
-void PackedWeights::check_isa(const std::string& isa_arg) const {
-  check_arg(isa_arg.empty() || isa_arg == isa, "isa",
+void PackedWeights::check_variant(const std::string& variant_arg) const {
+  check_arg(variant_arg.empty() || variant_arg == isa, "variant",
             "expected none or '" + isa + "' (the variant the weights were packed for), got '" +
-                isa_arg + "'; prepare them again for it");
+                variant_arg + "'; prepare them again for it");
 }
 
 void PackedWeights::check_disjoint_from(const void* out, int64_t bytes, const char* out_arg,

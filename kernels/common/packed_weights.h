@@ -70,9 +70,9 @@ class PackedWeights {
   blob::View buffer;
   bool is_view() const { return buffer.p != nullptr; }
 
-  // The isa= of a call on these weights: "" or the variant that packed them (they run on
-  // it alone), else throws naming "isa".
-  void check_isa(const std::string& isa_arg) const;
+  // The variant= of a call on these weights: "" or the variant that packed them (they run on
+  // it alone), else throws naming "variant".
+  void check_variant(const std::string& variant_arg) const;
 
   // Throws naming out_arg when [out, out + bytes) overlaps any memory these weights read
   // (the viewed buffer, every section), naming the weights `weights_arg`.

@@ -144,7 +144,7 @@ std::string name(const char (&field)[96]);
 // The rows an import chooses between, from `rows` (the op's registry: shipped rows, then the
 // catalogue): made_by, the row named by the header whose micro-kernel and layout match
 // (same_kernel(row, ukernel, layout)) and that this CPU runs, or nullptr; want, the row to use:
-// made_by unless `isa` forces one (rows.select(isa), which throws naming "isa") or made_by is
+// made_by unless `isa` forces one (rows.select(isa), which throws naming "variant") or made_by is
 // null.
 template <class Registry, class SameKernel, class Row = typename Registry::Row>
 std::pair<const Row*, const Row*> import_rows(const Header& h, const Registry& rows,

@@ -11,9 +11,9 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-std::optional<std::string> isa_override_from_env(const std::string& op,
+std::optional<std::string> variant_override_from_env(const std::string& op,
                                                  const std::vector<std::string>& names) {
-  const char* env = std::getenv("CPUKERN_ISA");
+  const char* env = std::getenv("CPUKERN_VARIANT");
   if (!env || !*env) return std::nullopt;
   std::stringstream ss(env);
   std::string entry;

@@ -1,6 +1,6 @@
 // One registry per op, generated from the op's kernel list (kernels/<op>/ukernels/ukernels.inc):
-// selection from detected CPU features, and override by name (isa= argument or the
-// CPUKERN_ISA environment variable).
+// selection from detected CPU features, and override by name (variant= argument or the
+// CPUKERN_VARIANT environment variable).
 //
 // The registry's rows are the shipped variants (CPUKERN_VARIANT lines): what dispatch picks
 // from and what cpukern.kernels() lists. The catalogue-only rows (CPUKERN_CATALOGUE_ONLY lines:
@@ -81,11 +81,11 @@ struct VariantAlias {
   const char* name;
 };
 
-// The name CPUKERN_ISA forces for `op`, or nullopt when it forces nothing for it.
-// CPUKERN_ISA is a comma-separated list of "name" (applies to every op that has a variant
+// The name CPUKERN_VARIANT forces for `op`, or nullopt when it forces nothing for it.
+// CPUKERN_VARIANT is a comma-separated list of "name" (applies to every op that has a variant
 // of that name) or "op=name" (applies to that op only, and must exist there: "op=" forces
 // the empty name, which find() refuses, rather than being ignored).
-std::optional<std::string> isa_override_from_env(const std::string& op,
+std::optional<std::string> variant_override_from_env(const std::string& op,
                                                  const std::vector<std::string>& names);
 
 template <class Ukernel>
@@ -126,37 +126,39 @@ class Registry {
     return nullptr;
   }
 
-  // Looks a variant up by name (or alias); throws ValueError-mapped errors naming `isa` if
+  // Looks a variant up by name (or alias); throws ValueError-mapped errors naming `variant` if
   // it is unknown or this CPU cannot run it. Never returns a variant that would SIGILL.
-  const Row& find(const std::string& isa) const {
-    const Row* v = named(isa);
+  const Row& find(const std::string& variant) const {
+    const Row* v = named(variant);
     if (!v)
-      throw_arg("isa", "unknown variant '" + isa + "' for " + op_ + "; known: " + joined(names()));
+      throw_arg("variant",
+                "unknown variant '" + variant + "' for " + op_ + "; known: " + joined(names()));
     if (!v->supported())
-      throw_arg("isa", "variant '" + isa + "' of " + op_ + " needs CPU features this CPU lacks (" +
-                           joined(missing_features(*v)) + ")");
+      throw_arg("variant", "variant '" + variant + "' of " + op_ +
+                               " needs CPU features this CPU lacks (" +
+                               joined(missing_features(*v)) + ")");
     return *v;
   }
 
-  // `isa` empty or null: the default (CPUKERN_ISA if it names a variant of this op, else
+  // `variant` empty or null: the default (CPUKERN_VARIANT if it names a variant of this op, else
   // the best supported one).
-  const Row& select(const char* isa = nullptr) const {
-    if (isa && *isa) return find(isa);
+  const Row& select(const char* variant = nullptr) const {
+    if (variant && *variant) return find(variant);
     return default_variant();
   }
   // Compares the whole string: "avx2\0junk" is not "avx2".
-  const Row& select(const std::string& isa) const {
-    return isa.empty() ? default_variant() : find(isa);
+  const Row& select(const std::string& variant) const {
+    return variant.empty() ? default_variant() : find(variant);
   }
 
   const Row& default_variant() const {
-    // Chosen once per registry; CPUKERN_ISA is read at first use.
+    // Chosen once per registry; CPUKERN_VARIANT is read at first use.
     std::call_once(chosen_once_, [this] { chosen_ = &choose_default(); });
     return *chosen_;
   }
 
-  // Every shipped row; `selected` marks the default. A CPUKERN_ISA entry that forces a name this op
-  // cannot use leaves none selected here (listing never throws); the op's calls report it.
+  // Every shipped row; `selected` marks the default. A CPUKERN_VARIANT entry that forces a name
+  // this op cannot use leaves none selected here (listing never throws); the op's calls report it.
   std::vector<VariantInfo> info() const {
     std::vector<VariantInfo> out;
     const Row* def = nullptr;
@@ -183,12 +185,12 @@ class Registry {
 
  private:
   const Row& choose_default() const {
-    const auto forced = isa_override_from_env(op_, names());
+    const auto forced = variant_override_from_env(op_, names());
     if (forced) return find(*forced);
     const Row* best = nullptr;
     for (const auto& v : variants_)
       if (v.supported() && (!best || v.priority > best->priority)) best = &v;
-    if (!best) throw_arg("isa", "no variant of " + op_ + " runs on this CPU");
+    if (!best) throw_arg("variant", "no variant of " + op_ + " runs on this CPU");
     return *best;
   }
 

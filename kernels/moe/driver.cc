@@ -162,7 +162,7 @@ void check_weights(int64_t t, int64_t h, const PackedExperts& w13, const PackedE
             "not packed weights");
   check_arg(w13.isa == w2.isa, "w2",
             "packings of different variants cannot be mixed (w13 is '" + w13.isa + "', w2 is '" +
-                w2.isa + "'): prepare both with the same isa");
+                w2.isa + "'): prepare both with the same variant");
   check_arg(w2.e == w13.e, "w2",
             "expected " + std::to_string(w13.e) + " experts like w13, got " + std::to_string(w2.e));
   check_arg(w13.i == h, "w13",

@@ -74,7 +74,7 @@ struct PackedExperts final : PackedWeights {
 };
 
 // Every prepare*: e, o, i >= 1, else throws naming "w" (the weights, whatever their format);
-// isa "" (the default variant) or a variant this CPU runs (else throws naming "isa").
+// variant (`isa`) "" (the default) or a variant this CPU runs (else throws naming "variant").
 // into: pack straight into that serialised buffer, without an owned copy of the packing
 // (BlobTarget: exactly prepared_size(...) bytes, 64-byte aligned, disjoint from the weights,
 // else throws naming "out"); the result views it as from_buffer would, and its bytes are
@@ -130,15 +130,16 @@ std::vector<VariantInfo> list_variants();
 
 // ---- linear: the dense layer as an op of its own ------------------------------------------
 // Its variants are the fused-MoE rows themselves (one kernel list, the same micro-kernels and
-// priorities) under the op name "linear": CPUKERN_ISA's "linear=<name>" forces them for the
+// priorities) under the op name "linear": CPUKERN_VARIANT's "linear=<name>" forces them for the
 // dense layer alone, and errors and listings say "linear". Its weights are one expert
 // (PackedExperts with op "moe" and e == 1: the MoE packing, byte for byte, and its
-// serialised form), packed by prepare* for the row linear_isa names; linear() above runs them.
+// serialised form), packed by prepare* for the row linear_variant names; linear() above runs
+// them.
 std::vector<VariantInfo> list_linear_variants();
-// The name of the row a dense layer packs for: `isa` ("" = linear's default: CPUKERN_ISA if it
-// forces one for linear, else the best this CPU runs), else throws naming "isa" (unknown for
-// linear, or needing features this CPU lacks).
-std::string linear_isa(const std::string& isa);
+// The name of the row a dense layer packs for: `variant` ("" = linear's default: CPUKERN_VARIANT
+// if it forces one for linear, else the best this CPU runs), else throws naming "variant"
+// (unknown for linear, or needing features this CPU lacks).
+std::string linear_variant(const std::string& variant);
 
 // ---- serialised form (kBlobFormat; kernels/common/prepared_blob.h; serialize.cc) ----------
 // Thin wrappers of w.serialized_size / w.serialize. MoE packings cannot be unpacked, so a

@@ -34,6 +34,8 @@ static std::vector<VariantInfo> variants_of(const Registry<GemmConfig>& r) {
 std::vector<VariantInfo> list_variants() { return variants_of(registry()); }
 std::vector<VariantInfo> list_linear_variants() { return variants_of(linear_registry()); }
 
-std::string linear_isa(const std::string& isa) { return linear_registry().select(isa).name; }
+std::string linear_variant(const std::string& variant) {
+  return linear_registry().select(variant).name;
+}
 
 }  // namespace cpukern::moe

@@ -121,7 +121,7 @@ inline const Ukernel& ukernel_for(const Variant& v, WeightFormat f) {
 // The op's registry (the shipped rows and the catalogue), from the kernel list
 // (ukernels/ukernels.inc).
 const Registry<GemmConfig>& registry();
-// The dense layer's (op "linear"): the same rows under its own name (moe.h, linear_isa).
+// The dense layer's (op "linear"): the same rows under its own name (moe.h, linear_variant).
 const Registry<GemmConfig>& linear_registry();
 
 // from_buffer (moe.h) looking the row up among `rows` instead of registry()'s (the serialize

@@ -268,7 +268,7 @@ const Variant& checked_row(const uint32_t* packed, int64_t m, int64_t words, int
                            int64_t group_size) {
   check_prepare_args(m, words, k, scale != nullptr, threads, group_size);
   check_arg(packed != nullptr || m * words == 0, "packed", "must not be null");
-  return registry().select(isa);  // throws naming "isa"
+  return registry().select(isa);  // throws naming "variant"
 }
 
 }  // namespace

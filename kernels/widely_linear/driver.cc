@@ -19,7 +19,7 @@ namespace cpukern::widely_linear {
 
 const Packer& packer_for(const Layout& layout) {
   const Packer* best = best_packer(packers(), [&](const Packer& p) { return p.layout == &layout; });
-  check_arg(best != nullptr, "isa", std::string("no packer for layout ") + layout.name);
+  check_arg(best != nullptr, "variant", std::string("no packer for layout ") + layout.name);
   return *best;
 }
 

@@ -1,9 +1,12 @@
 """cpukern: CPU kernels for LLM inference behind one API.
 
 The library picks the best variant of each op for the CPU it runs on; any variant can be
-forced with the `isa=` keyword or the CPUKERN_ISA environment variable
+forced with the `variant=` keyword or the CPUKERN_VARIANT environment variable
 ("avx2" forces that variant for every op that has it; "ternary_gemv=reference,fused_moe=avx2"
-forces per op; "linear=avx2" the dense layer of cpukern.linear alone).
+forces per op; "linear=avx2" the dense layer of cpukern.linear alone). A variant is a registry
+row (a name from cpukern.kernels(op)); what the CPU supports is cpukern.cpu_info()["features"].
+CPUKERN_ISA, the old name of CPUKERN_VARIANT, is no longer read: set, it is a RuntimeWarning at
+import.
 
 logging.getLogger("cpukern") reports, at INFO, which variant each op selected and why (once
 per op and selection); CPUKERN_VERBOSE=1 prints those records to stderr.
@@ -97,11 +100,15 @@ def empty_cache() -> None:
     _ext.empty_cache()
 
 
-def _check_isa_env() -> None:
-    """CPUKERN_ISA entries that name no variant (a typo forces nothing, or for "op=name" makes
-    the op's calls fail): a warning naming the known ones. The op's calls raise ValueError
+def _check_variant_env() -> None:
+    """CPUKERN_ISA, the old name, set: a warning that it is no longer read (a user who sets it
+    is not silently ignored). CPUKERN_VARIANT entries that name no variant (a typo forces
+    nothing, or for "op=name" makes the op's calls fail): a warning naming the known ones. The op's calls raise ValueError
     for an "op=name" it cannot use (unknown, or needing features this CPU lacks)."""
-    env = os.environ.get("CPUKERN_ISA", "")
+    if os.environ.get("CPUKERN_ISA"):
+        warnings.warn("CPUKERN_ISA is no longer read (it forces nothing); set CPUKERN_VARIANT "
+                      "instead", RuntimeWarning, stacklevel=3)
+    env = os.environ.get("CPUKERN_VARIANT", "")
     if not env:
         return
     variants = {op: f() for op, f in _OPS.items()}
@@ -111,15 +118,15 @@ def _check_isa_env() -> None:
         op, eq, name = entry.partition("=")
         if eq and op in known:
             if not any(v["selected"] for v in variants[op]):
-                warnings.warn(f"CPUKERN_ISA: {entry!r} forces a variant {op} cannot use here (its "
-                              f"calls will raise ValueError); known: {', '.join(known[op])}",
-                              RuntimeWarning, stacklevel=3)
+                warnings.warn(f"CPUKERN_VARIANT: {entry!r} forces a variant {op} cannot use here "
+                              f"(its calls will raise ValueError); known: "
+                              f"{', '.join(known[op])}", RuntimeWarning, stacklevel=3)
             continue
         if eq:
-            warnings.warn(f"CPUKERN_ISA: unknown op {op!r} in {entry!r} (ignored); known ops: "
+            warnings.warn(f"CPUKERN_VARIANT: unknown op {op!r} in {entry!r} (ignored); known ops: "
                           f"{', '.join(known)}", RuntimeWarning, stacklevel=3)
         elif entry not in names:
-            warnings.warn(f"CPUKERN_ISA: unknown variant name {entry!r} (ignored); known: "
+            warnings.warn(f"CPUKERN_VARIANT: unknown variant name {entry!r} (ignored); known: "
                           f"{', '.join(names)}", RuntimeWarning, stacklevel=3)
 
 
@@ -153,7 +160,7 @@ def _check_spin_env() -> None:
 
 _check_hugepages_env()
 _check_spin_env()
-_check_isa_env()
+_check_variant_env()
 _log.configure_from_env()
 
 __all__ = ["cpu_info", "empty_cache", "kernels", "set_num_threads", "get_num_threads",

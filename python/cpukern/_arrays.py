@@ -294,16 +294,18 @@ def name_arg(name: Any, arg: str = "name") -> str:
     return name
 
 
-def isa_arg(isa: Any) -> str:
-    if isa is None:
+def variant_arg(variant: Any) -> str:
+    if variant is None:
         return ""
-    if not isinstance(isa, str):
-        raise TypeError(f"isa: expected a variant name (str) or None, got {type(isa).__name__}")
-    if not isa:
-        raise ValueError("isa: expected a variant name or None, got ''")
-    if "\x00" in isa:  # C strings would end at the NUL: "avx2\x00junk" is not "avx2"
-        raise ValueError(f"isa: expected a variant name without NUL characters, got {isa!r}")
-    return isa
+    if not isinstance(variant, str):
+        raise TypeError("variant: expected a variant name (str) or None, got "
+                        f"{type(variant).__name__}")
+    if not variant:
+        raise ValueError("variant: expected a variant name or None, got ''")
+    if "\x00" in variant:  # C strings would end at the NUL: "avx2\x00junk" is not "avx2"
+        raise ValueError("variant: expected a variant name without NUL characters, got "
+                         f"{variant!r}")
+    return variant
 
 
 def float32_scale(scale: Any, name: str = "scale") -> Any:

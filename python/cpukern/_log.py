@@ -17,9 +17,9 @@ _lock = threading.Lock()
 
 
 def _env_forced(op: str, names: list[str]) -> Optional[str]:
-    """The CPUKERN_ISA entry that forces a variant of `op` (the C++ registry's rule: "op=name"
+    """The CPUKERN_VARIANT entry that forces a variant of `op` (the C++ registry's rule: "op=name"
     for this op, else a bare name this op has), or None."""
-    env = os.environ.get("CPUKERN_ISA", "")
+    env = os.environ.get("CPUKERN_VARIANT", "")
     bare = None
     for entry in env.split(",") if env else ():
         name, eq, value = entry.partition("=")
@@ -33,11 +33,11 @@ def _env_forced(op: str, names: list[str]) -> Optional[str]:
 def _reason(op: str, chosen: str, forced: Optional[str], variants: list[dict]) -> str:
     if forced:
         alias = "" if forced == chosen else f" (an alias of '{chosen}')"
-        return f"forced by isa='{forced}'{alias}"
+        return f"forced by variant='{forced}'{alias}"
     names = [v["name"] for v in variants]
     env = _env_forced(op, names)
     if env is not None:
-        return f"forced by CPUKERN_ISA (entry '{env}')"
+        return f"forced by CPUKERN_VARIANT (entry '{env}')"
     from cpukern import _ext
 
     feats = ", ".join(_ext.cpu_info()["features"]) or "none"
@@ -56,7 +56,7 @@ def _reason(op: str, chosen: str, forced: Optional[str], variants: list[dict]) -
 
 def selection(op: str, chosen: str, forced: Optional[str],
               variants: Callable[[], list[dict]]) -> None:
-    """Logs, once, that `op` runs variant `chosen` (forced: the isa= argument, or None)."""
+    """Logs, once, that `op` runs variant `chosen` (forced: the variant= argument, or None)."""
     if not logger.isEnabledFor(logging.INFO):
         return  # not marked as seen: enabling logging later still reports it
     key = (op, chosen, forced or "")

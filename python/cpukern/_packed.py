@@ -1,7 +1,7 @@
 """cpukern.PackedWeights: weights packed once into one micro-kernel's layout, for every op
 (ternary, widely_linear, moe), and their serialised form.
 
-One class: `op`, `format`, `act`, `variant` (= `isa`), `ukernel`, `layout`, `shape`, `nbytes`,
+One class: `op`, `format`, `act`, `variant`, `ukernel`, `layout`, `shape`, `nbytes`,
 `is_view`; `to_bytes()`, `PackedWeights.from_buffer(buf)`, pickling, copy and deepcopy (through
 the serialised form; unpickling verifies the checksum).
 """
@@ -16,7 +16,8 @@ import numpy as np
 
 from cpukern import _ext
 from cpukern._arrays import (MAX_ELEMS, bool_arg, describe, ext_array, ext_out, int_arg,
-                             is_torch, isa_arg, method_of, name_arg, require_array, threads_arg)
+                             is_torch, method_of, name_arg, require_array, threads_arg,
+                             variant_arg)
 
 PackedWeights = _ext.PackedWeights
 
@@ -205,14 +206,14 @@ def prepare_into(out: Any, size: Callable[[], int], prepare: Callable[[Any], Any
     return prepare(ext_out(stable, "out"))
 
 
-def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads: Any,
+def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, variant: Any, threads: Any,
                   name: Any, *, keep: bool = True) -> Any:
     """The weights of a buffer written by to_bytes whose header names one of `ops` (() = any
     op; the extension reads and checks the header); the arguments as the public from_buffer
     functions take them. keep=False: a view used within one call and dropped (no copy of
     torch memory: nothing can resize it while the caller holds the GIL or the tensor)."""
     verify = bool_arg(verify, "verify")
-    isa = isa_arg(isa)
+    variant = variant_arg(variant)
     nthreads = threads_arg(threads)
     name = name_arg(name)
     arr = ext_array(buf, name)  # checks the kind of argument before any copy
@@ -220,10 +221,10 @@ def import_buffer(buf: Any, ops: tuple[str, ...], verify: Any, isa: Any, threads
         stable = owned_buffer(buf)
         if stable is not buf:
             arr = ext_array(stable, name)
-    return _ext.packed_from_buffer(arr, list(ops), verify, isa, nthreads, name)
+    return _ext.packed_from_buffer(arr, list(ops), verify, variant, nthreads, name)
 
 
-def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+def from_buffer(buf: Any, *, verify: bool = False, variant: Optional[str] = None,
                 threads: Optional[int] = None, name: str = "buffer") -> Any:
     """Packed weights of any op from a buffer written by to_bytes (a 1-D uint8 numpy array or
     torch tensor, 64-byte aligned). A numpy array is viewed without copying (the result keeps
@@ -231,10 +232,10 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     shared storage), else copied once (owned_buffer: torch can resize or re-home any other
     storage under a view). The header is validated against the buffer's size (O(1));
     verify=True also checks the checksum (one pass). A buffer for a variant this CPU cannot run
-    (or not `isa`) is prepared again where the op can unpack its layout (ternary;
+    (or not `variant`) is prepared again where the op can unpack its layout (ternary;
     widely_linear's public layout), else ValueError naming `buf` (MoE packings cannot be
     unpacked)."""
-    return import_buffer(buf, (), verify, isa, threads, name)
+    return import_buffer(buf, (), verify, variant, threads, name)
 
 
 def aligned(buf: np.ndarray) -> np.ndarray:
@@ -267,9 +268,9 @@ method_of(PackedWeights, "__reduce__", _reduce)
 method_of(PackedWeights, "to_bytes", _to_bytes)
 
 
-def _static_from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+def _static_from_buffer(buf: Any, *, verify: bool = False, variant: Optional[str] = None,
                         threads: Optional[int] = None, name: str = "buffer") -> Any:
-    return from_buffer(buf, verify=verify, isa=isa, threads=threads, name=name)
+    return from_buffer(buf, verify=verify, variant=variant, threads=threads, name=name)
 
 
 # Named as the class's own, so that the stubs list it with the class (as method_of does).

@@ -3,7 +3,7 @@ micro-kernels (one expert, no routing).
 
 prepare (once, for the selected or forced variant) -> linear (per call). The op's variants are
 fused_moe's (cpukern.kernels("linear"): the same kernel list, micro-kernels and priorities),
-selected and forced for this op alone: isa= or CPUKERN_ISA="linear=<name>".
+selected and forced for this op alone: variant= or CPUKERN_VARIANT="linear=<name>".
 
 The weights: bf16 (O, I); MXFP4 blocks uint8 (O, I/32, 16) with scales uint8 (O, I/32)
 (act="int8": W4A8); int8 (O, I) in [-127, 127] with float32 scales (O,) (cpukern.moe's
@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from cpukern import _experts, _ext, _log
-from cpukern._arrays import (describe, ext_array, ext_out, isa_arg, require_array, result,
-                             shape_of, threads_arg)
+from cpukern._arrays import (describe, ext_array, ext_out, require_array, result, shape_of,
+                             threads_arg, variant_arg)
 from cpukern._packed import PackedWeights, check_op
 
 __all__ = ["prepare", "linear"]
@@ -48,7 +48,7 @@ def _one_expert(a: Any, name: str, ndim: int) -> Any:
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
-            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
+            variant: Optional[str] = None, out: Any = None) -> PackedWeights:
     """Packs one weight matrix (nn.Linear [out, in] order) once for linear's selected (or
     forced) variant.
 
@@ -59,7 +59,7 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     alloc(nbytes): packed straight into its buffer, the serialised form (cpukern.moe.prepare's
     out=).
     """
-    isa = isa_arg(isa)
+    variant = variant_arg(variant)
     # An unknown format or act, and scales with bf16: refused by the extension (cpukern.moe's
     # rules and messages).
     w_ndim, scales_ndim, scales_are = _NDIMS.get(format, (None, None, "")) \
@@ -72,23 +72,23 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
         if scales is None:
             raise ValueError(f"scales: required with format={format!r} ({scales_are})")
         scales = _one_expert(scales, "scales", scales_ndim)
-    packed = _experts.pack(w, format, scales, act, _ext.linear_isa(isa), out)
-    _log.selection("linear", packed.isa, isa, _ext.linear_variants)
+    packed = _experts.pack(w, format, scales, act, _ext.linear_variant(variant), out)
+    _log.selection("linear", packed.variant, variant, _ext.linear_variants)
     return packed
 
 
 def linear(x: Any, w: PackedWeights, bias: Any = None, *, threads: Optional[int] = None,
-           out: Any = None, isa: Optional[str] = None) -> Any:
+           out: Any = None, variant: Optional[str] = None) -> Any:
     """out = x @ W.T + bias, bf16 (T, O): x bf16 (T, I), any T >= 0; w from prepare (or any
     one-expert packing of cpukern.moe.prepare); bias None or bf16 (O,). fp32 accumulation,
     rounded once to bf16 (what torch's bf16 nn.Linear computes, up to the summation order);
     the guarantees and the bound are in the module docstring. threads: None or 0 = the
-    default, or 1..cpukern.MAX_THREADS. isa, if given, must be the variant w was packed for.
+    default, or 1..cpukern.MAX_THREADS. variant, if given, must be the variant w was packed for.
     out: None (a new array) or a bf16 (T, O) array to write."""
     check_op(w, ("moe",), "w", "PackedWeights from cpukern.linear.prepare")
     nthreads = threads_arg(threads)
-    # x, bias, isa (w's variant) and out= against w (E = 1, in-features): checked by the
+    # x, bias, variant (w's variant) and out= against w (E = 1, in-features): checked by the
     # extension and moe::linear.
     y = _ext.moe_linear(ext_array(x, "x"), w, None if bias is None else ext_array(bias, "bias"),
-                        isa_arg(isa), nthreads, ext_out(out))
+                        variant_arg(variant), nthreads, ext_out(out))
     return out if out is not None else result(y, x, bf16=True)

@@ -40,8 +40,8 @@ from typing import Any, Optional
 import ml_dtypes
 
 from cpukern import _experts, _ext, _log
-from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, isa_arg,
-                             result, str_arg, str_value, threads_arg)
+from cpukern._arrays import (bool_arg, c_int, ext_array, ext_out, int_arg, result, str_arg,
+                             str_value, threads_arg, variant_arg)
 
 from cpukern import _packed as packed_weights
 from cpukern._packed import PackedWeights, check_op
@@ -71,7 +71,7 @@ def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[A
 
 
 def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp32",
-            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
+            variant: Optional[str] = None, out: Any = None) -> PackedWeights:
     """Packs expert weights (nn.Linear [out, in] order) once for the selected (or forced)
     kernel family.
 
@@ -88,9 +88,9 @@ def prepare(w: Any, *, format: str = "bf16", scales: Any = None, act: str = "fp3
     aligned: the experts are packed straight into it, as to_bytes would serialise them, and
     the result views it (cpukern.ternary.prepare's out=).
     """
-    isa = isa_arg(isa)
-    packed = _experts.pack(w, format, scales, act, isa, out)
-    _log.selection("fused_moe", packed.isa, isa, _ext.moe_variants)
+    variant = variant_arg(variant)
+    packed = _experts.pack(w, format, scales, act, variant, out)
+    _log.selection("fused_moe", packed.variant, variant, _ext.moe_variants)
     return packed
 
 
@@ -109,16 +109,16 @@ def serialized_size(experts: PackedWeights) -> int:
     return packed_weights.serialized_size(experts)
 
 
-def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+def from_buffer(buf: Any, *, verify: bool = False, variant: Optional[str] = None,
                 name: str = "buffer") -> PackedWeights:
     """Packed experts viewing a buffer written by to_bytes (a numpy buffer zero-copy, kept
     alive; torch memory as cpukern.PackedWeights.from_buffer says: copied once unless torch
     cannot free or move it). The
     header is validated against the buffer's size (O(1)); verify=True also checks the payload
-    checksum. A packing for a variant this CPU cannot run (or not `isa`) raises ValueError:
+    checksum. A packing for a variant this CPU cannot run (or not `variant`) raises ValueError:
     MoE packings cannot be unpacked, prepare the experts again from their weights. Pickling,
     copy and deepcopy go through this serialised form (cpukern.PackedWeights)."""
-    return packed_weights.import_buffer(buf, ("moe",), verify, isa, None, name)
+    return packed_weights.import_buffer(buf, ("moe",), verify, variant, None, name)
 
 
 def quantize(w: Any, format: str = "mxfp4") -> tuple[Any, Any]:
@@ -156,27 +156,28 @@ def dequantize(blocks: Any, scales: Any, format: str = "mxfp4") -> Any:
 
 def fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, topk_ids: Any, *,
               activation: str = "silu", w13_bias: Any = None, w2_bias: Any = None,
-              skip_weighted: bool = False, isa: Optional[str] = None, threads: Optional[int] = None,
-              out: Any = None) -> Any:
+              skip_weighted: bool = False, variant: Optional[str] = None,
+              threads: Optional[int] = None, out: Any = None) -> Any:
     """out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), bf16 (T, H).
 
     expert_e(x) = w2_e @ round_bf16(act(w13_e @ x + b13_e)) + b2_e, fp32 accumulation.
     x bf16 (T, H); w13 packed from (E, 2I, H); w2 packed from (E, H, I), both by prepare with
-    the same isa, each in any format (bf16, mxfp4 or int8; they may differ). activation: "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
+    the same variant, each in any format (bf16, mxfp4 or int8; they may differ). activation:
+    "silu", "gelu", "gelu_tanh" (w13 rows = [gate ; up]) or
     "swigluoai" (rows interleaved: even gate, odd up; alpha 1.702, limit 7).
-    skip_weighted=True (weight 1.0) only with topk == 1. isa, if given, must be the one the
+    skip_weighted=True (weight 1.0) only with topk == 1. variant, if given, must be the one the
     weights were packed for. threads: None or 0 = the default, or 1..cpukern.MAX_THREADS.
     int8 experts: finite results need 127 * K * max|a| <= 3e38 per GEMM (module docstring).
     bf16 / MXFP4 experts: each of the two GEMMs meets cpukern.linear's bound, its underflow term
     included (on avx512_bf16, products below 2**-126 are flushed to zero).
     """
     return _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                      skip_weighted, isa, threads, out, "int32")
+                      skip_weighted, variant, threads, out, "int32")
 
 
 def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, topk_ids: Any,
                activation: str, w13_bias: Any, w2_bias: Any, skip_weighted: bool,
-               isa: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
+               variant: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
     """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
     torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
     for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
@@ -191,11 +192,11 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
                            str_value(activation, "activation"),
                            None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
                            None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
-                           skip_weighted, isa_arg(isa), nthreads, ext_out(out))
+                           skip_weighted, variant_arg(variant), nthreads, ext_out(out))
     return out if out is not None else result(y, x, bf16=True)
 
 
-def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[str, Any]:
+def load_gpt_oss(path: Any, layer: int, *, variant: Optional[str] = None) -> dict[str, Any]:
     """One gpt-oss MoE layer from a safetensors file, prepared straight from the mapped file.
 
     Reads ``model.layers.{layer}.mlp.experts.gate_up_proj_blocks`` (E, 2I, H/32, 16) uint8,
@@ -228,7 +229,7 @@ def load_gpt_oss(path: Any, layer: int, *, isa: Optional[str] = None) -> dict[st
             raise KeyError(f"{_st.where(path)}: no tensor {missing[0]!r} (layer {layer})")
         blocks, scales, bias = (t[n] for n in names)
         try:
-            out[key] = prepare(blocks, format="mxfp4", scales=scales, isa=isa)
+            out[key] = prepare(blocks, format="mxfp4", scales=scales, variant=variant)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{_st.where(path)}: tensor {names[0]!r} / {names[1]!r}: {e}") from None
         if bias.dtype != ml_dtypes.bfloat16 or bias.shape != blocks.shape[:2]:

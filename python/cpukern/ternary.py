@@ -17,7 +17,7 @@ from cpukern import _ext, _log
 from cpukern import _packed as packed_weights
 from cpukern._dtypes import act_arg
 from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, float32_scale, int_arg,
-                             is_torch, isa_arg, require_array, result, str_arg, threads_arg)
+                             is_torch, require_array, result, str_arg, threads_arg, variant_arg)
 
 from cpukern._packed import PackedWeights, aligned_empty, check_op, import_buffer
 
@@ -73,7 +73,7 @@ def quantize(w: Any, granularity: str = "row") -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int] = None,
-            isa: Optional[str] = None, threads: Optional[int] = None, int8: bool = False,
+            variant: Optional[str] = None, threads: Optional[int] = None, int8: bool = False,
             out: Any = None) -> PackedWeights:
     """Converts packed weights once into the selected (or forced) kernel's own layout.
 
@@ -90,13 +90,13 @@ def prepare(packed: Any, k: int, scale: Any = None, *, group_size: Optional[int]
     are packed straight into it (no owned copy): its bytes are those of
     to_bytes(prepare(...)) (with int8 as given), and the result views it as from_buffer would.
     """
-    return _prepare(packed, k, scale, isa, "packed", group_size, threads, int8, out)
+    return _prepare(packed, k, scale, variant, "packed", group_size, threads, int8, out)
 
 
-def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: Any = None,
+def _prepare(packed: Any, k: Any, scale: Any, variant: Any, name: str, group_size: Any = None,
              threads: Any = None, int8: Any = False, out: Any = None) -> PackedWeights:
     k = int_arg(k, "k", 0)
-    isa = isa_arg(isa)
+    variant = variant_arg(variant)
     nthreads = threads_arg(threads)
     int8 = bool_arg(int8, "int8")
     # Shapes (words per row, a scale of M or 1 values, group scales, group_size a multiple of
@@ -106,18 +106,18 @@ def _prepare(packed: Any, k: Any, scale: Any, isa: Any, name: str, group_size: A
     s = _scale_arg(scale, group_size)
     try:
         if out is None:
-            prepared = _ext.ternary_prepare(p, k, s, isa, g, nthreads, int8)
+            prepared = _ext.ternary_prepare(p, k, s, variant, g, nthreads, int8)
         else:  # arrays converted again for the second call (one call consumes a DLPack capsule)
             prepared = packed_weights.prepare_into(
-                out, lambda: _ext.ternary_prepared_size(p, k, s, isa, g, int8),
+                out, lambda: _ext.ternary_prepared_size(p, k, s, variant, g, int8),
                 lambda buf: _ext.ternary_prepare(ext_array(packed, name), k,
-                                                 _scale_arg(scale, group_size), isa, g, nthreads,
-                                                 int8, buf))
+                                                 _scale_arg(scale, group_size), variant, g,
+                                                 nthreads, int8, buf))
     except ValueError as e:  # the extension names "packed"; gemv's argument is "weights"
         if name != "packed" and str(e).startswith("packed: "):
             raise ValueError(f"{name}: {str(e)[len('packed: '):]}") from None
         raise
-    _log.selection("ternary_gemv", prepared.isa, isa, _ext.ternary_variants)
+    _log.selection("ternary_gemv", prepared.variant, variant, _ext.ternary_variants)
     return prepared
 
 
@@ -129,7 +129,7 @@ def _scale_arg(scale: Any, group_size: Any) -> Any:
 
 
 def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: str = "fp32",
-         isa: Optional[str] = None, threads: Optional[int] = None, out: Any = None) -> Any:
+         variant: Optional[str] = None, threads: Optional[int] = None, out: Any = None) -> Any:
     """y[..., m] = scale[m] * sum_k w[m, k] * x[..., k].
 
     weights: a packed uint32 (M, ceil(K/16)) array (converted on every call) or a
@@ -161,10 +161,10 @@ def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: 
     s = float32_scale(scale)
     check = ""
     if isinstance(weights, PackedWeights) and weights.op == "ternary":
-        w, check = weights, isa_arg(isa)  # the extension checks it names their variant
+        w, check = weights, variant_arg(variant)  # the extension checks it names their variant
     elif isinstance(weights, np.ndarray) or is_torch(weights):
         cols = tuple(x.shape[-1:])  # () for a 0-d x, which the extension refuses
-        w = _prepare(weights, int(cols[0]) if cols else 0, None, isa, "weights")
+        w = _prepare(weights, int(cols[0]) if cols else 0, None, variant, "weights")
     else:
         raise TypeError(f"weights: expected PackedWeights from cpukern.ternary.prepare or a packed "
                         f"uint32 array, got {type(weights).__name__}")
@@ -200,7 +200,7 @@ def to_bytes(weights: PackedWeights, *, int8: bool = False,
     return packed_weights.to_bytes(weights, int8=int8, threads=threads, out=out)
 
 
-def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
+def from_buffer(buf: Any, *, verify: bool = False, variant: Optional[str] = None,
                 threads: Optional[int] = None, name: str = "buffer") -> PackedWeights:
     """Prepared weights from a buffer written by to_bytes (a 1-D uint8 numpy array or torch
     tensor, 64-byte aligned): the result views a numpy `buf` without copying and keeps it
@@ -215,12 +215,12 @@ def from_buffer(buf: Any, *, verify: bool = False, isa: Optional[str] = None,
     (memory-safe, but the results are whatever the edited bytes say).
 
     A buffer prepared for a variant this CPU cannot run (e.g. AVX-512 on an AVX2 machine) or
-    another than `isa` is unpacked to the public ternary format and prepared again for this
+    another than `variant` is unpacked to the public ternary format and prepared again for this
     CPU (a copy; PackedWeights.is_view is then False); widely-linear layouts other than the
     public one cannot be unpacked and raise ValueError instead."""
-    w = import_buffer(buf, _OPS, verify, isa, threads, name)
+    w = import_buffer(buf, _OPS, verify, variant, threads, name)
     op = "widely_linear" if w.op == "widely_linear" else "ternary_gemv"
-    _log.selection(op, w.isa, isa_arg(isa) or None,
+    _log.selection(op, w.variant, variant_arg(variant) or None,
                    _ext.widely_linear_variants if w.op == "widely_linear" else _ext.ternary_variants)
     return w
 

@@ -15,8 +15,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from cpukern import _ext, _log
-from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, int_arg, is_torch, isa_arg,
-                             result, threads_arg)
+from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, int_arg, is_torch, result,
+                             threads_arg, variant_arg)
 
 from cpukern._packed import PackedWeights, prepare_into
 
@@ -47,29 +47,29 @@ def dense(planes: Any, scales: Any, m: int) -> np.ndarray:
 
 
 def prepare(planes: Any, scales: Any, m: int, *,
-            isa: Optional[str] = None, out: Any = None) -> PackedWeights:
+            variant: Optional[str] = None, out: Any = None) -> PackedWeights:
     """Converts a widely-linear layer once into the selected (or forced) kernel's layout.
 
     out: None, or a callable alloc(nbytes) returning a 1-D uint8 buffer of nbytes, 64-byte
     aligned: the layer is packed straight into it, as to_bytes would serialise it, and the
     result views it (cpukern.ternary.prepare's out=)."""
     m = int_arg(m, "m", 1)
-    isa = isa_arg(isa)
+    variant = variant_arg(variant)
 
     def arrays() -> tuple[Any, Any]:  # for each call: one call consumes a DLPack capsule
         return ext_array(planes, "planes"), ext_array(scales, "scales")
 
     if out is None:
-        layer = _ext.widely_linear_prepare(*arrays(), m, isa)
+        layer = _ext.widely_linear_prepare(*arrays(), m, variant)
     else:
-        layer = prepare_into(out, lambda: _ext.widely_linear_prepared_size(*arrays(), m, isa),
-                             lambda buf: _ext.widely_linear_prepare(*arrays(), m, isa, buf))
-    _log.selection("widely_linear", layer.isa, isa, _ext.widely_linear_variants)
+        layer = prepare_into(out, lambda: _ext.widely_linear_prepared_size(*arrays(), m, variant),
+                             lambda buf: _ext.widely_linear_prepare(*arrays(), m, variant, buf))
+    _log.selection("widely_linear", layer.variant, variant, _ext.widely_linear_variants)
     return layer
 
 
 def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
-          fused: bool = True, isa: Optional[str] = None, threads: Optional[int] = None,
+          fused: bool = True, variant: Optional[str] = None, threads: Optional[int] = None,
           out: Any = None) -> Any:
     """y = U x + W conj(x) as a real layer: x float32 (2m,) or (B, 2m) = [x_re | x_im];
     returns float32 (2n,) or (B, 2n) = [y_re | y_im], a drop-in for `a @ x` with
@@ -87,7 +87,7 @@ def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
         if scales is not None:
             raise ValueError("scales: expected None (the prepared layer carries its scales), got "
                              f"{type(scales).__name__}")
-        layer, check = planes, isa_arg(isa)  # the extension checks it names its variant
+        layer, check = planes, variant_arg(variant)  # the extension checks it names its variant
     elif isinstance(planes, np.ndarray) or is_torch(planes):
         if scales is None:
             raise ValueError("scales: expected float32 scales when planes is an array, got None")
@@ -95,7 +95,7 @@ def apply(planes: Union[PackedWeights, Any], x: Any, scales: Any = None, *,
         if cols % 2 or cols == 0:
             raise ValueError(f"x: expected an even number 2m >= 2 of columns [x_re | x_im], got "
                              f"{describe(x)}")
-        layer = prepare(planes, scales, cols // 2, isa=isa)
+        layer = prepare(planes, scales, cols // 2, variant=variant)
     else:
         got = (f"packed weights of op '{planes.op}'" if isinstance(planes, PackedWeights)
                else type(planes).__name__)

@@ -74,16 +74,16 @@ ExpertArrays expert_arrays(const InArray& w, const std::optional<InArray>& scale
   return {f, bp, sp, e, o, nb * moe::mxfp4::kBlock, double(w.size()) * 2.0};
 }
 
-// The experts packed for `isa` (into: straight into that serialised buffer).
-std::shared_ptr<const PackedWeights> pack_experts(const ExpertArrays& a, const std::string& isa,
+// The experts packed for `variant` (into: straight into that serialised buffer).
+std::shared_ptr<const PackedWeights> pack_experts(const ExpertArrays& a, const std::string& variant,
                                                   const BlobTarget* into) {
   if (a.format == moe::WeightFormat::kBf16)
-    return moe::prepare(static_cast<const uint16_t*>(a.w), a.e, a.o, a.i, isa, into);
+    return moe::prepare(static_cast<const uint16_t*>(a.w), a.e, a.o, a.i, variant, into);
   if (a.format == moe::WeightFormat::kInt8)
     return moe::prepare_int8(static_cast<const int8_t*>(a.w), static_cast<const float*>(a.scales),
-                             a.e, a.o, a.i, isa, into);
+                             a.e, a.o, a.i, variant, into);
   return moe::prepare_mxfp4(static_cast<const uint8_t*>(a.w), static_cast<const uint8_t*>(a.scales),
-                            a.e, a.o, a.i, isa, a.format, into);
+                            a.e, a.o, a.i, variant, a.format, into);
 }
 
 }  // namespace
@@ -92,7 +92,10 @@ void bind_moe(nb::module_& m) {
   m.def("moe_variants", [] { return variants_to_list(moe::list_variants()); });
   // The dense layer's op "linear": fused_moe's rows under its own name (moe.h).
   m.def("linear_variants", [] { return variants_to_list(moe::list_linear_variants()); });
-  m.def("linear_isa", [](const std::string& isa) { return moe::linear_isa(isa); }, nb::arg("isa"));
+  m.def(
+      "linear_variant",
+      [](const std::string& variant) { return moe::linear_variant(variant); },
+      nb::arg("variant"));
 
   // Returns new numpy arrays (topk_weights float32 (T, topk), topk_ids int32 (T, topk)),
   // allocated here once topk is known to be valid (moe::route checks it again, but only after
@@ -122,27 +125,27 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
 
-  // prepare(w, scales, format, act, isa, out): prepare_format's rules first (format, act,
+  // prepare(w, scales, format, act, variant, out): prepare_format's rules first (format, act,
   // scales given or not), then the arrays of that format (expert_arrays). out: pack straight
   // into it (moe::prepare*'s into), a buffer of moe_prepared_size's bytes.
   m.def("moe_prepare", [](const InArray& w, std::optional<InArray> scales, const std::string& format,
-                          const std::string& act, const std::string& isa,
+                          const std::string& act, const std::string& variant,
                           const std::optional<OutArray>& out) {
     const ExpertArrays a = expert_arrays(w, scales, format, act);
     if (out)
-      return prepare_into(*out, moe::prepared_size(a.format, a.e, a.o, a.i, isa), a.work,
-                          [&](const BlobTarget& into) { return pack_experts(a, isa, &into); });
+      return prepare_into(*out, moe::prepared_size(a.format, a.e, a.o, a.i, variant), a.work,
+                          [&](const BlobTarget& into) { return pack_experts(a, variant, &into); });
     GilRelease release(a.work);
-    return pack_experts(a, isa, nullptr);
-  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"),
+    return pack_experts(a, variant, nullptr);
+  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("variant"),
      nb::arg("out").none() = nb::none());
   // The bytes of moe_prepare's serialised form for these arguments (the size of its out).
   m.def("moe_prepared_size", [](const InArray& w, std::optional<InArray> scales,
                                 const std::string& format, const std::string& act,
-                                const std::string& isa) {
+                                const std::string& variant) {
     const ExpertArrays a = expert_arrays(w, scales, format, act);
-    return moe::prepared_size(a.format, a.e, a.o, a.i, isa);
-  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("isa"));
+    return moe::prepared_size(a.format, a.e, a.o, a.i, variant);
+  }, nb::arg("w"), nb::arg("scales").none(), nb::arg("format"), nb::arg("act"), nb::arg("variant"));
 
   // Weight quantisation of bf16 w (..., K): returns new numpy arrays, int8: (q int8 (..., K),
   // scales float32 (...)); mxfp4: (blocks uint8 (..., K/32, 16), scales uint8 (..., K/32)).
@@ -239,9 +242,9 @@ void bind_moe(nb::module_& m) {
   m.def(
       "moe_linear",
       [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias,
-         const std::string& isa, int threads, const std::optional<OutArray>& out) {
+         const std::string& variant, int threads, const std::optional<OutArray>& out) {
         const PackedExperts& w = experts(packed, "w");
-        packed.check_isa(isa);  // "" or the variant w was packed for
+        packed.check_variant(variant);  // "" or the variant w was packed for
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), k = int64_t(x.shape(1));
         if (k != w.i)
@@ -259,7 +262,7 @@ void bind_moe(nb::module_& m) {
         }
         return std::move(y.array);
       },
-      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("isa"), nb::arg("threads"),
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("variant"), nb::arg("threads"),
       nb::arg("out").none());
 
   m.def(
@@ -268,10 +271,11 @@ void bind_moe(nb::module_& m) {
          const InArray& topk_weights, const InArray& topk_ids, bool int64_ids,
          const std::string& activation,
          std::optional<InArray> w13_bias, std::optional<InArray> w2_bias, bool skip_weighted,
-         const std::string& isa, int threads, const std::optional<OutArray>& out) {
+         const std::string& variant, int threads, const std::optional<OutArray>& out) {
         const PackedExperts& w13 = experts(packed13, "w13");
         const PackedExperts& w2 = experts(packed2, "w2");
-        packed13.check_isa(isa);  // "" or w13's variant (w2's: moe::fused_moe checks it is w13's)
+        // "" or w13's variant (w2's: moe::fused_moe checks it is w13's)
+        packed13.check_variant(variant);
         const auto* xp = in_ptr<uint16_t>(x, "x", {2});
         const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
         const auto* twp = in_ptr<float>(topk_weights, "topk_weights", {2});
@@ -313,7 +317,7 @@ void bind_moe(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("w13"), nb::arg("w2"), nb::arg("topk_weights"), nb::arg("topk_ids"),
       nb::arg("int64_ids"), nb::arg("activation"), nb::arg("w13_bias").none(), nb::arg("w2_bias").none(),
-      nb::arg("skip_weighted"), nb::arg("isa"), nb::arg("threads"), nb::arg("out").none());
+      nb::arg("skip_weighted"), nb::arg("variant"), nb::arg("threads"), nb::arg("out").none());
 }
 
 }  // namespace cpukern::ext

@@ -71,7 +71,6 @@ void bind_packed_weights(nb::module_& m) {
               "The activations the micro-kernel reads: 'fp32', 'bf16' or 'int8' (ternary weights "
               "also run act='int8' through their int8 layout).")
       .def_ro("variant", &PackedWeights::isa, "The variant (registry row) that packed them.")
-      .def_ro("isa", &PackedWeights::isa, "The variant whose layout this is (= variant).")
       .def_ro("ukernel", &PackedWeights::ukernel_name, "The variant's micro-kernel.")
       .def_ro("layout", &PackedWeights::layout_name, "The layout word of the kernel layout.")
       .def_prop_ro("shape", &shape_of, nb::for_getter(nb::sig("def shape(self) -> tuple[int, ...]")),
@@ -106,7 +105,7 @@ void bind_packed_weights(nb::module_& m) {
       // that calls back into Python could be ended there by interpreter exit (gil.h).
       .def("__repr__", &repr);
 
-  // A call's isa= on these weights (PackedWeights::check_isa): "" or their own variant.
+  // A call's variant= on these weights (PackedWeights::check_variant): "" or their own variant.
   m.def(
       "packed_serialized_size",
       [](const PackedWeights& w, bool int8) { return w.serialized_size({int8, 0}); },
@@ -126,22 +125,24 @@ void bind_packed_weights(nb::module_& m) {
   m.def(
       "packed_from_buffer",
       [](const InArray& buf, const std::vector<std::string>& ops, bool verify,
-         const std::string& isa, int threads, const char* arg) {
+         const std::string& variant, int threads, const char* arg) {
         return import_buffer(buf, arg, [&](const unsigned char* p, int64_t size, auto owner)
                                            -> std::shared_ptr<const PackedWeights> {
           const std::string op = op_of(p, size, ops);
           if (op == moe::kBlobFormat.op)
             return moe::from_buffer(
-                p, size, owner, blob::import_options<moe::ImportOptions>(verify, isa, arg, threads));
+                p, size, owner,
+                blob::import_options<moe::ImportOptions>(verify, variant, arg, threads));
           if (op == widely_linear::kBlobFormat.op)
             return widely_linear::from_buffer(
                 p, size, owner,
-                blob::import_options<widely_linear::ImportOptions>(verify, isa, arg, threads));
+                blob::import_options<widely_linear::ImportOptions>(verify, variant, arg, threads));
           return ternary::from_buffer(
-              p, size, owner, blob::import_options<ternary::ImportOptions>(verify, isa, arg, threads));
+              p, size, owner,
+              blob::import_options<ternary::ImportOptions>(verify, variant, arg, threads));
         });
       },
-      nb::arg("buffer"), nb::arg("ops"), nb::arg("verify"), nb::arg("isa"), nb::arg("threads"),
+      nb::arg("buffer"), nb::arg("ops"), nb::arg("verify"), nb::arg("variant"), nb::arg("threads"),
       nb::arg("arg"));
 }
 

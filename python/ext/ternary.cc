@@ -94,44 +94,46 @@ void bind_ternary(nb::module_& m) {
   // buffer of ternary_prepared_size's bytes for the same arguments.
   m.def(
       "ternary_prepare",
-      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa,
+      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& variant,
          int64_t group_size, int threads, bool int8, const std::optional<OutArray>& out) {
         const PrepareArrays a = prepare_arrays(packed, k, scale, group_size);
         if (out) {
           const int64_t size = ternary::prepared_size(a.rows, a.words, k, a.scale() != nullptr,
-                                                      isa, group_size, int8);
+                                                      variant, group_size, int8);
           return prepare_into(*out, size, 0.0, [&](const BlobTarget& into) {
-            return ternary::prepare_into(a.packed, a.rows, a.words, k, a.scale(), isa, threads,
+            return ternary::prepare_into(a.packed, a.rows, a.words, k, a.scale(), variant, threads,
                                          group_size, int8, into);
           });
         }
         GilRelease release;
-        auto w = ternary::prepare(a.packed, a.rows, a.words, k, a.scale(), isa, threads, group_size);
+        auto w = ternary::prepare(a.packed, a.rows, a.words, k, a.scale(), variant, threads,
+                                  group_size);
         if (int8) w->i8_data(threads);
         return std::shared_ptr<const PackedWeights>(std::move(w));
       },
-      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
+      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("variant"),
       nb::arg("group_size") = 0, nb::arg("threads") = 0, nb::arg("int8") = false,
       nb::arg("out").none() = nb::none());
   // The bytes of ternary_prepare's serialised form for these arguments (the size of its out).
   m.def(
       "ternary_prepared_size",
-      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& isa,
+      [](const InArray& packed, int64_t k, std::optional<InArray> scale, const std::string& variant,
          int64_t group_size, bool int8) {
         const PrepareArrays a = prepare_arrays(packed, k, scale, group_size);
-        return ternary::prepared_size(a.rows, a.words, k, a.scale() != nullptr, isa, group_size, int8);
+        return ternary::prepared_size(a.rows, a.words, k, a.scale() != nullptr, variant,
+                                      group_size, int8);
       },
-      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("isa"),
+      nb::arg("packed"), nb::arg("k"), nb::arg("scale").none(), nb::arg("variant"),
       nb::arg("group_size"), nb::arg("int8"));
 
-  // isa: "" or the variant the weights were prepared for (checked here: one call per forward).
+  // variant: "" or the variant the weights were prepared for (checked here: one call per forward).
   m.def(
       "ternary_gemv",
       [](const PackedWeights& packed, const InArray& x, std::optional<InArray> scale,
-         const std::string& act, const std::string& isa, int threads,
+         const std::string& act, const std::string& variant, int threads,
          const std::optional<OutArray>& out) {
         const PreparedWeights& w = ternary_weights(packed);
-        packed.check_isa(isa);
+        packed.check_variant(variant);
         const auto* xp = in_ptr<float>(x, "x", {1, 2});
         const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
         ternary::check_x_columns(w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -145,7 +147,7 @@ void bind_ternary(nb::module_& m) {
         }
         return std::move(y.array);
       },
-      nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"), nb::arg("isa"),
+      nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"), nb::arg("variant"),
       nb::arg("threads"), nb::arg("out").none());
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the

@@ -123,7 +123,7 @@ void bind_widely_linear(nb::module_& m) {
   // out: pack straight into it (widely_linear::prepare's into), a buffer of
   // widely_linear_prepared_size's bytes for the same arguments.
   m.def("widely_linear_prepare",
-        [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa,
+        [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& variant,
            const std::optional<OutArray>& out) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
@@ -131,33 +131,33 @@ void bind_widely_linear(nb::module_& m) {
             return std::shared_ptr<const PackedWeights>(widely_linear::prepare(
                 static_cast<const uint32_t*>(planes.data()),
                 static_cast<const float*>(scales.data()), s.per_row, s.stages, s.n, s.words, m_,
-                isa, into));
+                variant, into));
           };
           if (out)
             return prepare_into(
-                *out, widely_linear::prepared_size(s.stages, s.n, s.words, m_, isa), 0.0,
+                *out, widely_linear::prepared_size(s.stages, s.n, s.words, m_, variant), 0.0,
                 [&](const BlobTarget& into) { return prepare(&into); });
           GilRelease release;
           return prepare(nullptr);
         },
-        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("isa"),
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("variant"),
         nb::arg("out").none() = nb::none());
   // The bytes of widely_linear_prepare's serialised form for these arguments (its out's size).
   m.def("widely_linear_prepared_size",
-        [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& isa) {
+        [](const InArray& planes, const InArray& scales, int64_t m_, const std::string& variant) {
           check_extent(m_, "m", 1);
           const PlaneShape s = plane_shape(planes, scales);
-          return widely_linear::prepared_size(s.stages, s.n, s.words, m_, isa);
+          return widely_linear::prepared_size(s.stages, s.n, s.words, m_, variant);
         },
-        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("isa"));
+        nb::arg("planes"), nb::arg("scales"), nb::arg("m"), nb::arg("variant"));
 
-  // isa: "" or the variant the layer was prepared for (checked here: one call per forward).
+  // variant: "" or the variant the layer was prepared for (checked here: one call per forward).
   m.def("widely_linear_run", [](const PackedWeights& packed, const InArray& x, bool fused,
-                                const std::string& isa, int threads,
+                                const std::string& variant, int threads,
                                 const std::optional<OutArray>& out) {
     const PreparedLayer& layer = weights_of<PreparedLayer>(
         packed, "planes", "PackedWeights from cpukern.widely_linear.prepare");
-    packed.check_isa(isa);
+    packed.check_variant(variant);
     const auto* xp = in_ptr<float>(x, "x", {1, 2});
     const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
     widely_linear::check_x_columns(layer, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
@@ -168,7 +168,7 @@ void bind_widely_linear(nb::module_& m) {
       widely_linear::run(layer, xp, batch, fused, threads, y.data);
     }
     return std::move(y.array);
-  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("isa"), nb::arg("threads"),
+  }, nb::arg("weights"), nb::arg("x"), nb::arg("fused"), nb::arg("variant"), nb::arg("threads"),
      nb::arg("out").none());
 }
 

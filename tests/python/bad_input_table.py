@@ -2,7 +2,7 @@
 
 A table is a module-level list BAD_INPUT of (id, exception, argument named, case), case a function
 of a Ctx. Kinds of bad argument: dtype, ndim, shape relation, value range, out= shape / dtype /
-read-only / overlap, threads, isa / activation / act names, non-contiguous, foreign types, huge
+read-only / overlap, threads, variant / activation / act names, non-contiguous, foreign types, huge
 sizes. Each case must raise the listed exception type (ValueError / TypeError / MemoryError)
 with a one-line message that starts with the argument's name ("arg: expected ..., got ..."),
 before any kernel runs: an `out=` array given to a failing call is left untouched.

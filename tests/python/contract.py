@@ -37,10 +37,10 @@ def small_ternary(m=8, k=32):
     return ternary.prepare(ternary.pack(w), k), w
 
 
-def moe_weights(e, h, inter, seed=0, isa=None):
+def moe_weights(e, h, inter, seed=0, variant=None):
     rng = np.random.default_rng(seed)
-    w13 = moe.prepare((rng.standard_normal((e, 2 * inter, h)) / 8).astype(BF16), isa=isa)
-    w2 = moe.prepare((rng.standard_normal((e, h, inter)) / 8).astype(BF16), isa=isa)
+    w13 = moe.prepare((rng.standard_normal((e, 2 * inter, h)) / 8).astype(BF16), variant=variant)
+    w2 = moe.prepare((rng.standard_normal((e, h, inter)) / 8).astype(BF16), variant=variant)
     return w13, w2
 
 

@@ -1,6 +1,6 @@
 """The library-wide API: CPU info, kernel listing and selection, the thread count, their bad
-input, and the environment variables read at import (CPUKERN_ISA, CPUKERN_HUGEPAGES,
-CPUKERN_SPIN_US). Forcing a variant by name (isa=) and threads= per call: test_arguments.py."""
+input, and the environment variables read at import (CPUKERN_VARIANT, CPUKERN_HUGEPAGES,
+CPUKERN_SPIN_US). Forcing a variant by name (variant=) and threads= per call: test_arguments.py."""
 
 import os
 import subprocess
@@ -62,10 +62,10 @@ def test_environment_variable_forces_the_default():
         pytest.skip("qemu-user cannot start a guest subprocess without binfmt_misc; covered on the host leg")
     code = ("import cpukern; print([v['name'] for v in cpukern.kernels('ternary_gemv') if v['selected']][0]);"
             "print([v['name'] for v in cpukern.kernels('fused_moe') if v['selected']][0])")
-    env = dict(os.environ, CPUKERN_ISA="reference")
+    env = dict(os.environ, CPUKERN_VARIANT="reference")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["reference", "reference"]
-    env = dict(os.environ, CPUKERN_ISA="fused_moe=reference")
+    env = dict(os.environ, CPUKERN_VARIANT="fused_moe=reference")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split()[1] == "reference"
 
@@ -172,17 +172,17 @@ def test_set_num_threads_limits():
 
 
 @needs_subprocess
-def test_unknown_cpukern_isa_names_warn_naming_the_known_ones():
+def test_unknown_cpukern_variant_names_warn_naming_the_known_ones():
     out = run_python("import cpukern, numpy as np; cpukern.ternary.pack(np.zeros((1, 1), np.int8))",
-               env={"CPUKERN_ISA": "avx3,reference"})
-    assert "CPUKERN_ISA" in out.stderr and "'avx3'" in out.stderr and "reference" in out.stderr, out.stderr
+               env={"CPUKERN_VARIANT": "avx3,reference"})
+    assert "CPUKERN_VARIANT" in out.stderr and "'avx3'" in out.stderr and "reference" in out.stderr, out.stderr
     assert "'reference'" not in out.stderr.split("known")[0], out.stderr
-    out = run_python("import cpukern", env={"CPUKERN_ISA": "reference,fused_moe=reference"})
-    assert "CPUKERN_ISA" not in out.stderr, out.stderr
+    out = run_python("import cpukern", env={"CPUKERN_VARIANT": "reference,fused_moe=reference"})
+    assert "CPUKERN_VARIANT" not in out.stderr, out.stderr
 
 
 @needs_subprocess
-def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_the_import():
+def test_cpukern_variant_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_the_import():
     code = """
         import cpukern, numpy as np
         assert not any(v["selected"] for v in cpukern.kernels("ternary_gemv"))
@@ -192,16 +192,16 @@ def test_cpukern_isa_forcing_an_unusable_variant_of_an_op_fails_its_calls_not_th
         except ValueError as e:
             print("ERR", e)
     """
-    out = run_python(code, env={"CPUKERN_ISA": "ternary_gemv=bogus"})
+    out = run_python(code, env={"CPUKERN_VARIANT": "ternary_gemv=bogus"})
     assert out.returncode == 0, out.stderr
     assert "'ternary_gemv=bogus' forces a variant ternary_gemv cannot use" in out.stderr, out.stderr
-    assert "ERR isa: unknown variant 'bogus' for ternary_gemv" in out.stdout, out.stdout
+    assert "ERR variant: unknown variant 'bogus' for ternary_gemv" in out.stdout, out.stdout
     lacking = [v["name"] for v in cpukern.kernels("ternary_gemv") if not v["supported"]]
     if not lacking:
         pytest.skip("every ternary_gemv variant runs on this CPU: no unsupported one to force")
-    out = run_python(code, env={"CPUKERN_ISA": f"ternary_gemv={lacking[0]}"})
+    out = run_python(code, env={"CPUKERN_VARIANT": f"ternary_gemv={lacking[0]}"})
     assert out.returncode == 0, out.stderr
-    assert f"ERR isa: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
+    assert f"ERR variant: variant '{lacking[0]}' of ternary_gemv needs CPU features" in out.stdout, out.stdout
 
 
 # Every op's calls, each raising for a forced name it cannot use.
@@ -217,7 +217,7 @@ _CALL_OF_OP = {
 @needs_subprocess
 @pytest.mark.parametrize("op", sorted(_CALL_OF_OP))
 @pytest.mark.parametrize("name", [""])
-def test_cpukern_isa_op_entry_naming_no_variant_warns_and_fails_that_ops_calls(op, name):
+def test_cpukern_variant_op_entry_naming_no_variant_warns_and_fails_that_ops_calls(op, name):
     """"op=" (an empty name) is an unknown name like any other: a warning at import and a
     ValueError from the op's calls, never ignored (issue 47, item 9)."""
     code = f"""
@@ -228,10 +228,34 @@ def test_cpukern_isa_op_entry_naming_no_variant_warns_and_fails_that_ops_calls(o
         except ValueError as e:
             print("ERR", e)
     """
-    out = run_python(code, env={"CPUKERN_ISA": f"{op}={name}"})
+    out = run_python(code, env={"CPUKERN_VARIANT": f"{op}={name}"})
     assert out.returncode == 0, out.stderr
-    assert f"CPUKERN_ISA: '{op}={name}' forces a variant {op} cannot use" in out.stderr, out.stderr
-    assert f"ERR isa: unknown variant '{name}' for {op}" in out.stdout, out.stdout
+    assert f"CPUKERN_VARIANT: '{op}={name}' forces a variant {op} cannot use" in out.stderr, out.stderr
+    assert f"ERR variant: unknown variant '{name}' for {op}" in out.stdout, out.stdout
+
+
+@needs_subprocess
+def test_the_old_variable_cpukern_isa_is_not_read_and_warns_once_at_import():
+    """CPUKERN_ISA, CPUKERN_VARIANT's old name (issue 46), forces nothing; set, it is one
+    RuntimeWarning at import naming CPUKERN_VARIANT, so a user who sets it is not ignored
+    silently."""
+    code = """
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import cpukern
+            import cpukern.moe
+        old = [w for w in caught if "CPUKERN_ISA" in str(w.message)]
+        assert len(old) == 1, [str(w.message) for w in caught]
+        assert old[0].category is RuntimeWarning and "CPUKERN_VARIANT" in str(old[0].message)
+        print([v["name"] for v in cpukern.kernels("ternary_gemv") if v["selected"]][0])
+    """
+    out = run_python(code, env={"CPUKERN_ISA": "reference"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [v["name"] for v in cpukern.kernels("ternary_gemv")
+                                  if v["selected"]], out.stdout
+    out = run_python("import cpukern")
+    assert "CPUKERN_ISA" not in out.stderr or os.environ.get("CPUKERN_ISA"), out.stderr
 
 
 @needs_subprocess

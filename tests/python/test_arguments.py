@@ -1,5 +1,5 @@
 """The argument conventions every op shares: threads= (0 or None the default, 1..MAX_THREADS, else
-a ValueError or TypeError naming threads), isa= (forcing a variant by name: unknown, unsupported
+a ValueError or TypeError naming threads), variant= (forcing a variant by name: unknown, unsupported
 on this CPU, or malformed names are a ValueError, never a crash), torch tensors in place of numpy
 arrays, and out= over memory that cannot be written. Each op's own cases: test_<op>_contract.py."""
 
@@ -67,32 +67,32 @@ def test_one_thread_semantics_for_every_op(op):
             call(bad)
 
 
-# --- isa= --------------------------------------------------------------------------------------
+# --- variant= --------------------------------------------------------------------------------------
 
-def test_forcing_an_unknown_isa_names_the_argument():
+def test_forcing_an_unknown_variant_names_the_argument():
     w = cpukern.ternary.pack(np.ones((2, 16), np.int8))
-    with pytest.raises(ValueError, match=r"isa: unknown variant 'avx9000'"):
-        cpukern.ternary.prepare(w, 16, isa="avx9000")
+    with pytest.raises(ValueError, match=r"variant: unknown variant 'avx9000'"):
+        cpukern.ternary.prepare(w, 16, variant="avx9000")
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_forcing_an_unsupported_isa_is_an_error_not_a_crash(op):
+def test_forcing_an_unsupported_variant_is_an_error_not_a_crash(op):
     unsupported = [v["name"] for v in cpukern.kernels(op) if not v["supported"]]
     if not unsupported:
         pytest.skip(f"this CPU runs every {op} variant")
     name = unsupported[0]
-    with pytest.raises(ValueError, match=f"isa: variant '{name}'.*lacks"):
+    with pytest.raises(ValueError, match=f"variant: variant '{name}'.*lacks"):
         if op == "ternary_gemv":
-            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16, isa=name)
+            cpukern.ternary.prepare(cpukern.ternary.pack(np.ones((1, 16), np.int8)), 16, variant=name)
         elif op == "widely_linear":
             planes, scales = cpukern.widely_linear.quantize(np.ones((2, 2), np.float32), 1)
-            cpukern.widely_linear.prepare(planes, scales, 1, isa=name)
+            cpukern.widely_linear.prepare(planes, scales, 1, variant=name)
         elif op == "linear":
             import ml_dtypes
-            cpukern.linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), isa=name)
+            cpukern.linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), variant=name)
         else:
             import ml_dtypes
-            cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=name)
+            cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), variant=name)
 
 
 _FORCE_CODE = r"""
@@ -104,14 +104,14 @@ if not names:
     print("SKIP no unsupported variant"); sys.exit(0)
 try:
     if op == "ternary_gemv":
-        ternary.gemv(ternary.pack(np.ones((2, 16), np.int8)), np.ones(16, np.float32), isa=names[0])
+        ternary.gemv(ternary.pack(np.ones((2, 16), np.int8)), np.ones(16, np.float32), variant=names[0])
     elif op == "widely_linear":
         pl, sc = widely_linear.quantize(np.ones((2, 2), np.float32), 1)
-        widely_linear.prepare(pl, sc, 1, isa=names[0])
+        widely_linear.prepare(pl, sc, 1, variant=names[0])
     elif op == "linear":
-        linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), isa=names[0])
+        linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), variant=names[0])
     else:
-        moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), isa=names[0])
+        moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), variant=names[0])
 except ValueError as e:
     print("OK", e); sys.exit(0)
 print("NO ERROR for", names[0]); sys.exit(1)
@@ -122,7 +122,7 @@ print("NO ERROR for", names[0]); sys.exit(1)
 def test_forcing_an_unsupported_variant_is_a_value_error(op):
     if UNDER_QEMU:
         pytest.skip("qemu-user cannot start a guest subprocess without binfmt_misc; "
-                    "test_forcing_an_unsupported_isa_is_an_error_not_a_crash covers the variants this "
+                    "test_forcing_an_unsupported_variant_is_an_error_not_a_crash covers the variants this "
                     "emulated CPU lacks in-process")
     hide = "avx512f,avx512bw,avx512bf16,avx2,bmi2,bf16,i8mm"
     env = dict(os.environ, CPUKERN_DISABLE_FEATURES=hide)
@@ -131,25 +131,25 @@ def test_forcing_an_unsupported_variant_is_a_value_error(op):
     assert out.returncode == 0, f"exit {out.returncode}: {out.stdout}{out.stderr}"
     if out.stdout.startswith("SKIP"):
         pytest.skip(f"{op}: every variant still runs with {hide} hidden")
-    assert out.stdout.startswith("OK isa: variant"), out.stdout
+    assert out.stdout.startswith("OK variant: variant"), out.stdout
 
 
-def test_isa_names_with_nul_are_refused():
+def test_variant_names_with_nul_are_refused():
     packed = ternary.pack(np.ones((2, 16), np.int8))
-    for call in (lambda isa: ternary.prepare(packed, 16, isa=isa),
-                 lambda isa: moe.prepare(np.zeros((1, 2, 32), BF16), isa=isa)):
-        with pytest.raises(ValueError, match=r"isa: .*'avx2\\x00junk'"):
+    for call in (lambda variant: ternary.prepare(packed, 16, variant=variant),
+                 lambda variant: moe.prepare(np.zeros((1, 2, 32), BF16), variant=variant)):
+        with pytest.raises(ValueError, match=r"variant: .*'avx2\\x00junk'"):
             call("avx2\x00junk")
 
 
 @needs_torch
-def test_torch_ops_refuse_unknown_isa_names():
+def test_torch_ops_refuse_unknown_variant_names():
     import cpukern.torch  # noqa: F401
 
     packed = torch.from_numpy(ternary.pack(RNG.integers(-1, 2, (8, 32)).astype(np.int8)).view(np.int32))
     x = torch.randn(32)
     for name in ("amx", "vec", "neon", "avx2x"):
-        with pytest.raises(ValueError, match=r"isa: .*'" + name + r"'.*known: .*reference"):
+        with pytest.raises(ValueError, match=r"variant: .*'" + name + r"'.*known: .*reference"):
             torch.ops.cpukern.ternary_gemv(packed, x, None, "fp32", name)
     torch.ops.cpukern.ternary_gemv(packed, x, None, "fp32", "auto")
     w13 = torch.randn(2, 64, 32).to(torch.bfloat16)
@@ -164,8 +164,98 @@ def test_torch_ops_refuse_unknown_isa_names():
         if name in aliases or name in variants:
             torch.ops.cpukern.fused_moe(*args, name)
         else:
-            with pytest.raises(ValueError, match=r"isa: .*'" + name + "'"):
+            with pytest.raises(ValueError, match=r"variant: .*'" + name + "'"):
                 torch.ops.cpukern.fused_moe(*args, name)
+
+
+# --- the old name isa= (issue 46: one name per concept) ------------------------------------------
+
+def _old_keyword_calls():
+    """One call per function that names a registry row, each given the old keyword isa=."""
+    from cpukern import linear, widely_linear
+
+    tw, _ = small_ternary()
+    blob = cpukern.to_bytes(tw)
+    x = np.ones(32, np.float32)
+    planes, scales = widely_linear.quantize(RNG.standard_normal((8, 64)).astype(np.float32), 2)
+    layer = widely_linear.prepare(planes, scales, 32)
+    p13 = moe.prepare(np.ones((2, 8, 16), BF16))
+    p2 = moe.prepare(np.ones((2, 16, 4), BF16))
+    tw13, ids = moe.route(np.ones((1, 2), np.float32), 1)
+    lw = linear.prepare(np.ones((4, 16), BF16))
+    return {
+        "ternary.prepare": lambda: ternary.prepare(ternary.pack(np.ones((1, 16), np.int8)), 16,
+                                                   isa="reference"),
+        "ternary.gemv": lambda: ternary.gemv(tw, x, isa=""),
+        "ternary.from_buffer": lambda: ternary.from_buffer(blob, isa="reference"),
+        "widely_linear.prepare": lambda: widely_linear.prepare(planes, scales, 32, isa="reference"),
+        "widely_linear.apply": lambda: widely_linear.apply(layer, np.ones(64, np.float32), isa=""),
+        "moe.prepare": lambda: moe.prepare(np.ones((1, 2, 2), BF16), isa="reference"),
+        "moe.fused_moe": lambda: moe.fused_moe(np.ones((1, 16), BF16), p13, p2, tw13, ids,
+                                               isa=""),
+        "moe.from_buffer": lambda: moe.from_buffer(cpukern.to_bytes(p13), isa="reference"),
+        "moe.load_gpt_oss": lambda: moe.load_gpt_oss("no_such_dir", 0, isa="reference"),
+        "linear.prepare": lambda: linear.prepare(np.ones((2, 2), BF16), isa="reference"),
+        "linear.linear": lambda: linear.linear(np.ones((1, 16), BF16), lw, isa=""),
+        "cpukern.from_buffer": lambda: cpukern.from_buffer(blob, isa="reference"),
+        "PackedWeights.from_buffer": lambda: cpukern.PackedWeights.from_buffer(blob, isa="reference"),
+    }
+
+
+def test_the_old_keyword_isa_is_refused():
+    """variant= is the one name of a registry row: isa= (its old name) is no alias, a TypeError
+    naming it, and the same call with variant= runs."""
+    for name, call in _old_keyword_calls().items():
+        with pytest.raises(TypeError, match="isa"):
+            call()
+            pytest.fail(f"{name} accepted isa=")
+    tw, _ = small_ternary()
+    assert ternary.prepare(ternary.pack(np.ones((1, 16), np.int8)), 16,
+                           variant="reference").variant == "reference"
+    assert ternary.from_buffer(cpukern.to_bytes(tw), variant=tw.variant).variant == tw.variant
+
+
+def test_packed_weights_have_variant_and_no_isa():
+    tw, _ = small_ternary()
+    p13 = moe.prepare(np.ones((1, 2, 2), BF16), variant="reference")
+    for w in (tw, p13):
+        assert not hasattr(w, "isa"), w
+        assert w.variant in [v["name"] for v in cpukern.kernels(
+            "ternary_gemv" if w.op == "ternary" else "fused_moe")] + ["reference"]
+    assert p13.variant == "reference" and "variant='reference'" in repr(p13)
+    assert "isa" not in dir(cpukern.PackedWeights)
+
+
+@needs_torch
+def test_torch_layer_takes_variant_and_refuses_isa():
+    """The modules' constructors and cpukern's torch ops name the row variant; the vLLM-order ops
+    keep vLLM's own argument name, isa (vLLM calls them)."""
+    import cpukern.torch as ct
+
+    lin = torch.nn.Linear(32, 8)
+    with pytest.raises(TypeError, match="isa"):
+        ct.TernaryLinear.from_linear(lin, isa="reference")
+    with pytest.raises(TypeError, match="isa"):
+        ct.Linear.from_linear(torch.nn.Linear(16, 4), isa="reference")
+    with pytest.raises(TypeError, match="isa"):
+        ct.WidelyLinear.from_linear(lin, isa="reference")
+    with pytest.raises(TypeError, match="isa"):
+        ct.patch(lin, isa="reference")
+    mod = ct.TernaryLinear.from_linear(lin, variant="reference")
+    assert mod.weight.weights.variant == "reference"
+    for op in ("ternary_gemv", "widely_linear", "fused_moe", "linear"):
+        args = [a.name for a in getattr(torch.ops.cpukern, op).default._schema.arguments]
+        assert "variant" in args and "isa" not in args, (op, args)
+    for op in ("prepack_moe_weight", "cpu_fused_moe"):
+        args = [a.name for a in getattr(torch.ops.cpukern, op).default._schema.arguments]
+        assert args[-1] == "isa" and "variant" not in args, (op, args)
+    w = torch.randn(2, 8, 16).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="^isa: unknown variant 'avx9000'"):
+        torch.ops.cpukern.prepack_moe_weight(w, torch.empty_like(w), "avx9000")
+    with pytest.raises(ValueError, match="^variant: unknown variant 'avx9000'"):
+        torch.ops.cpukern.fused_moe(torch.ones(1, 16).to(torch.bfloat16), w,
+                                    torch.randn(2, 16, 4).to(torch.bfloat16), torch.ones(1, 1),
+                                    torch.zeros(1, 1, dtype=torch.int32), variant="avx9000")
 
 
 # --- torch tensors and out= over memory that cannot be written -----------------------------------

@@ -33,26 +33,26 @@ def _make_jobs():
         w = rng.integers(-1, 2, size=(m, k)).astype(np.int8)
         packed = ternary.pack(w)
         s = rng.uniform(0.5, 2, m).astype(np.float32)
-        for isa in supported("ternary_gemv"):
-            tw = ternary.prepare(packed, k, s, isa=isa)
+        for variant in supported("ternary_gemv"):
+            tw = ternary.prepare(packed, k, s, variant=variant)
             x1 = rng.standard_normal(k).astype(np.float32)
             xb = rng.standard_normal((3, k)).astype(np.float32)
             for t in (None, 1, 3):
-                jobs.append((f"gemv{i}/{isa}/fp32/t{t}", lambda tw=tw, x=x1, t=t: ternary.gemv(tw, x, threads=t)))
-                jobs.append((f"gemv{i}/{isa}/int8/t{t}", lambda tw=tw, x=xb, t=t: ternary.gemv(tw, x, act="int8", threads=t)))
-            jobs.append((f"prepare+gemv{i}/{isa}", lambda p=packed, k=k, s=s, isa=isa, x=x1:
-                         ternary.gemv(ternary.prepare(p, k, s, isa=isa), x)))
+                jobs.append((f"gemv{i}/{variant}/fp32/t{t}", lambda tw=tw, x=x1, t=t: ternary.gemv(tw, x, threads=t)))
+                jobs.append((f"gemv{i}/{variant}/int8/t{t}", lambda tw=tw, x=xb, t=t: ternary.gemv(tw, x, act="int8", threads=t)))
+            jobs.append((f"prepare+gemv{i}/{variant}", lambda p=packed, k=k, s=s, variant=variant, x=x1:
+                         ternary.gemv(ternary.prepare(p, k, s, variant=variant), x)))
         jobs.append((f"unpack{i}", lambda p=packed, k=k: ternary.unpack(p, k)))
         jobs.append((f"pack{i}", lambda w=w: ternary.pack(w)))
     for i, (n2, m2, stages) in enumerate([(8, 64, 2), (34, 50, 1)]):
         a = rng.standard_normal((n2, m2)).astype(np.float32)
         planes, scales = widely_linear.quantize(a, stages)
-        for isa in supported("widely_linear"):
-            layer = widely_linear.prepare(planes, scales, m2 // 2, isa=isa)
+        for variant in supported("widely_linear"):
+            layer = widely_linear.prepare(planes, scales, m2 // 2, variant=variant)
             x = rng.standard_normal((2, m2)).astype(np.float32)
             for t in (None, 2):
-                jobs.append((f"wl{i}/{isa}/t{t}", lambda l=layer, x=x, t=t: widely_linear.apply(l, x, threads=t)))
-            jobs.append((f"wl{i}/{isa}/unfused", lambda l=layer, x=x: widely_linear.apply(l, x, fused=False)))
+                jobs.append((f"wl{i}/{variant}/t{t}", lambda l=layer, x=x, t=t: widely_linear.apply(l, x, threads=t)))
+            jobs.append((f"wl{i}/{variant}/unfused", lambda l=layer, x=x: widely_linear.apply(l, x, fused=False)))
         jobs.append((f"phase_quantize{i}", lambda a=a, s=stages: widely_linear.quantize(a, s)[0]))
     for i, (e, h, inter, t_count, topk) in enumerate([(4, 32, 16, 5, 2), (8, 24, 40, 9, 3)]):
         w13 = (rng.standard_normal((e, 2 * inter, h)) / np.sqrt(h)).astype(BF16)
@@ -61,15 +61,15 @@ def _make_jobs():
         logits = rng.standard_normal((t_count, e)).astype(np.float32)
         tw, ids = moe.route(logits, topk)
         jobs.append((f"route{i}", lambda l=logits, k=topk: moe.route(l, k)[0]))
-        for isa in supported("fused_moe"):
-            p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+        for variant in supported("fused_moe"):
+            p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
             for act in ("silu", "swigluoai"):
                 for t in (None, 2):
-                    jobs.append((f"moe{i}/{isa}/{act}/t{t}",
+                    jobs.append((f"moe{i}/{variant}/{act}/t{t}",
                                  lambda p13=p13, p2=p2, x=x, tw=tw, ids=ids, act=act, t=t:
                                  moe.fused_moe(x, p13, p2, tw, ids, activation=act, threads=t)))
-            jobs.append((f"prepare+moe{i}/{isa}", lambda w13=w13, w2=w2, x=x, tw=tw, ids=ids, isa=isa:
-                         moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids)))
+            jobs.append((f"prepare+moe{i}/{variant}", lambda w13=w13, w2=w2, x=x, tw=tw, ids=ids, variant=variant:
+                         moe.fused_moe(x, moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant), tw, ids)))
     return jobs
 
 
@@ -146,10 +146,10 @@ def test_serialising_while_another_thread_makes_the_first_int8_call():
     packed = ternary.pack(rng.integers(-1, 2, size=(m, k)).astype(np.int8))
     x = rng.standard_normal((2, k)).astype(np.float32)
     rounds = 3 if UNDER_QEMU else 30
-    for isa in supported("ternary_gemv"):
-        want = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, act="int8")
+    for variant in supported("ternary_gemv"):
+        want = ternary.gemv(ternary.prepare(packed, k, variant=variant), x, act="int8")
         for _ in range(rounds):
-            w = ternary.prepare(packed, k, isa=isa)
+            w = ternary.prepare(packed, k, variant=variant)
             start = threading.Barrier(2)
             errors = []
 

@@ -50,8 +50,8 @@ def test_bitnet_unpack_inverts_the_layout():
         convert.bitnet_unpack(bad)
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_bitnet_file_converts_and_runs(tmp_path, isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_bitnet_file_converts_and_runs(tmp_path, variant):
     w, src = write_bitnet(tmp_path / "hf.safetensors")
     report = convert.convert(tmp_path / "hf.safetensors", tmp_path / "ck.safetensors")
     assert "ternary" in report["model.layers.0.mlp.down_proj.weight"]
@@ -64,7 +64,7 @@ def test_bitnet_file_converts_and_runs(tmp_path, isa):
     assert ck.group_size(name) is None
     # Against the source's own dequantisation: y = (x @ w.T) / weight_scale.
     x = RNG.standard_normal((3, 70)).astype(np.float32)
-    y = ternary.gemv(ternary.prepare(ck[name], ck.k(name), scale, isa=isa), x)
+    y = ternary.gemv(ternary.prepare(ck[name], ck.k(name), scale, variant=variant), x)
     exact = (x.astype(np.float64) @ w.T.astype(np.float64)) / 2.75
     bound = gemv_bound(np.abs(w).astype(np.float64), x.T).T / 2.75 + 1e-7 * np.abs(exact)
     assert np.all(np.abs(y - exact) <= bound)
@@ -166,15 +166,15 @@ def test_command_line(tmp_path):
 
 # --- group scales through the kernels -------------------------------------------------------
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("act", ["fp32", "int8"])
-def test_gguf_tensors_run_within_the_bound_of_their_dequantisation(tmp_path, isa, act):
+def test_gguf_tensors_run_within_the_bound_of_their_dequantisation(tmp_path, variant, act):
     a = RNG.standard_normal((40, 768)).astype(np.float32)
     deq = write_gguf(tmp_path / "m.gguf", {"blk.0.attn_q.weight": (a, "TQ2_0")})["blk.0.attn_q.weight"]
     convert.convert(tmp_path / "m.gguf", tmp_path / "ck.safetensors")
     ck = ternary.load(tmp_path / "ck.safetensors")
     name = "blk.0.attn_q.weight"
-    w = ternary.prepare(ck[name], ck.k(name), ck[convert.scale_name(name)], group_size=256, isa=isa)
+    w = ternary.prepare(ck[name], ck.k(name), ck[convert.scale_name(name)], group_size=256, variant=variant)
     assert w.group_size == 256
     x = RNG.standard_normal((3, 768)).astype(np.float32)
     y = ternary.gemv(w, x, act=act)

@@ -240,11 +240,11 @@ def _case(kind):
 CASES = _case("bitnet") + _case("gpt_oss") + _case("qwen3_moe")
 
 
-@pytest.mark.parametrize("kind,isa", CASES)
-def test_patch_matches_stock(checkpoints, kind, isa):
+@pytest.mark.parametrize("kind,variant", CASES)
+def test_patch_matches_stock(checkpoints, kind, variant):
     ref = stock(checkpoints[kind])
     model = copy.deepcopy(ref)
-    report = ct.patch(model, isa=isa)
+    report = ct.patch(model, variant=variant)
     n = ref.config.num_hidden_layers
     # Ternary layers or experts, plus the bf16 nn.Linear layers (attention projections,
     # lm_head; the routers are not nn.Linear); the float32 BitNet's lm_head stays in torch.
@@ -265,10 +265,10 @@ def test_patch_matches_stock(checkpoints, kind, isa):
 ATTENTION = {"bitnet": "cpukern_sdpa", "gpt_oss": "cpukern_eager", "qwen3_moe": "cpukern_sdpa"}
 
 
-@pytest.mark.parametrize("kind,isa", CASES)
-def test_from_pretrained_matches_stock(checkpoints, kind, isa):
+@pytest.mark.parametrize("kind,variant", CASES)
+def test_from_pretrained_matches_stock(checkpoints, kind, variant):
     ref = stock(checkpoints[kind])
-    model = ct.from_pretrained(checkpoints[kind], isa=isa)
+    model = ct.from_pretrained(checkpoints[kind], variant=variant)
     assert model.cpukern_report.replaced
     assert model.config._attn_implementation == ATTENTION[kind], model.config._attn_implementation
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
@@ -342,8 +342,8 @@ def test_gpt_oss_w4a8_experts(checkpoints):
     check_against_stock("gpt_oss", ref, patched, BOUND[("gpt_oss", "mxfp4_a8")])
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_bitnet_activation_rule_is_the_models(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_bitnet_activation_rule_is_the_models(variant):
     """One BitLinear against TernaryLinear act="int8_bitnet", rows with max|x| below BitNet's
     1e-5 floor included (where cpukern's act="int8" rule gives other codes)."""
     from transformers.integrations.bitnet import BitLinear
@@ -355,9 +355,9 @@ def test_bitnet_activation_rule_is_the_models(isa):
     lin.bias.copy_(torch.randn(48))
     x = torch.randn(5, 80) * torch.tensor([1.0, 1e3, 1e-6, 0.0, 3e-8])[:, None]
     ref = lin(x)
-    got = ternary_from(lin, "lin", "int8_bitnet", isa)(x)
+    got = ternary_from(lin, "lin", "int8_bitnet", variant)(x)
     torch.testing.assert_close(got, ref, rtol=2e-6, atol=1e-6)
-    other = ternary_from(lin, "lin", "int8", isa)(x)
+    other = ternary_from(lin, "lin", "int8", variant)(x)
     sums = lambda y: (y - lin.bias)[2]  # noqa: E731 - the tiny row without the bias
     assert not torch.allclose(sums(other), sums(ref), rtol=1e-2, atol=0), \
         "the tiny row should tell the rules apart"

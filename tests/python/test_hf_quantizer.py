@@ -78,14 +78,14 @@ def _cases(kind, op):
 QUANTIZER_CASES = _cases("qwen3_moe", "fused_moe") + _cases("gpt_oss_bf16", "fused_moe")
 
 
-@pytest.mark.parametrize("kind,isa", QUANTIZER_CASES)
-def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, isa):
+@pytest.mark.parametrize("kind,variant", QUANTIZER_CASES)
+def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, variant):
     """Checkpoints without a quantization config of their own, loaded by transformers'
     from_pretrained with CpukernConfig: experts and dense layers on cpukern, logits within
     the bound of test_hf_models against stock transformers."""
     path = checkpoints["qwen3_moe"] if kind == "qwen3_moe" else bf16_gpt_oss[False]
     ref = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
-    model = load(path, isa=isa)
+    model = load(path, variant=variant)
     n = ref.config.num_hidden_layers
     assert len(model.cpukern_report.replaced) == n + 4 * n + 1, str(model.cpukern_report)
     # the experts hold only packed weights: no bf16 expert tensor is left anywhere in them
@@ -157,7 +157,7 @@ _RELOAD = textwrap.dedent("""
     bitnet, saved = sys.argv[1:]
     model = transformers.AutoModelForCausalLM.from_pretrained(saved + "/bitnet")
     q = model.model.layers[0].self_attn.q_proj.weight
-    print("TERNARY", q.weights.isa)
+    print("TERNARY", q.weights.variant)
     check_against_stock("bitnet", stock(bitnet), model, BOUND[("bitnet", "int8_bitnet")])
     try:
         transformers.AutoModelForCausalLM.from_pretrained(saved + "/qwen3_moe")
@@ -178,7 +178,7 @@ def test_reload_for_another_variant(checkpoints, tmp_path):
     saved = tmp_path / "saved"
     bitnet = _loaded(checkpoints, "bitnet")
     bitnet.save_pretrained(str(saved / "bitnet"))
-    isa = bitnet.model.layers[0].self_attn.q_proj.weight.weights.isa
+    variant = bitnet.model.layers[0].self_attn.q_proj.weight.weights.variant
     qwen = _loaded(checkpoints, "qwen3_moe")
     qwen.save_pretrained(str(saved / "qwen3_moe"))
     env = dict(os.environ, CPUKERN_DISABLE_FEATURES=",".join(hide),
@@ -187,7 +187,7 @@ def test_reload_for_another_variant(checkpoints, tmp_path):
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
-    assert lines["TERNARY"] not in (isa, ""), out.stdout  # packed again for another variant
+    assert lines["TERNARY"] not in (variant, ""), out.stdout  # packed again for another variant
     refused = re.match(r"(\S+): packed for a variant this CPU cannot run", lines.get("REFUSED", ""))
     assert refused and refused.group(1) in _packed_tensors(qwen), out.stdout + out.stderr
 
@@ -397,10 +397,10 @@ def test_patch_checks_everything_before_swapping(checkpoints, kind):
     ref = stock(checkpoints[kind])
     model = copy.deepcopy(ref)
     before = _classes(model)
-    with pytest.raises(ValueError, match="^isa: 'no_such_variant'"):
-        ct.patch(model, isa="no_such_variant")
-    with pytest.raises(TypeError, match="^isa"):
-        ct.patch(model, isa=3)
+    with pytest.raises(ValueError, match="^variant: 'no_such_variant'"):
+        ct.patch(model, variant="no_such_variant")
+    with pytest.raises(TypeError, match="^variant"):
+        ct.patch(model, variant=3)
     with pytest.raises(ValueError, match="^dense"):
         ct.patch(model, dense="fp8")
     with pytest.raises(ValueError, match="^format"):
@@ -417,14 +417,14 @@ def test_patch_checks_everything_before_swapping(checkpoints, kind):
         assert cpukern.num_threads_is_set() == threads_were_set  # nothing set either
 
 
-def test_unknown_isa_refused_for_bf16_bitnet():
+def test_unknown_variant_refused_for_bf16_bitnet():
     """A bf16 BitNet without a quantization config (only dense layers for cpukern) refuses an
-    isa no op has, instead of running its dense layers on automatic selection."""
+    variant no op has, instead of running its dense layers on automatic selection."""
     cfg = transformers.BitNetConfig(**_common(intermediate_size=96))
     model = transformers.BitNetForCausalLM(cfg).to(torch.bfloat16)
     before = _classes(model)
-    with pytest.raises(ValueError, match="^isa"):
-        ct.patch(model, isa="avx9000")
+    with pytest.raises(ValueError, match="^variant"):
+        ct.patch(model, variant="avx9000")
     assert _classes(model) == before
 
 
@@ -529,6 +529,15 @@ def test_config_options_checked():
     with pytest.raises(TypeError, match="^format"):
         CpukernConfig(format=4)
     assert CpukernConfig.from_dict(CpukernConfig(format="int8").to_dict()).format == "int8"
+    # The forced registry row is `variant` (issue 46), also in the saved quantization_config;
+    # the old name isa is refused, never swallowed by **kwargs.
+    saved = CpukernConfig(variant="reference").to_dict()
+    assert saved["variant"] == "reference" and "isa" not in saved, saved
+    assert CpukernConfig.from_dict(saved).variant == "reference"
+    with pytest.raises(TypeError, match="'isa'.*'variant'"):
+        CpukernConfig(isa="reference")
+    with pytest.raises(TypeError, match="isa"):
+        ct.from_pretrained("no_such_dir", isa="reference")
 
 
 # --- the checkpoint's mapped pages -----------------------------------------------------------

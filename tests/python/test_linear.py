@@ -47,14 +47,14 @@ def _bound(x, w, b):
     return ref, np.abs(ref) * 2.0**-8 + (k + 1) * mag * 2.0**-23 + under
 
 
-@pytest.mark.parametrize("isa", LINEAR)
+@pytest.mark.parametrize("variant", LINEAR)
 @pytest.mark.parametrize("t,o,k", SHAPES)
-def test_linear_matches_float64_model(isa, t, o, k):
+def test_linear_matches_float64_model(variant, t, o, k):
     rng = np.random.default_rng(t * 1000 + o + k)
     x, w = _bf16(rng.uniform(-2, 2, (t, k))), _bf16(rng.uniform(-1, 1, (o, k)))
     b = _bf16(rng.uniform(-1, 1, o)) if o % 2 else None
-    packed = dense.prepare(w, isa=isa)
-    assert packed.isa == isa and packed.op == "moe" and tuple(packed.shape) == (1, o, k)
+    packed = dense.prepare(w, variant=variant)
+    assert packed.variant == variant and packed.op == "moe" and tuple(packed.shape) == (1, o, k)
     y = dense.linear(x, packed, b)
     assert y.dtype == ml_dtypes.bfloat16 and y.shape == (t, o)
     ref, bound = _bound(x, w, b)
@@ -62,7 +62,7 @@ def test_linear_matches_float64_model(isa, t, o, k):
     # Batch- and thread-invariant: each row alone, any thread count, the same bits. A variant
     # with AMX tiles runs them for more than tiles_min_rows rows: such a batch is compared
     # with chunks of min + 1 rows instead.
-    min_rows = next(v for v in cpukern.kernels("linear") if v["name"] == isa).get("tiles_min_rows")
+    min_rows = next(v for v in cpukern.kernels("linear") if v["name"] == variant).get("tiles_min_rows")
     n = min_rows + 1 if min_rows and t > min_rows else 1
     for r in range(0, t, n):
         r0 = min(r, t - n)
@@ -72,12 +72,12 @@ def test_linear_matches_float64_model(isa, t, o, k):
                 y[r0:r0 + n].view(np.uint16))
     # out= is written and returned
     out = np.full((t, o), 7, ml_dtypes.bfloat16)
-    assert dense.linear(x, packed, b, out=out, isa=isa) is out
+    assert dense.linear(x, packed, b, out=out, variant=variant) is out
     assert np.array_equal(out.view(np.uint16), y.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", LINEAR)
-def test_linear_near_underflow_within_the_bound(isa):
+@pytest.mark.parametrize("variant", LINEAR)
+def test_linear_near_underflow_within_the_bound(variant):
     """Exact answers that are normal floats (40 * 2**-127, about 2.4e-37) made of products
     below 2**-126, or of bf16 subnormal activations: a flushing kernel (avx512_bf16) returns 0,
     inside the bound's underflow term."""
@@ -85,45 +85,45 @@ def test_linear_near_underflow_within_the_bound(isa):
     x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130),
                         np.where(np.arange(k) % 2, -2.0**-61, 1.5 * 2.0**-61)]))
     w = _bf16(np.stack([np.full(k, 2.0**-67), np.full(k, 2.0**10)]))
-    y = dense.linear(x, dense.prepare(w, isa=isa))
+    y = dense.linear(x, dense.prepare(w, variant=variant))
     ref, bound = _bound(x, w, None)
     assert ref[0, 0] == k * 2.0**-127
     assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
 
 
-@pytest.mark.parametrize("isa", LINEAR)
-def test_linear_int8_weights_quantise_activations_per_row(isa):
+@pytest.mark.parametrize("variant", LINEAR)
+def test_linear_int8_weights_quantise_activations_per_row(variant):
     rng = np.random.default_rng(3)
     x, w = _bf16(rng.uniform(-2, 2, (5, 96))), _bf16(rng.uniform(-1, 1, (40, 96)))
     q, s = moe.quantize(w, format="int8")
-    packed = dense.prepare(q, format="int8", scales=s, isa=isa)
+    packed = dense.prepare(q, format="int8", scales=s, variant=variant)
     assert packed.format == "int8"
     y = dense.linear(x, packed)
     # int8 results are the same bits on every variant (the exact int32 sums, one rounding)
-    ref = dense.linear(x, dense.prepare(q, format="int8", scales=s, isa="reference"))
+    ref = dense.linear(x, dense.prepare(q, format="int8", scales=s, variant="reference"))
     assert np.array_equal(y.view(np.uint16), ref.view(np.uint16))
     exact = x.astype(np.float64) @ w.astype(np.float64).T
     assert np.max(np.abs(y.astype(np.float64) - exact)) <= 0.02 * np.max(np.abs(exact))
     # the same as the one-expert packing of cpukern.moe
-    via_moe = dense.linear(x, moe.prepare(q[None], format="int8", scales=s[None], isa=isa))
+    via_moe = dense.linear(x, moe.prepare(q[None], format="int8", scales=s[None], variant=variant))
     assert np.array_equal(via_moe.view(np.uint16), y.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", LINEAR)
-def test_linear_mxfp4_weights_equal_their_dequantized_bf16(isa):
+@pytest.mark.parametrize("variant", LINEAR)
+def test_linear_mxfp4_weights_equal_their_dequantized_bf16(variant):
     """MXFP4 (O, I/32, 16) blocks give the bits of bf16 weights dequantized from them; with
     act="int8" (W4A8) the same bits on every variant."""
     rng = np.random.default_rng(5)
     x, w = _bf16(rng.uniform(-2, 2, (9, 160))), _bf16(rng.uniform(-1, 1, (37, 160)))
     blocks, scales = moe.quantize(w)
-    packed = dense.prepare(blocks, format="mxfp4", scales=scales, isa=isa)
+    packed = dense.prepare(blocks, format="mxfp4", scales=scales, variant=variant)
     assert packed.format == "mxfp4" and tuple(packed.shape) == (1, 37, 160)
     y = dense.linear(x, packed)
-    want = dense.linear(x, dense.prepare(moe.dequantize(blocks, scales), isa=isa))
+    want = dense.linear(x, dense.prepare(moe.dequantize(blocks, scales), variant=variant))
     assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
-    a8 = dense.linear(x, dense.prepare(blocks, format="mxfp4", scales=scales, act="int8", isa=isa))
+    a8 = dense.linear(x, dense.prepare(blocks, format="mxfp4", scales=scales, act="int8", variant=variant))
     a8_ref = dense.linear(x, dense.prepare(blocks, format="mxfp4", scales=scales, act="int8",
-                                           isa="reference"))
+                                           variant="reference"))
     assert np.array_equal(a8.view(np.uint16), a8_ref.view(np.uint16))
 
 
@@ -149,7 +149,7 @@ def test_kernels_lists_linear_as_fused_moe_rows_under_its_own_name():
     assert len(selected) == 1 and selected[0]["supported"]
     best = max((v for v in dense_rows if v["supported"]), key=lambda v: v["priority"])
     assert selected[0]["name"] == best["name"]
-    assert dense.prepare(_bf16(np.ones((4, 8)))).isa == best["name"]
+    assert dense.prepare(_bf16(np.ones((4, 8)))).variant == best["name"]
     assert "linear" in cpukern.__all__ and cpukern.linear is dense
 
 
@@ -174,7 +174,7 @@ def test_saved_one_expert_packings_run_as_they_are():
     saved = moe.to_bytes(moe.prepare(w[None]))
     loaded = cpukern.from_buffer(saved)
     assert np.array_equal(dense.linear(x, loaded).view(np.uint16),
-                          dense.linear(x, dense.prepare(w, isa=loaded.isa)).view(np.uint16))
+                          dense.linear(x, dense.prepare(w, variant=loaded.variant)).view(np.uint16))
     again = cpukern.from_buffer(cpukern.to_bytes(dense.prepare(w)))
     assert np.array_equal(dense.linear(x, again).view(np.uint16),
                           dense.linear(x, dense.prepare(w)).view(np.uint16))
@@ -187,26 +187,26 @@ def test_selection_is_logged_as_linear(caplog):
     written once per op and selection; this forced one is written by no other test)."""
     caplog.set_level(logging.INFO, logger="cpukern")
     w = _bf16(np.ones((3, 8)))
-    dense.prepare(w, isa="reference")
-    dense.prepare(w, isa="reference")
+    dense.prepare(w, variant="reference")
+    dense.prepare(w, variant="reference")
     msgs = [r.getMessage() for r in caplog.records if r.name == "cpukern"]
     assert len(msgs) == 1 and msgs[0].startswith("linear: variant 'reference'"), msgs
-    assert "forced by isa='reference'" in msgs[0], msgs
+    assert "forced by variant='reference'" in msgs[0], msgs
 
 
 @pytest.mark.skipif(UNDER_QEMU, reason="under QEMU: qemu-user cannot start guest subprocesses")
-def test_cpukern_isa_forces_linear_alone():
+def test_cpukern_variant_forces_linear_alone():
     code = textwrap.dedent("""
         import numpy as np, ml_dtypes, cpukern
         from cpukern import linear, moe
         w = np.ones((4, 8), ml_dtypes.bfloat16)
         sel = lambda op: next(v["name"] for v in cpukern.kernels(op) if v["selected"])
-        print(sel("linear"), linear.prepare(w).isa, sel("fused_moe"), moe.prepare(w[None]).isa)
+        print(sel("linear"), linear.prepare(w).variant, sel("fused_moe"), moe.prepare(w[None]).variant)
     """)
-    env = dict(os.environ, CPUKERN_ISA="linear=reference")
+    env = dict(os.environ, CPUKERN_VARIANT="linear=reference")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=240)
-    assert out.returncode == 0 and "CPUKERN_ISA" not in out.stderr, out.stderr
+    assert out.returncode == 0 and "CPUKERN_VARIANT" not in out.stderr, out.stderr
     lin, lin_packed, moe_sel, moe_packed = out.stdout.split()
     best = next(v["name"] for v in cpukern.kernels("fused_moe") if v["selected"])
     assert (lin, lin_packed, moe_sel, moe_packed) == ("reference", "reference", best, best)
@@ -215,14 +215,14 @@ def test_cpukern_isa_forces_linear_alone():
         import numpy as np, ml_dtypes, cpukern
         from cpukern import linear, moe
         w = np.ones((4, 8), ml_dtypes.bfloat16)
-        print(moe.prepare(w[None]).isa)
+        print(moe.prepare(w[None]).variant)
         linear.prepare(w)
     """)
-    env = dict(os.environ, CPUKERN_ISA="linear=bogus")
+    env = dict(os.environ, CPUKERN_VARIANT="linear=bogus")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=240)
-    assert "CPUKERN_ISA: 'linear=bogus'" in out.stderr and out.stdout.split() == [best]
-    assert out.returncode != 0 and "ValueError: isa: unknown variant 'bogus' for linear" in out.stderr, \
+    assert "CPUKERN_VARIANT: 'linear=bogus'" in out.stderr and out.stdout.split() == [best]
+    assert out.returncode != 0 and "ValueError: variant: unknown variant 'bogus' for linear" in out.stderr, \
         out.stderr
 
 
@@ -252,12 +252,12 @@ def test_linear_bad_input_names_the_argument():
     with pytest.raises(ValueError, match=r"^threads: "):
         call(x, one, threads=-1)
     other = next((v["name"] for v in cpukern.kernels("linear")
-                  if v["supported"] and v["name"] != one.isa), None)
+                  if v["supported"] and v["name"] != one.variant), None)
     if other is not None:
-        with pytest.raises(ValueError, match=r"^isa: "):
-            call(x, one, isa=other)
-    with pytest.raises(TypeError, match=r"^isa: "):
-        call(x, one, isa=3)
+        with pytest.raises(ValueError, match=r"^variant: "):
+            call(x, one, variant=other)
+    with pytest.raises(TypeError, match=r"^variant: "):
+        call(x, one, variant=3)
 
 
 def test_prepare_bad_input_names_the_argument():
@@ -278,10 +278,10 @@ def test_prepare_bad_input_names_the_argument():
         dense.prepare(w, act="int8")  # int8 activations only with MXFP4 weights
     with pytest.raises(ValueError, match=r"^scales: "):
         dense.prepare(w, scales=np.ones(8, np.float32))
-    with pytest.raises(ValueError, match=r"^isa: unknown variant 'nope' for linear"):
-        dense.prepare(w, isa="nope")
-    with pytest.raises(TypeError, match=r"^isa: "):
-        dense.prepare(w, isa=1)
+    with pytest.raises(ValueError, match=r"^variant: unknown variant 'nope' for linear"):
+        dense.prepare(w, variant="nope")
+    with pytest.raises(TypeError, match=r"^variant: "):
+        dense.prepare(w, variant=1)
     q, s = moe.quantize(w, format="int8")
     with pytest.raises(ValueError, match=r"^scales: required with format='int8' \(float32 \(O,\)\)"):
         dense.prepare(q, format="int8")
@@ -311,14 +311,14 @@ torch = pytest.importorskip(
 import cpukern.torch as ct  # noqa: E402
 
 
-@pytest.mark.parametrize("isa", LINEAR)
-def test_module_matches_torch_bf16_linear(isa):
+@pytest.mark.parametrize("variant", LINEAR)
+def test_module_matches_torch_bf16_linear(variant):
     torch.manual_seed(0)
     lin = torch.nn.Linear(160, 129).to(torch.bfloat16)
-    mod = ct.Linear.from_linear(lin, isa=isa)
+    mod = ct.Linear.from_linear(lin, variant=variant)
     # the packed weights are the weights: one PackedWeightsTensor, no bf16 copy
     assert isinstance(mod.weight, ct.PackedWeightsTensor) and mod.weight.kind == "linear"
-    assert tuple(mod.weight.shape) == (129, 160) and mod.weight.weights.isa == isa
+    assert tuple(mod.weight.shape) == (129, 160) and mod.weight.weights.variant == variant
     assert mod.bias.dtype == torch.bfloat16
     assert not any(t.is_floating_point() and t.dim() == 2 for t in mod.state_dict().values())
     x = torch.randn(2, 3, 160, dtype=torch.bfloat16)
@@ -348,8 +348,8 @@ def test_nn_linear_with_packed_dense_weight_and_trainable_bias():
         assert torch.equal(lin(x), mod(x))
 
 
-@pytest.mark.parametrize("isa", LINEAR)
-def test_module_near_underflow_within_the_bound(isa):
+@pytest.mark.parametrize("variant", LINEAR)
+def test_module_near_underflow_within_the_bound(variant):
     """cpukern.torch.Linear meets cpukern.linear's bound where products underflow."""
     k = 40
     x = _bf16(np.stack([np.full(k, 2.0**-60), np.full(k, 2.0**-130)]))
@@ -357,7 +357,7 @@ def test_module_near_underflow_within_the_bound(isa):
     lin = torch.nn.Linear(k, 2, bias=False).to(torch.bfloat16)
     with torch.no_grad():
         lin.weight.copy_(torch.from_numpy(w.astype(np.float32)))
-    y = ct.Linear.from_linear(lin, isa=isa)(torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))
+    y = ct.Linear.from_linear(lin, variant=variant)(torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))
     ref, bound = _bound(x, w, None)
     assert np.all(np.abs(y.double().numpy() - ref) <= bound)
 

@@ -93,13 +93,13 @@ if not UNDER_QEMU:
     CASES += [(32, 8, 128, 176, 64, "swigluoai", True), (8, 2, 176, 128, 64, "gelu_tanh", False)]
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("e,topk,h,inter,t,act,bias", CASES)
-def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
+def test_fused_moe_matches_float64_model(variant, e, topk, h, inter, t, act, bias):
     x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, bias)
     tw, ids = moe.route(logits, topk)
-    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
-    assert p13.isa == isa and p13.shape == (e, 2 * inter, h) and p2.shape == (e, h, inter)
+    p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
+    assert p13.variant == variant and p13.shape == (e, 2 * inter, h) and p2.shape == (e, h, inter)
     out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
     assert out.dtype == BF16 and out.shape == (t, h)
     check_close(out, model(x, w13, w2, tw, ids, act, b13, b2))
@@ -109,8 +109,8 @@ def test_fused_moe_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
         np.testing.assert_array_equal(again.view(np.uint16), out.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_fused_moe_near_underflow_within_the_gemm_bound(variant):
     """Each fused_moe GEMM meets cpukern.linear's bound, underflow term included: w2's products
     a_k w2_k lie below 2**-126 (vdpbf16ps flushes them to zero), the exact output is a normal
     float of about 7e-38."""
@@ -119,18 +119,18 @@ def test_fused_moe_near_underflow_within_the_gemm_bound(isa):
     w13 = np.full((1, 2 * inter, h), 2.0**-5, BF16)  # gate = up = 1 exactly
     w2 = np.full((1, h, inter), 2.0**-128, BF16)
     tw, ids = moe.route(np.zeros((1, 1), np.float32), 1)
-    out = moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids)
+    out = moe.fused_moe(x, moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant), tw, ids)
     a = float(np.float32(1 / (1 + math.exp(-1))).astype(BF16))  # round_bf16(silu(1) * 1)
     ref = inter * a * 2.0**-128
     bound = 2.0**-6 * ref + (inter + 1) * 2.0**-23 * ref + (2 * inter + 2 + inter * (a + 2.0**-128)) * 2.0**-126
     assert np.all(np.abs(out.astype(np.float64) - ref) <= bound), (out, ref)
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_repeated_ids_empty_experts_skip_weighted_and_empty_batch(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_repeated_ids_empty_experts_skip_weighted_and_empty_batch(variant):
     e, h, inter = 6, 33, 20
     x, w13, w2, _, _, _ = make_layer(e, h, inter, 4, 2, False)
-    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
     ids = np.array([[1, 1], [1, 1], [4, 1], [1, 4]], np.int32)  # experts 0, 2, 3, 5 unused
     tw = np.full((4, 2), 0.5, np.float32)
     out = moe.fused_moe(x, p13, p2, tw, ids)
@@ -176,10 +176,10 @@ def _mx_layer(rng, e, h, inter):
     return mx((e, 2 * inter), h), mx((e, h), inter)
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 @pytest.mark.parametrize("e,topk,act", [(1, 1, "swigluoai"), (4, 2, "silu")])
-def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
+def test_fused_moe_is_batch_invariant(variant, fmt, e, topk, act):
     """A token's output is the same bits whatever tokens share its call: the whole batch, each
     token alone, random chunks, any thread count (H and I past one K block of 256)."""
     rng = np.random.default_rng(11 + e)
@@ -188,10 +188,10 @@ def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
     tw, ids = moe.route(logits, topk)
     if fmt == "mxfp4":
         (q13, s13), (q2, s2) = _mx_layer(rng, e, h, inter)
-        p13 = moe.prepare(q13, format="mxfp4", scales=s13, isa=isa)
-        p2 = moe.prepare(q2, format="mxfp4", scales=s2, isa=isa)
+        p13 = moe.prepare(q13, format="mxfp4", scales=s13, variant=variant)
+        p2 = moe.prepare(q2, format="mxfp4", scales=s2, variant=variant)
     else:
-        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+        p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
 
     def call(t0, t1, threads):
         return moe.fused_moe(x[t0:t1], p13, p2, tw[t0:t1], ids[t0:t1], activation=act,
@@ -200,7 +200,7 @@ def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
     # A variant with AMX tiles runs them for calls of more than tiles_min_rows rows per expert
     # (from the call's shapes only): those calls give the whole batch's bits, the others
     # each token alone's.
-    min_rows = next(v for v in cpukern.kernels("fused_moe") if v["name"] == isa).get("tiles_min_rows")
+    min_rows = next(v for v in cpukern.kernels("fused_moe") if v["name"] == variant).get("tiles_min_rows")
 
     def tiles(n):
         return bool(min_rows) and n * topk > min_rows * e
@@ -228,16 +228,16 @@ def test_fused_moe_is_batch_invariant(isa, fmt, e, topk, act):
 
 # ---- K blocking against the float64 model --------------------------------------------------
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("h,inter,act", [(320, 288, "swigluoai"), (288, 544, "silu")])
-def test_fused_moe_k_blocks_match_float64_model(isa, h, inter, act):
+def test_fused_moe_k_blocks_match_float64_model(variant, h, inter, act):
     """H and I past the kernels' K block (256 k): experts with several row blocks (12+ rows)
     sum K in blocks continued through C; a block that overwrote instead of adding fails here."""
     rng = np.random.default_rng(h + inter)
     e, topk, t = 2, 2, 13
     x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, True, rng)
     tw, ids = moe.route(logits, topk)  # topk == e: every expert gets all 13 tokens
-    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
     out = moe.fused_moe(x, p13, p2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
     check_close(out, model(x, w13, w2, tw, ids, act, b13, b2))
 
@@ -253,10 +253,10 @@ GATES = [-100.0, -90.0, -60.0, -20.0, -8.0, -7.5, -3.0, -1.0, -0.5, -0.01, 0.0, 
 UPS = [-10.0, -7.5, -7.0625, -7.0, -6.9375, -1.0, 0.0, 0.5, 6.9375, 7.0, 7.0625, 7.5, 10.0]
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh", "swigluoai"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_every_activation_branch_matches_float64_model(isa, act, bias):
+def test_every_activation_branch_matches_float64_model(variant, act, bias):
     """Token t is one-hot at k = t, so its gate/up pre-activations are exactly the w13 entries
     of column t (plus the bias); w2 is the identity, so out[t, j] = bf16(act(gate, up)) of
     pair j alone, checked against the float64 model value by value."""
@@ -283,7 +283,7 @@ def test_every_activation_branch_matches_float64_model(isa, act, bias):
     w2 = bf16(np.eye(h, inter)[None])
     ids = np.zeros((t, 1), np.int32)
     tw = np.ones((t, 1), np.float32)
-    out = moe.fused_moe(x, moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa), tw, ids,
+    out = moe.fused_moe(x, moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant), tw, ids,
                         activation=act, w13_bias=b13, skip_weighted=True).astype(np.float64)
     want = model(x, w13, w2, tw, ids, act, b13, None, skip=True)
     # Rounding to bf16 may differ by one ulp (2**-8 relative); erf and tanh are approximated

@@ -31,8 +31,8 @@ from variants import supported
 def test_every_function_accepts_empty_batches(kind, T):
     tw_, ids = moe.route(T(np.zeros((0, 4), np.float32)), 2)
     assert tuple(tw_.shape) == (0, 2) and tuple(ids.shape) == (0, 2)
-    for isa in supported("fused_moe"):
-        w13, w2 = moe_weights(4, 32, 32, isa=isa)
+    for variant in supported("fused_moe"):
+        w13, w2 = moe_weights(4, 32, 32, variant=variant)
         y = moe.fused_moe(T(np.zeros((0, 32), BF16)), w13, w2, T(np.zeros((0, 2), np.float32)),
                           T(np.zeros((0, 2), np.int32)))
         assert tuple(y.shape) == (0, 32)
@@ -73,8 +73,8 @@ BAD_INPUT = [
     ("moe_prepare/zero_stride_huge", TypeError, "w",
      lambda c: moe.prepare(np.lib.stride_tricks.as_strided(c.W13, (1 << 20, 1 << 20, 1 << 20), (0, 0, 0)))),
     ("moe_prepare/huge_zero_size", ValueError, "w", lambda c: moe.prepare(np.empty((2**50, 0, 4), BF16))),
-    ("moe_prepare/isa_unknown", ValueError, "isa", lambda c: moe.prepare(c.W13, isa="sme2")),
-    ("moe_prepare/isa_type", TypeError, "isa", lambda c: moe.prepare(c.W13, isa=["avx2"])),
+    ("moe_prepare/variant_unknown", ValueError, "variant", lambda c: moe.prepare(c.W13, variant="sme2")),
+    ("moe_prepare/variant_type", TypeError, "variant", lambda c: moe.prepare(c.W13, variant=["avx2"])),
     ("moe_prepare/int8_no_rows", ValueError, "w",
      lambda c: moe.prepare(np.zeros((2, 0, 8), np.int8), format="int8", scales=np.zeros((2, 0), np.float32))),
     ("moe_prepare/int8_scales_shape", ValueError, "scales",
@@ -95,8 +95,8 @@ BAD_INPUT = [
     ("fused_moe/w13_rows", ValueError, "w13", lambda c: c.moe_call(w13=moe.prepare(c.W13[:, :12].copy()))),
     ("fused_moe/w2_out_features", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:, :8].copy()))),
     ("fused_moe/w2_experts", ValueError, "w2", lambda c: c.moe_call(w2=moe.prepare(c.W2[:3].copy()))),
-    ("fused_moe/w2_other_isa", ValueError, "w2",
-     lambda c: c.moe_call(w2=moe.prepare(c.W2, isa="reference" if c.p13.isa != "reference" else
+    ("fused_moe/w2_other_variant", ValueError, "w2",
+     lambda c: c.moe_call(w2=moe.prepare(c.W2, variant="reference" if c.p13.variant != "reference" else
                                          next(v["name"] for v in cpukern.kernels("fused_moe")
                                               if v["supported"] and v["name"] != "reference")))),
     ("fused_moe/ids_dtype", TypeError, "topk_ids", lambda c: c.moe_call(topk_ids=c.ti.astype(np.int64))),
@@ -119,7 +119,7 @@ BAD_INPUT = [
     ("fused_moe/w2_bias_shape", ValueError, "w2_bias", lambda c: c.moe_call(w2_bias=np.zeros((3, 16), BF16))),
     ("fused_moe/threads_past_max", ValueError, "threads", lambda c: c.moe_call(threads=cpukern.MAX_THREADS + 1)),
     ("fused_moe/threads_huge", ValueError, "threads", lambda c: c.moe_call(threads=10**6)),
-    ("fused_moe/isa_mismatch", ValueError, "isa", lambda c: c.moe_call(isa="avx9000")),
+    ("fused_moe/variant_mismatch", ValueError, "variant", lambda c: c.moe_call(variant="avx9000")),
     ("fused_moe/out_shape", ValueError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 8), BF16)))),
     ("fused_moe/out_dtype", TypeError, "out", lambda c: c.moe_call(out=c.watch(np.empty((3, 16), np.float32)))),
     ("fused_moe/out_read_only", TypeError, "out", lambda c: c.moe_call(out=read_only(np.empty((3, 16), BF16)))),
@@ -265,8 +265,8 @@ def moe_case(draw):
 def test_fused_moe_matches_float64_model_and_is_deterministic(case):
     x, w13, w2, b13, b2, tw, ids, act, threads = case
     want = model(x, w13, w2, tw, ids, act, b13, b2)
-    for isa in supported("fused_moe"):
-        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+    for variant in supported("fused_moe"):
+        p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2)
         out = moe.fused_moe(x, p13, p2, tw, ids, threads=threads, **kw)
         assert out.dtype == BF16 and out.shape == x.shape
@@ -290,13 +290,13 @@ def test_fused_moe_nan_stays_in_its_token(case, data):
         x[t, data.draw(st.integers(0, x.shape[1] - 1))] = np.nan
     else:
         tw[t, data.draw(st.integers(0, tw.shape[1] - 1))] = np.nan
-    for isa in supported("fused_moe"):
-        p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+    for variant in supported("fused_moe"):
+        p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
         kw = dict(activation=act, w13_bias=b13, w2_bias=b2, threads=threads)
         out = moe.fused_moe(x, p13, p2, tw, ids, **kw).astype(np.float32)
-        assert np.isnan(out[t]).all(), (isa, where)
+        assert np.isnan(out[t]).all(), (variant, where)
         others = np.delete(np.arange(x.shape[0]), t)
-        assert np.isfinite(out[others]).all(), isa
+        assert np.isfinite(out[others]).all(), variant
 
 
 # --- guarantees: memory the caller owns, scratch memory given back -------------------------------

@@ -174,18 +174,18 @@ if not UNDER_QEMU:
     CASES += [(32, 4, 128, 176, 64, "swigluoai", True), (8, 2, 176, 128, 64, "gelu_tanh", False)]
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("e,topk,h,inter,t,act,bias", CASES)
-def test_fused_moe_int8_matches_float64_model(isa, e, topk, h, inter, t, act, bias):
+def test_fused_moe_int8_matches_float64_model(variant, e, topk, h, inter, t, act, bias):
     rng = np.random.default_rng(e * 1000 + h + inter)
     x, w13, w2, logits, b13, b2 = make_layer(e, h, inter, t, topk, bias, rng)
     tw, ids = moe.route(logits, topk)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
-    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
-    assert i13.format == "int8" and i13.isa == isa
+    i13 = moe.prepare(q13, format="int8", scales=s13, variant=variant)
+    i2 = moe.prepare(q2, format="int8", scales=s2, variant=variant)
+    p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
+    assert i13.format == "int8" and i13.variant == variant
     for m13, m2 in ((i13, i2), (i13, p2), (p13, i2)):
         out = moe.fused_moe(x, m13, m2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2)
         assert out.dtype == BF16 and out.shape == (t, h)
@@ -198,8 +198,8 @@ def test_fused_moe_int8_matches_float64_model(isa, e, topk, h, inter, t, act, bi
         np.testing.assert_array_equal(again.view(np.uint16), out.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_fused_moe_int8_skip_weighted_and_edge_rows(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_fused_moe_int8_skip_weighted_and_edge_rows(variant):
     """topk 1 with skip_weighted; tokens that are all zero (amax 0) and at bf16's extremes."""
     rng = np.random.default_rng(9)
     e, h, inter, t = 4, 48, 40, 6
@@ -211,8 +211,8 @@ def test_fused_moe_int8_skip_weighted_and_edge_rows(isa):
     tw = np.ones((t, 1), F32)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
+    i13 = moe.prepare(q13, format="int8", scales=s13, variant=variant)
+    i2 = moe.prepare(q2, format="int8", scales=s2, variant=variant)
     out = moe.fused_moe(x, i13, i2, tw, ids, activation="silu", w13_bias=b13, w2_bias=b2,
                         skip_weighted=True)
     with np.errstate(over="ignore", invalid="ignore"):  # the 1e30 token overflows to inf
@@ -222,8 +222,8 @@ def test_fused_moe_int8_skip_weighted_and_edge_rows(isa):
         assert (np.abs(out.astype(np.float64) - want)[finite] <= tol[finite]).all()
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_fused_moe_int8_finite_near_bf16_max(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_fused_moe_int8_finite_near_bf16_max(variant):
     """Tokens with |x| from 1e36 up to near bf16's max (3.39e38): bf16 experts give finite
     outputs (swigluoai clamps the huge gate and up values), and so do int8 experts now. The
     first epilogue, (float(acc) * sa) * sw in fp32, overflowed in float(acc) * sa (about
@@ -240,12 +240,12 @@ def test_fused_moe_int8_finite_near_bf16_max(isa):
     tw = np.full((t, 2), 0.5, F32)
     q13, s13 = moe.quantize(w13, format="int8")
     q2, s2 = moe.quantize(w2, format="int8")
-    p13, p2 = moe.prepare(w13, isa=isa), moe.prepare(w2, isa=isa)
+    p13, p2 = moe.prepare(w13, variant=variant), moe.prepare(w2, variant=variant)
     ref = moe.fused_moe(x, p13, p2, tw, ids, activation="swigluoai", w13_bias=b13, w2_bias=b2)
     finite = np.isfinite(ref.astype(F32))
     assert finite[:4].all(), "the bf16 experts overflow too: the test would prove nothing"
-    i13 = moe.prepare(q13, format="int8", scales=s13, isa=isa)
-    i2 = moe.prepare(q2, format="int8", scales=s2, isa=isa)
+    i13 = moe.prepare(q13, format="int8", scales=s13, variant=variant)
+    i2 = moe.prepare(q2, format="int8", scales=s2, variant=variant)
     with np.errstate(over="ignore", invalid="ignore"):
         want, tol = int8_model(x, w13, w2, q13, s13, q2, s2, tw, ids, "swigluoai", b13, b2,
                                False, True, True)
@@ -257,8 +257,8 @@ def test_fused_moe_int8_finite_near_bf16_max(isa):
             assert (np.abs(out - want) <= tol).all(), float((np.abs(out - want) - tol).max())
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_int8_gemm_bitwise_equal_across_variants(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_int8_gemm_bitwise_equal_across_variants(variant):
     """Every variant's int8 result equals the reference variant's where the activation between
     the GEMMs rounds to the same bf16 on every variant: with topk 1, I = 1 and the swigluoai
     clamps saturated (gate = up = 7: 8 * 7 * sigmoid(11.9) -> bf16 56 whatever the last fp32
@@ -274,9 +274,9 @@ def test_int8_gemm_bitwise_equal_across_variants(isa):
     ids = rng.integers(0, e, (t, 1)).astype(np.int32)
     tw = rng.random((t, 1), dtype=F32)
     outs = []
-    for v in (isa, "reference"):
-        i13 = moe.prepare(q13, format="int8", scales=s13, isa=v)
-        i2 = moe.prepare(q2, format="int8", scales=s2, isa=v)
+    for v in (variant, "reference"):
+        i13 = moe.prepare(q13, format="int8", scales=s13, variant=v)
+        i2 = moe.prepare(q2, format="int8", scales=s2, variant=v)
         outs.append(moe.fused_moe(x, i13, i2, tw, ids, activation="swigluoai", w2_bias=b2))
     np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
 
@@ -286,11 +286,11 @@ def test_fused_moe_rejects_mixed_families():
     x, w13, w2, logits, _, _ = make_layer(4, 32, 16, 3, 2, False, rng)
     tw, ids = moe.route(logits, 2)
     q13, s13 = moe.quantize(w13, format="int8")
-    i13 = moe.prepare(q13, format="int8", scales=s13, isa="reference")
+    i13 = moe.prepare(q13, format="int8", scales=s13, variant="reference")
     others = [v for v in variant_params("fused_moe") if not v.marks and v.values[0] != "reference"]
     if not others:
         pytest.skip("this CPU runs only the reference variant")
-    p2 = moe.prepare(w2, isa=others[0].values[0])
+    p2 = moe.prepare(w2, variant=others[0].values[0])
     with pytest.raises(ValueError, match="^w2:"):
         moe.fused_moe(x, i13, p2, tw, ids)
 

@@ -83,16 +83,16 @@ def test_prepare_validation_names_the_argument():
         moe.quantize(np.zeros((2, 48), BF16))
 
 
-def run(x, w13, w2, tw, ids, act, b13, b2, skip, isa, threads=1):
+def run(x, w13, w2, tw, ids, act, b13, b2, skip, variant, threads=1):
     return moe.fused_moe(x, w13, w2, tw, ids, activation=act, w13_bias=b13, w2_bias=b2,
-                         skip_weighted=skip, isa=isa, threads=threads)
+                         skip_weighted=skip, variant=variant, threads=threads)
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("act,bias,topk,t", [("silu", False, 2, 5), ("gelu", True, 2, 1),
                                              ("gelu_tanh", False, 1, 9), ("swigluoai", True, 4, 17),
                                              ("swigluoai", True, 1, 3)])
-def test_fused_moe_mxfp4_equals_bf16_of_dequantized(isa, act, bias, topk, t):
+def test_fused_moe_mxfp4_equals_bf16_of_dequantized(variant, act, bias, topk, t):
     rng = np.random.default_rng(hash((act, bias, topk, t)) % 2**32)
     e, h, inter = 8, 96, 64
     q13 = random_mx(rng, (e, 2 * inter), h, extremes=False)
@@ -103,18 +103,18 @@ def test_fused_moe_mxfp4_equals_bf16_of_dequantized(isa, act, bias, topk, t):
     b13 = rng.standard_normal((e, 2 * inter)).astype(BF16) if bias else None
     b2 = rng.standard_normal((e, h)).astype(BF16) if bias else None
     skip = topk == 1 and act == "swigluoai"
-    m13 = moe.prepare(q13[0], format="mxfp4", scales=q13[1], isa=isa)
-    m2 = moe.prepare(q2[0], format="mxfp4", scales=q2[1], isa=isa)
-    d13 = moe.prepare(moe.dequantize(*q13), isa=isa)
-    d2 = moe.prepare(moe.dequantize(*q2), isa=isa)
-    want = run(x, d13, d2, tw, ids, act, b13, b2, skip, isa).view(np.uint16)
+    m13 = moe.prepare(q13[0], format="mxfp4", scales=q13[1], variant=variant)
+    m2 = moe.prepare(q2[0], format="mxfp4", scales=q2[1], variant=variant)
+    d13 = moe.prepare(moe.dequantize(*q13), variant=variant)
+    d2 = moe.prepare(moe.dequantize(*q2), variant=variant)
+    want = run(x, d13, d2, tw, ids, act, b13, b2, skip, variant).view(np.uint16)
     for w13, w2, th in ((m13, m2, 1), (m13, d2, 2), (d13, m2, 2), (m13, m2, 3)):
-        got = run(x, w13, w2, tw, ids, act, b13, b2, skip, isa, th).view(np.uint16)
+        got = run(x, w13, w2, tw, ids, act, b13, b2, skip, variant, th).view(np.uint16)
         np.testing.assert_array_equal(got, want, err_msg=f"{w13.format}/{w2.format} threads={th}")
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_fused_moe_mxfp4_e8m0_extremes_bitwise(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_fused_moe_mxfp4_e8m0_extremes_bitwise(variant):
     rng = np.random.default_rng(3)
     e, h, inter, t = 4, 64, 32, 6
     q13 = random_mx(rng, (e, 2 * inter), h, extremes=True)
@@ -122,11 +122,11 @@ def test_fused_moe_mxfp4_e8m0_extremes_bitwise(isa):
     x = (rng.standard_normal((t, h)) * 1e-3).astype(BF16)
     ids = np.stack([rng.permutation(e)[:2] for _ in range(t)]).astype(np.int32)
     tw = np.full((t, 2), 0.5, np.float32)
-    want = run(x, moe.prepare(moe.dequantize(*q13), isa=isa), moe.prepare(moe.dequantize(*q2), isa=isa),
-               tw, ids, "silu", None, None, False, isa).view(np.uint16)
-    got = run(x, moe.prepare(q13[0], format="mxfp4", scales=q13[1], isa=isa),
-              moe.prepare(q2[0], format="mxfp4", scales=q2[1], isa=isa),
-              tw, ids, "silu", None, None, False, isa).view(np.uint16)
+    want = run(x, moe.prepare(moe.dequantize(*q13), variant=variant), moe.prepare(moe.dequantize(*q2), variant=variant),
+               tw, ids, "silu", None, None, False, variant).view(np.uint16)
+    got = run(x, moe.prepare(q13[0], format="mxfp4", scales=q13[1], variant=variant),
+              moe.prepare(q2[0], format="mxfp4", scales=q2[1], variant=variant),
+              tw, ids, "silu", None, None, False, variant).view(np.uint16)
     # Extreme scales give inf * 0 = NaN; which NaN (sign, payload) differs by architecture and
     # instruction (x86's default NaN is negative, AArch64's positive): compare NaNs as NaNs.
     np.testing.assert_array_equal(_canonical_nans(got), _canonical_nans(want))

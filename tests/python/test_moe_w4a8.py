@@ -120,14 +120,14 @@ def test_oracle_within_documented_bound(k):
     assert (err <= sa[fin, None].astype(np.float64) / 2 * (1 + 2.0 ** -14) + 2.0 ** -143).all()
 
 
-def probe(isa, blocks, scales, x, w13, threads=None):
+def probe(variant, blocks, scales, x, w13, threads=None):
     """(a, bf16(C)): the activation rows and the W4A8 GEMM's output through fused_moe."""
     h = x.shape[1]
     ids = np.zeros((x.shape[0], 1), np.int32)
     tw = np.ones((x.shape[0], 1), F32)
-    p13 = moe.prepare(w13[None], isa=isa)
-    eye = moe.prepare(np.eye(h, dtype=F32).astype(bf16(0).dtype)[None], isa=isa)
-    w2 = moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int8", isa=isa)
+    p13 = moe.prepare(w13[None], variant=variant)
+    eye = moe.prepare(np.eye(h, dtype=F32).astype(bf16(0).dtype)[None], variant=variant)
+    w2 = moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int8", variant=variant)
     assert w2.format == "mxfp4_a8" and w2.shape == (1, h, h)
     a = moe.fused_moe(x, p13, eye, tw, ids, activation="silu", skip_weighted=True)
     c = moe.fused_moe(x, p13, w2, tw, ids, activation="silu", skip_weighted=True, threads=threads)
@@ -140,9 +140,9 @@ def layer(rng, h, t, x_scale=1.0):
     return x, w13
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("h,extreme", [(32, False), (96, True), (320, False), (320, True)])
-def test_kernel_equals_oracle_bitwise(isa, h, extreme):
+def test_kernel_equals_oracle_bitwise(variant, h, extreme):
     rng = np.random.default_rng(h + extreme)
     t = 9
     x, w13 = layer(rng, h, t)
@@ -154,14 +154,14 @@ def test_kernel_equals_oracle_bitwise(isa, h, extreme):
     if extreme:
         scales = extreme_scales(rng, h, h // 32)
         blocks[:, :, :] &= 0x33  # small codes: C stays finite at scale 254
-    a, c = probe(isa, blocks, scales, x, w13)
+    a, c = probe(variant, blocks, scales, x, w13)
     with np.errstate(over="ignore"):  # stage 3 adds C to 0.0f: a -0 result comes out +0
         want = (F32(0) + w4a8_oracle(blocks, scales, a.astype(F32))).astype(bf16(0).dtype)
     np.testing.assert_array_equal(c.view(np.uint16), want.view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
-def test_batch_and_thread_invariance(isa):
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
+def test_batch_and_thread_invariance(variant):
     rng = np.random.default_rng(7)
     e, topk, h, inter, t = 8, 4, 64, 96, 70 if not UNDER_QEMU else 20
     x = bf16(rng.standard_normal((t, h)))
@@ -169,9 +169,9 @@ def test_batch_and_thread_invariance(isa):
     b13, s13 = random_mx(rng, e * 2 * inter, h, 118, 124)
     b2, s2 = random_mx(rng, e * h, inter, 118, 124)
     w13 = moe.prepare(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
-                      scales=s13.reshape(e, 2 * inter, h // 32), act="int8", isa=isa)
+                      scales=s13.reshape(e, 2 * inter, h // 32), act="int8", variant=variant)
     w2 = moe.prepare(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
-                     scales=s2.reshape(e, h, inter // 32), act="int8", isa=isa)
+                     scales=s2.reshape(e, h, inter // 32), act="int8", variant=variant)
     tw, ids = moe.route(rng.standard_normal((t, e)).astype(F32), topk)
     whole = moe.fused_moe(x, w13, w2, tw, ids, activation="swigluoai", threads=1)
     for threads in (2, 3):
@@ -185,9 +185,9 @@ def test_batch_and_thread_invariance(isa):
     assert empty.shape == (0, h)
     # W4A8 is close to the exact MXFP4 path (not equal: int8 activations)
     e13 = moe.prepare(b13.reshape(e, 2 * inter, h // 32, 16), format="mxfp4",
-                      scales=s13.reshape(e, 2 * inter, h // 32), isa=isa)
+                      scales=s13.reshape(e, 2 * inter, h // 32), variant=variant)
     e2 = moe.prepare(b2.reshape(e, h, inter // 32, 16), format="mxfp4",
-                     scales=s2.reshape(e, h, inter // 32), isa=isa)
+                     scales=s2.reshape(e, h, inter // 32), variant=variant)
     exact = moe.fused_moe(x, e13, e2, tw, ids, activation="swigluoai").astype(np.float64)
     rel = np.abs(whole.astype(np.float64) - exact).max() / np.abs(exact).max()
     assert rel < 0.05, rel
@@ -199,7 +199,7 @@ def test_serialize_and_pickle_round_trip():
     p = moe.prepare(blocks[None], format="mxfp4", scales=scales[None], act="int8")
     assert p.format == "mxfp4_a8" and "mxfp4_a8" in repr(p)
     q = pickle.loads(pickle.dumps(p))
-    assert q.format == "mxfp4_a8" and q.isa == p.isa and q.shape == p.shape
+    assert q.format == "mxfp4_a8" and q.variant == p.variant and q.shape == p.shape
     r = moe.from_buffer(moe.to_bytes(p))
     assert r.format == "mxfp4_a8"
     np.testing.assert_array_equal(moe.to_bytes(q), moe.to_bytes(p))

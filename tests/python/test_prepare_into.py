@@ -60,15 +60,15 @@ TERNARY_SHAPES = [(0, 5, None), (3, 0, None), (1, 1, None), (17, 33, None), (130
                   (19, 257, 64), (1, 17, 16), (0, 40, 32)]
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
-def test_ternary_bytes_and_results(isa, int8):
+def test_ternary_bytes_and_results(variant, int8):
     for m, k, g in TERNARY_SHAPES:
         w = RNG.integers(-1, 2, (m, k)).astype(np.int8)
         packed = ternary.pack(w)
         scale = RNG.random((m, -(-k // g)) if g else m).astype(np.float32)
         ref, direct = _check_direct(lambda out: ternary.prepare(
-            packed, k, scale, group_size=g, isa=isa, int8=int8, out=out))
+            packed, k, scale, group_size=g, variant=variant, int8=int8, out=out))
         if int8:
             assert direct.int8_ready
         if m and k:
@@ -82,10 +82,10 @@ def test_ternary_int8_layout_is_in_the_buffer():
     """int8=True packs the int8 layout into the buffer: to_bytes(w, int8=True)'s bytes."""
     k = 300
     packed = ternary.pack(RNG.integers(-1, 2, (70, k)).astype(np.int8))
-    for isa in [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]:
-        expected = ternary.to_bytes(ternary.prepare(packed, k, isa=isa), int8=True)
+    for variant in [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]:
+        expected = ternary.to_bytes(ternary.prepare(packed, k, variant=variant), int8=True)
         alloc = Alloc()
-        ternary.prepare(packed, k, isa=isa, int8=True, out=alloc)
+        ternary.prepare(packed, k, variant=variant, int8=True, out=alloc)
         np.testing.assert_array_equal(alloc.bufs[0], expected)
 
 
@@ -100,19 +100,19 @@ def _moe_arrays(fmt, e, o, i):
     return blocks, s, "int8" if fmt == "mxfp4_a8" else "fp32"
 
 
-@pytest.mark.parametrize("isa", variant_params("fused_moe"))
+@pytest.mark.parametrize("variant", variant_params("fused_moe"))
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4", "int8", "mxfp4_a8"])
-def test_moe_bytes_and_results(isa, fmt):
+def test_moe_bytes_and_results(variant, fmt):
     for e, o, i in [(1, 1, 32), (2, 17, 64), (3, 40, 96)]:
         w, s, act = _moe_arrays(fmt, e, o, i)
         fmt_arg = "mxfp4" if fmt == "mxfp4_a8" else fmt
-        _check_direct(lambda out: moe.prepare(w, format=fmt_arg, scales=s, act=act, isa=isa, out=out))
+        _check_direct(lambda out: moe.prepare(w, format=fmt_arg, scales=s, act=act, variant=variant, out=out))
     # fused_moe on the direct experts: bitwise the usual result.
     E, H, inter, T = 4, 64, 32, 5
     w13, s13, act = _moe_arrays(fmt, E, 2 * inter, H)
     w2, s2, _ = _moe_arrays(fmt, E, H, inter)
     fmt_arg = "mxfp4" if fmt == "mxfp4_a8" else fmt
-    prep = lambda w_, s_, out: moe.prepare(w_, format=fmt_arg, scales=s_, act=act, isa=isa, out=out)
+    prep = lambda w_, s_, out: moe.prepare(w_, format=fmt_arg, scales=s_, act=act, variant=variant, out=out)
     r13, d13 = _check_direct(lambda out: prep(w13, s13, out))
     r2, d2 = _check_direct(lambda out: prep(w2, s2, out))
     x = RNG.standard_normal((T, H)).astype(BF16)
@@ -121,25 +121,25 @@ def test_moe_bytes_and_results(isa, fmt):
                                   moe.fused_moe(x, r13, r2, tw, ids).view(np.uint16))
 
 
-@pytest.mark.parametrize("isa", variant_params("linear"))
-def test_linear_bytes_and_results(isa):
+@pytest.mark.parametrize("variant", variant_params("linear"))
+def test_linear_bytes_and_results(variant):
     for o, i in [(1, 1), (33, 70)]:
         w = (RNG.standard_normal((o, i)) * 0.1).astype(BF16)
-        ref, direct = _check_direct(lambda out: linear.prepare(w, isa=isa, out=out))
+        ref, direct = _check_direct(lambda out: linear.prepare(w, variant=variant, out=out))
         x = RNG.standard_normal((3, i)).astype(BF16)
         np.testing.assert_array_equal(linear.linear(x, direct).view(np.uint16),
                                       linear.linear(x, ref).view(np.uint16))
     q, s = moe.quantize(RNG.standard_normal((16, 64)).astype(BF16), format="int8")
-    _check_direct(lambda out: linear.prepare(q, format="int8", scales=s, isa=isa, out=out))
+    _check_direct(lambda out: linear.prepare(q, format="int8", scales=s, variant=variant, out=out))
 
 
-@pytest.mark.parametrize("isa", variant_params("widely_linear"))
-def test_widely_linear_bytes_and_results(isa):
+@pytest.mark.parametrize("variant", variant_params("widely_linear"))
+def test_widely_linear_bytes_and_results(variant):
     for rows, cols, stages in [(2, 2, 1), (8, 32, 2), (74, 100, 2)]:
         planes, scales = widely_linear.quantize(RNG.standard_normal((rows, cols)).astype(np.float32),
                                                 stages)
         ref, direct = _check_direct(lambda out: widely_linear.prepare(planes, scales, cols // 2,
-                                                                      isa=isa, out=out))
+                                                                      variant=variant, out=out))
         x = RNG.standard_normal((3, cols)).astype(np.float32)
         np.testing.assert_array_equal(widely_linear.apply(direct, x), widely_linear.apply(ref, x))
 
@@ -196,8 +196,8 @@ def test_bad_arguments_are_refused_before_out_is_called():
     packed = ternary.pack(RNG.integers(-1, 2, (4, 64)).astype(np.int8))
     with pytest.raises(ValueError, match="^packed: .*words per row"):
         ternary.prepare(packed, 65, out=alloc)
-    with pytest.raises(ValueError, match="^isa: "):
-        ternary.prepare(packed, 64, isa="no_such_variant", out=alloc)
+    with pytest.raises(ValueError, match="^variant: "):
+        ternary.prepare(packed, 64, variant="no_such_variant", out=alloc)
     with pytest.raises(ValueError, match="^scale: "):
         ternary.prepare(packed, 64, np.ones(3, np.float32), out=alloc)
     with pytest.raises(TypeError, match="^int8: "):

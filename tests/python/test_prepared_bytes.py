@@ -30,21 +30,21 @@ def _torch():
 SECTION_TABLE = 296  # offset of the blob header's section table (kernels/common/prepared_blob.h)
 
 
-def _blobs(isa_t, isa_wl):
+def _blobs(variant_t, variant_wl):
     w = RNG.integers(-1, 2, (16, 64)).astype(np.int8)
     yield ternary.to_bytes(ternary.prepare(ternary.pack(w), 64, RNG.random(16).astype(np.float32),
-                                           isa=isa_t))
+                                           variant=variant_t))
     planes, scales = widely_linear.quantize(RNG.standard_normal((8, 32)).astype(np.float32), 2)
-    yield ternary.to_bytes(widely_linear.prepare(planes, scales, 16, isa=isa_wl))
+    yield ternary.to_bytes(widely_linear.prepare(planes, scales, 16, variant=variant_wl))
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_moved_section_and_flipped_names_are_refused(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_moved_section_and_flipped_names_are_refused(variant):
     """Section 1 (the scales) moved 64 bytes back into the layout is refused with or without
     verify (accepted, gemv would read the layout as scales); a flipped bit in the variant or
     micro-kernel name is refused under verify (never re-prepared for another variant)."""
     wl = [v["name"] for v in cpukern.kernels("widely_linear")]
-    for blob in _blobs(isa, isa if isa in wl else wl[0]):
+    for blob in _blobs(variant, variant if variant in wl else wl[0]):
         moved = blob.copy()
         off = struct.unpack_from("<Q", moved, SECTION_TABLE + 16)[0]
         struct.pack_into("<Q", moved, SECTION_TABLE + 16, off - 64)

@@ -72,18 +72,18 @@ def test_quantize_is_absmean(granularity):
 
 # --- gemv, every variant ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("k", K_EDGES)
 @pytest.mark.parametrize("m,b", [(1, 1), (9, 3), (33, 16)])
-def test_gemv_fp32_matches_float64_model(isa, k, m, b):
+def test_gemv_fp32_matches_float64_model(variant, k, m, b):
     w = random_ternary(m, k)
     w[0] = 0  # a zero row
     if m > 2:
         w[1], w[2] = 1, -1  # all +1, all -1
     x = RNG.standard_normal((b, k)).astype(np.float32)
     scale = RNG.uniform(0.5, 2.0, m).astype(np.float32)
-    tw = ternary.prepare(ternary.pack(w), k, scale, isa=isa)
-    assert tw.isa == isa and tw.shape == (m, k) and tw.nbytes > 0
+    tw = ternary.prepare(ternary.pack(w), k, scale, variant=variant)
+    assert tw.variant == variant and tw.shape == (m, k) and tw.nbytes > 0
     y = ternary.gemv(tw, x)
     want, mag = model(w, x, scale)
     assert y.shape == (b, m) and y.dtype == np.float32
@@ -93,30 +93,30 @@ def test_gemv_fp32_matches_float64_model(isa, k, m, b):
     np.testing.assert_array_equal(y1, y[0])
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_gemv_small_integers_are_bitwise_exact(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_gemv_small_integers_are_bitwise_exact(variant):
     m, k = 21, 1000
     w = random_ternary(m, k)
     x = RNG.integers(-8, 9, size=(4, k)).astype(np.float32)
-    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, isa=isa), x)
+    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, variant=variant), x)
     np.testing.assert_array_equal(y, (x.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32))
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_gemv_int8_within_stated_bound(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_gemv_int8_within_stated_bound(variant):
     m, k, b = 17, 333, 3
     w = random_ternary(m, k)
     x = RNG.standard_normal((b, k)).astype(np.float32)
-    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, isa=isa), x, 1.5, act="int8")
+    y = ternary.gemv(ternary.prepare(ternary.pack(w), k, variant=variant), x, 1.5, act="int8")
     want, mag = model(w, x, 1.5)
     bound = 1.5 * np.abs(x).max(axis=1, keepdims=True) / 254 * np.abs(w).sum(axis=1)[None, :] + 1e-5 * mag
     assert np.all(np.abs(y - want) <= bound * 1.01 + 1e-6)
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_gemv_is_identical_for_any_thread_count(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_gemv_is_identical_for_any_thread_count(variant):
     m, k = 300, 517
-    tw = ternary.prepare(ternary.pack(random_ternary(m, k)), k, isa=isa)
+    tw = ternary.prepare(ternary.pack(random_ternary(m, k)), k, variant=variant)
     x = RNG.standard_normal((2, k)).astype(np.float32)
     ys = [ternary.gemv(tw, x, threads=t) for t in (1, 2, 3, 7)]
     for y in ys[1:]:
@@ -228,7 +228,7 @@ def _scale(form, m, rng):
     return s
 
 
-def _epilogue_case(isa, case, seed, zero_row=False):
+def _epilogue_case(variant, case, seed, zero_row=False):
     """(w, prepared weights, the scale given to gemv, the scale in effect, x) of one scale case
     on 37 x 301 weights (row 0 zero if zero_row)."""
     rng = np.random.default_rng(seed)
@@ -237,15 +237,15 @@ def _epilogue_case(isa, case, seed, zero_row=False):
     if zero_row:
         w[0] = 0
     prepared, called = (_scale(f, m, rng) for f in SCALE_CASES[case])
-    tw = ternary.prepare(ternary.pack(w), k, prepared, isa=isa)
+    tw = ternary.prepare(ternary.pack(w), k, prepared, variant=variant)
     effective = called if called is not None else prepared if prepared is not None else 1.0
     return w, tw, called, effective, epilogue_rows(k, rng)
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("case", list(SCALE_CASES))
-def test_int8_epilogue_matches_float64_model(isa, case):
-    w, tw, called, effective, x = _epilogue_case(isa, case, 77, zero_row=True)
+def test_int8_epilogue_matches_float64_model(variant, case):
+    w, tw, called, effective, x = _epilogue_case(variant, case, 77, zero_row=True)
     y = ternary.gemv(tw, x, called, act="int8")
     want = int8_model(w, x, effective)
     assert_int8_matches_model(y, want)
@@ -266,10 +266,10 @@ def test_int8_epilogue_empty_shapes(case):
     assert ternary.gemv(tw, np.zeros((0, 0), np.float32), called, act="int8").shape == (0, m)
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("case", list(SCALE_CASES))
-def test_fp32_scale_epilogue_matches_float64_model(isa, case):
-    w, tw, called, effective, x = _epilogue_case(isa, case, 79)
+def test_fp32_scale_epilogue_matches_float64_model(variant, case):
+    w, tw, called, effective, x = _epilogue_case(variant, case, 79)
     y = ternary.gemv(tw, x, called)
     want, mag = model(w, x, effective)
     assert np.all(np.abs(y - want) <= 1e-5 * mag + 2.0**-148), np.max(np.abs(y - want) / (mag + 1e-30))
@@ -287,17 +287,17 @@ def _prepared_cases():
         yield m, k, g, ternary.pack(w), scale
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
-def test_prepared_buffer_round_trip_is_a_view_with_identical_results(isa):
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
+def test_prepared_buffer_round_trip_is_a_view_with_identical_results(variant):
     rng = np.random.default_rng(5)
     for m, k, g, packed, scale in _prepared_cases():
-        w = ternary.prepare(packed, k, scale, group_size=g, isa=isa)
+        w = ternary.prepare(packed, k, scale, group_size=g, variant=variant)
         for int8 in (False, True):
             buf = ternary.to_bytes(w, int8=int8)
             assert buf.dtype == np.uint8 and buf.ndim == 1 and buf.ctypes.data % 64 == 0
             assert buf.size == ternary.serialized_size(w, int8=int8)
             v = ternary.from_buffer(buf, verify=True)
-            assert v.is_view and v.isa == w.isa and v.shape == w.shape and v.group_size == w.group_size
+            assert v.is_view and v.variant == w.variant and v.shape == w.shape and v.group_size == w.group_size
             x = rng.standard_normal((3, k)).astype(np.float32)
             for act in ("fp32", "int8"):
                 np.testing.assert_array_equal(ternary.gemv(v, x, act=act), ternary.gemv(w, x, act=act))
@@ -318,17 +318,17 @@ def test_prepared_buffer_keeps_its_buffer_alive_and_sees_its_bytes():
 
 def test_prepared_buffer_from_another_variant_is_prepared_again():
     """A layout this CPU cannot run is detected by the variant in the header; forcing another
-    isa stands for it here (the C++ test imports real AVX-512 layouts through SIMDe)."""
+    variant stands for it here (the C++ test imports real AVX-512 layouts through SIMDe)."""
     rng = np.random.default_rng(6)
     names = [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]
     for m, k, g, packed, scale in _prepared_cases():
         x = rng.standard_normal((2, k)).astype(np.float32)
         for src in names:
-            buf = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, isa=src))
+            buf = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, variant=src))
             for dst in names:
-                v = ternary.from_buffer(buf, isa=dst)
-                assert v.isa == dst and v.is_view == (src == dst)
-                direct = ternary.prepare(packed, k, scale, group_size=g, isa=dst)
+                v = ternary.from_buffer(buf, variant=dst)
+                assert v.variant == dst and v.is_view == (src == dst)
+                direct = ternary.prepare(packed, k, scale, group_size=g, variant=dst)
                 np.testing.assert_array_equal(ternary.gemv(v, x), ternary.gemv(direct, x))
 
 
@@ -362,9 +362,9 @@ def test_prepared_buffer_fuzz_raises_or_returns():
     (fp32, int8, batch 1 and 4) raise ValueError or return (the C++ test runs the same under
     ASan)."""
     rng = np.random.default_rng(8)
-    for isa in [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]:
+    for variant in [v["name"] for v in cpukern.kernels("ternary_gemv") if v["supported"]]:
         for m, k, g, packed, scale in list(_prepared_cases())[1:4]:
-            clean = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, isa=isa), int8=True)
+            clean = ternary.to_bytes(ternary.prepare(packed, k, scale, group_size=g, variant=variant), int8=True)
             outcomes = set()
             for trial in range(60):
                 b = ternary.aligned_empty(clean.size)
@@ -407,21 +407,21 @@ def test_int8_refuses_k_above_the_exact_int32_bound():
     bound every variant is exact (all +1 or all -1 weights, x all +-1); one past it is refused."""
     kmax = (2**31 - 1) // 127
     x = np.ones(kmax, np.float32)
-    for isa in supported("ternary_gemv"):
+    for variant in supported("ternary_gemv"):
         for k in (kmax + 1, 17_000_000):
-            tw = ternary.prepare(np.zeros((1, (k + 15) // 16), np.uint32), k, isa=isa)
+            tw = ternary.prepare(np.zeros((1, (k + 15) // 16), np.uint32), k, variant=variant)
             with pytest.raises(ValueError, match=f"act: int8 mode needs K <= {kmax}.*got K = {k}"):
                 ternary.gemv(tw, np.ones(k, np.float32), act="int8")
-        if UNDER_QEMU and isa != supported("ternary_gemv")[0]:
+        if UNDER_QEMU and variant != supported("ternary_gemv")[0]:
             continue  # one variant is enough under emulation (each takes seconds there)
         w = np.ones((2, kmax), np.int8)
         w[1] = -1
-        tw = ternary.prepare(ternary.pack(w), kmax, isa=isa)
+        tw = ternary.prepare(ternary.pack(w), kmax, variant=variant)
         dq = np.float32(1) / np.float32(127)
         for sign in (1, -1):
             y = ternary.gemv(tw, sign * x, act="int8")
             want = np.float32(sign * 127 * kmax) * dq * np.array([1, -1], np.float32)
-            np.testing.assert_array_equal(y, want, err_msg=isa)
+            np.testing.assert_array_equal(y, want, err_msg=variant)
 
 
 
@@ -440,7 +440,7 @@ def test_int8_tiny_activations_hold_the_documented_bound(amax):
     xmax = np.abs(x.astype(np.float64)).max(axis=1, keepdims=True)
     bound = np.abs(s) * xmax / 254 * np.abs(w).sum(axis=1) + 1e-5 * (np.abs(w) @ np.abs(x.T).astype(np.float64)).T * s
     bound += 2.0**-149  # a subnormal result is rounded to the subnormal spacing
-    for isa in supported("ternary_gemv"):
-        y = ternary.gemv(ternary.prepare(packed, k, s, isa=isa), x, act="int8")
-        assert (y[0] == 0).all() and not np.signbit(y[0]).any(), (isa, y[0])
-        assert (np.abs(y.astype(np.float64) - exact) <= bound).all(), (isa, amax)
+    for variant in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, s, variant=variant), x, act="int8")
+        assert (y[0] == 0).all() and not np.signbit(y[0]).any(), (variant, y[0])
+        assert (np.abs(y.astype(np.float64) - exact) <= bound).all(), (variant, amax)

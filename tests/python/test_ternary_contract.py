@@ -25,8 +25,8 @@ def test_every_function_accepts_empty_batches(kind, T):
     rng = np.random.default_rng(5)
     w = rng.integers(-1, 2, (8, 32)).astype(np.int8)
     packed = ternary.pack(w)
-    for isa in supported("ternary_gemv"):
-        tw = ternary.prepare(T(packed), 32, isa=isa)
+    for variant in supported("ternary_gemv"):
+        tw = ternary.prepare(T(packed), 32, variant=variant)
         for act in ("fp32", "int8"):
             y = ternary.gemv(tw, T(np.zeros((0, 32), np.float32)), act=act)
             assert tuple(y.shape) == (0, 8)
@@ -34,10 +34,10 @@ def test_every_function_accepts_empty_batches(kind, T):
                              out=T(np.zeros((0, 8), np.float32)))
             assert tuple(y.shape) == (0, 8)
         # M = 0 and K = 0 weights
-        y = ternary.gemv(ternary.prepare(T(np.zeros((0, 2), np.uint32)), 32, isa=isa),
+        y = ternary.gemv(ternary.prepare(T(np.zeros((0, 2), np.uint32)), 32, variant=variant),
                          T(np.ones((3, 32), np.float32)))
         assert tuple(y.shape) == (3, 0)
-        y = ternary.gemv(ternary.prepare(T(np.zeros((4, 0), np.uint32)), 0, isa=isa),
+        y = ternary.gemv(ternary.prepare(T(np.zeros((4, 0), np.uint32)), 0, variant=variant),
                          T(np.ones((3, 0), np.float32)), act="int8")
         np.testing.assert_array_equal(np.asarray(y), np.zeros((3, 4), np.float32))
     assert tuple(ternary.pack(T(np.zeros((0, 32), np.int8))).shape) == (0, 2)
@@ -103,9 +103,9 @@ BAD_INPUT = [
     ("prepare/scale_shape", ValueError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(3, np.float32))),
     ("prepare/scale_dtype", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, np.ones(4, np.float64))),
     ("prepare/scale_type", TypeError, "scale", lambda c: ternary.prepare(c.P, 40, "1.0")),
-    ("prepare/isa_unknown", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="avx9000")),
-    ("prepare/isa_type", TypeError, "isa", lambda c: ternary.prepare(c.P, 40, isa=2)),
-    ("prepare/isa_empty", ValueError, "isa", lambda c: ternary.prepare(c.P, 40, isa="")),
+    ("prepare/variant_unknown", ValueError, "variant", lambda c: ternary.prepare(c.P, 40, variant="avx9000")),
+    ("prepare/variant_type", TypeError, "variant", lambda c: ternary.prepare(c.P, 40, variant=2)),
+    ("prepare/variant_empty", ValueError, "variant", lambda c: ternary.prepare(c.P, 40, variant="")),
     ("prepare/zero_stride_huge", TypeError, "packed",
      lambda c: ternary.prepare(np.lib.stride_tricks.as_strided(c.P, (1 << 40, 3), (0, 4)), 40)),
 
@@ -140,8 +140,8 @@ BAD_INPUT = [
     ("gemv/threads_negative", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=-3)),
     ("gemv/threads_huge", ValueError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2**40)),
     ("gemv/threads_float", TypeError, "threads", lambda c: ternary.gemv(c.TW, c.X, threads=2.0)),
-    ("gemv/isa_mismatch", ValueError, "isa", lambda c: ternary.gemv(c.TW, c.X, isa="reference" if c.TW.isa != "reference" else "avx9000")),
-    ("gemv/isa_unknown_packed", ValueError, "isa", lambda c: ternary.gemv(c.P, c.X, isa="avx9000")),
+    ("gemv/variant_mismatch", ValueError, "variant", lambda c: ternary.gemv(c.TW, c.X, variant="reference" if c.TW.variant != "reference" else "avx9000")),
+    ("gemv/variant_unknown_packed", ValueError, "variant", lambda c: ternary.gemv(c.P, c.X, variant="avx9000")),
     ("gemv/out_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(5, np.float32)))),
     ("gemv/out_batch_shape", ValueError, "out", lambda c: ternary.gemv(c.TW, c.XB, out=c.watch(np.empty(4, np.float32)))),
     ("gemv/out_dtype", TypeError, "out", lambda c: ternary.gemv(c.TW, c.X, out=c.watch(np.empty(4, np.float64)))),
@@ -252,12 +252,12 @@ def test_gemv_fp32_matches_float64_model_and_reference(case):
     x2 = x.reshape(-1, k)
     want = masked(w.astype(np.float64), x2) * scale_f64(s, m)
     bound = 1e-5 * (np.abs(x2).astype(np.float64) @ np.abs(w.T).astype(np.float64)) * np.abs(scale_f64(s, m)) + 1e-30
-    ref = ternary.gemv(ternary.prepare(packed, k, isa="reference"), x, s, threads=threads)
-    for isa in supported("ternary_gemv"):
-        weights = ternary.prepare(packed, k, isa=isa)
+    ref = ternary.gemv(ternary.prepare(packed, k, variant="reference"), x, s, threads=threads)
+    for variant in supported("ternary_gemv"):
+        weights = ternary.prepare(packed, k, variant=variant)
         y = ternary.gemv(weights, x, s, threads=threads)
         assert y.shape == ((m,) if x.ndim == 1 else (x.shape[0], m))
-        assert (np.abs(y.reshape(-1, m) - want) <= bound).all(), isa
+        assert (np.abs(y.reshape(-1, m) - want) <= bound).all(), variant
         bitwise(y, ternary.gemv(weights, x, s, threads=1))              # any thread count
         if x.ndim == 2:                                                # any batch split
             bitwise(y[-1], ternary.gemv(weights, x[-1].copy(), s, threads=threads))
@@ -272,8 +272,8 @@ def test_gemv_fp32_small_integers_bitwise_across_variants(case):
     packed = ternary.pack(w)
     want = masked(w.astype(np.float64), x.reshape(-1, k)).astype(np.float32).reshape(
         x.shape[:-1] + (m,))
-    for isa in supported("ternary_gemv"):
-        y = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, threads=threads)
+    for variant in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, variant=variant), x, threads=threads)
         bitwise(y, want)
 
 
@@ -307,8 +307,8 @@ def test_gemv_int8_matches_the_documented_quantisation_bitwise(case):
     m, k = w.shape
     packed = ternary.pack(w)
     want = int8_model(w, x, s)
-    for isa in supported("ternary_gemv"):
-        weights = ternary.prepare(packed, k, isa=isa)
+    for variant in supported("ternary_gemv"):
+        weights = ternary.prepare(packed, k, variant=variant)
         y = ternary.gemv(weights, x, s, act="int8", threads=threads)
         bitwise(y, want)
 
@@ -330,12 +330,12 @@ def test_gemv_nan_inf_propagate_through_nonzero_weights(case, data):
     with np.errstate(invalid="ignore", over="ignore"):
         want = masked(w.astype(np.float64), x.reshape(-1, k)) * scale_f64(scale, m)
     packed = ternary.pack(w)
-    for isa in supported("ternary_gemv"):
-        y = ternary.gemv(ternary.prepare(packed, k, isa=isa), x, scale, threads=threads)
+    for variant in supported("ternary_gemv"):
+        y = ternary.gemv(ternary.prepare(packed, k, variant=variant), x, scale, threads=threads)
         same_nonfinite(y.reshape(-1, m), want)
         # int8 activations must be finite: refused before anything runs (never garbage).
         with pytest.raises(ValueError, match="x: must be finite"):
-            ternary.gemv(ternary.prepare(packed, k, isa=isa), x, scale, act="int8")
+            ternary.gemv(ternary.prepare(packed, k, variant=variant), x, scale, act="int8")
 
 
 # --- guarantees: memory the caller owns ---------------------------------------------------------

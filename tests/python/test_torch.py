@@ -253,10 +253,10 @@ def test_fused_moe_module_bound(act, bias):
     assert torch.all((y.float() - ref).abs() <= 2e-3 + 2e-2 * ref.abs())
 
 
-@pytest.mark.parametrize("isa", variant_params("ternary_gemv"))
+@pytest.mark.parametrize("variant", variant_params("ternary_gemv"))
 @pytest.mark.parametrize("group_size", [0, 32])
 @pytest.mark.parametrize("act", ["fp32", "int8"])
-def test_ternary_dequantized_is_scale_times_codes_exactly(isa, group_size, act):
+def test_ternary_dequantized_is_scale_times_codes_exactly(variant, group_size, act):
     """dequantized() reads the packed weights back through the kernel: exactly scale * codes
     (per row, or per row and group), and the bias, whatever the variant and the act."""
     m, k = 24, 80  # k: not a multiple of 16 nor of the group
@@ -266,8 +266,8 @@ def test_ternary_dequantized_is_scale_times_codes_exactly(isa, group_size, act):
     bias = torch.randn(m)
     mod = ct.TernaryLinear.from_packed(ternary.pack(codes), k,
                                        scale if group_size else scale[:, 0], bias, act=act,
-                                       isa=isa, group_size=group_size)
-    assert mod.weight.weights.isa == isa
+                                       variant=variant, group_size=group_size)
+    assert mod.weight.weights.variant == variant
     lin = mod.dequantized()
     assert isinstance(lin, torch.nn.Linear) and lin.weight.shape == (m, k)
     cols = torch.arange(k) // group_size if group_size else torch.zeros(k, dtype=torch.long)

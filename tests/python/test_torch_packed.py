@@ -39,7 +39,7 @@ def _op_name(kind):
 
 
 def kind_variant_params(kinds):
-    """(kind, isa) for every kind and every variant of its op (skipped where this CPU cannot
+    """(kind, variant) for every kind and every variant of its op (skipped where this CPU cannot
     run it)."""
     out = []
     for kind in kinds:
@@ -65,42 +65,42 @@ def _linear(i, o, g):
     return lin
 
 
-def _build(kind, isa="", seed=0):
-    """(module packed for `isa` from weights drawn with `seed`, its inputs: the same for
+def _build(kind, variant="", seed=0):
+    """(module packed for `variant` from weights drawn with `seed`, its inputs: the same for
     every seed)."""
     g = torch.Generator().manual_seed(seed)
     gx = torch.Generator().manual_seed(99)
     if kind in ("ternary", "ternary_int8"):
         act = "int8" if kind == "ternary_int8" else "fp32"
-        return (TernaryLinear.from_linear(_linear(70, 40, g), act=act, isa=isa),
+        return (TernaryLinear.from_linear(_linear(70, 40, g), act=act, variant=variant),
                 (torch.randn(3, 70, generator=gx),))
     if kind == "ternary_grouped":
         codes = torch.randint(-1, 2, (24, 96), dtype=torch.int8, generator=g)
         mod = TernaryLinear.from_packed(ternary.pack(codes).view(torch.int32), 96,
                                         torch.rand(24, 3, generator=g) + 0.5,
-                                        torch.randn(24, generator=g), group_size=32, isa=isa)
+                                        torch.randn(24, generator=g), group_size=32, variant=variant)
         return mod, (torch.randn(2, 96, generator=gx),)
     if kind == "widely":
-        return (WidelyLinear.from_linear(_linear(64, 40, g), isa=isa),
+        return (WidelyLinear.from_linear(_linear(64, 40, g), variant=variant),
                 (torch.randn(3, 64, generator=gx),))
     if kind in ("dense", "dense_int8"):
         fmt = "int8" if kind == "dense_int8" else "bf16"
-        return (Linear.from_linear(_linear(64, 40, g), format=fmt, isa=isa),
+        return (Linear.from_linear(_linear(64, 40, g), format=fmt, variant=variant),
                 (torch.randn(3, 64, generator=gx),))
     w13 = (torch.randn(4, 64, 64, generator=g) / 8).to(torch.bfloat16)
     w2 = (torch.randn(4, 64, 32, generator=g) / 8).to(torch.bfloat16)
     args = (torch.randn(5, 64, generator=gx).to(torch.bfloat16), torch.randn(5, 4, generator=gx))
     if kind == "moe_bf16":
         b13, b2 = torch.randn(4, 64, generator=g) / 10, torch.randn(4, 64, generator=g) / 10
-        return FusedMoE.from_experts(w13, w2, b13, b2, activation="swigluoai", isa=isa), args
+        return FusedMoE.from_experts(w13, w2, b13, b2, activation="swigluoai", variant=variant), args
     if kind in ("moe_mxfp4", "moe_w4a8"):
         b13, s13 = moe.quantize(w13)
         b2, s2 = moe.quantize(w2)
         act = "int8" if kind == "moe_w4a8" else "fp32"
-        return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, isa=isa, act=act), args
+        return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, variant=variant, act=act), args
     q13, t13 = moe.quantize(w13, format="int8")
     q2, t2 = moe.quantize(w2, format="int8")
-    return FusedMoE.from_int8(q13, t13, q2, t2, topk=2, isa=isa), args
+    return FusedMoE.from_int8(q13, t13, q2, t2, topk=2, variant=variant), args
 
 
 def _empty_like(mod):
@@ -171,20 +171,20 @@ def test_module_holds_only_packed_weights(kind):
 
 # --- round trips -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(KINDS))
-def test_state_dict_deepcopy_pickle_and_torch_save_are_bitwise(kind, isa, monkeypatch):
-    mod, args = _build(kind, isa)
+@pytest.mark.parametrize("kind,variant", kind_variant_params(KINDS))
+def test_state_dict_deepcopy_pickle_and_torch_save_are_bitwise(kind, variant, monkeypatch):
+    mod, args = _build(kind, variant)
     want = mod(*args)
-    assert all(t.weights.isa == isa for t in _packed(mod).values())
-    other, _ = _build(kind, isa, seed=1)  # other weights, replaced by a load below
+    assert all(t.weights.variant == variant for t in _packed(mod).values())
+    other, _ = _build(kind, variant, seed=1)  # other weights, replaced by a load below
     counter = PackCounter(monkeypatch)
     sd = mod.state_dict()
     assert all(sd[n].blob.data_ptr() == t.blob.data_ptr() for n, t in _packed(mod).items())
     fresh = _empty_like(mod)
     fresh.load_state_dict(sd)
     assert torch.equal(fresh(*args), want)
-    for name, t in _packed(fresh).items():  # this CPU runs isa: kept, viewed, not packed again
-        assert t.weights.isa == isa and t.weights.is_view, name
+    for name, t in _packed(fresh).items():  # this CPU runs variant: kept, viewed, not packed again
+        assert t.weights.variant == variant and t.weights.is_view, name
     assert not torch.equal(other(*args), want)
     other.load_state_dict(sd)
     assert torch.equal(other(*args), want)
@@ -374,9 +374,9 @@ def _nn_linear(mod):
     return lin
 
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(LINEAR_KINDS))
-def test_nn_linear_with_a_packed_weight_computes_the_cpukern_layer(kind, isa):
-    mod, (x,) = _build(kind, isa)
+@pytest.mark.parametrize("kind,variant", kind_variant_params(LINEAR_KINDS))
+def test_nn_linear_with_a_packed_weight_computes_the_cpukern_layer(kind, variant):
+    mod, (x,) = _build(kind, variant)
     lin = _nn_linear(mod)
     assert isinstance(lin.weight, PackedWeightsTensor) and isinstance(lin.weight, torch.nn.Parameter)
     assert torch.equal(lin(x), mod(x))

@@ -46,7 +46,7 @@ def dynamo():
 
 
 def kind_variant_params(kinds, skip_portable=False):
-    """(kind, isa) for every kind and every variant of its op (skipped where this CPU cannot
+    """(kind, variant) for every kind and every variant of its op (skipped where this CPU cannot
     run it); skip_portable: without the variants that need no CPU feature."""
     out = []
     for kind in kinds:
@@ -71,25 +71,25 @@ def _sources(seed=0):
     return lin, w13, w2
 
 
-def _build(kind, isa="", seed=0):
+def _build(kind, variant="", seed=0):
     lin, w13, w2 = _sources(seed)
     gx = torch.Generator().manual_seed(99)
     x = torch.randn(3, 64, generator=gx)
     if kind.startswith("ternary"):
         act = "int8" if kind == "ternary_int8" else "fp32"
-        return TernaryLinear.from_linear(lin, act=act, isa=isa), (x,)
+        return TernaryLinear.from_linear(lin, act=act, variant=variant), (x,)
     if kind == "widely":
-        return WidelyLinear.from_linear(lin, isa=isa), (x,)
+        return WidelyLinear.from_linear(lin, variant=variant), (x,)
     if kind.startswith("dense"):
         fmt = "int8" if kind == "dense_int8" else "bf16"
-        return Linear.from_linear(lin, format=fmt, isa=isa), (x,)
+        return Linear.from_linear(lin, format=fmt, variant=variant), (x,)
     args = (x.to(torch.bfloat16), torch.randn(3, 4, generator=gx))
     if kind == "moe_bf16":
         return FusedMoE.from_experts(w13, w2, torch.randn(4, 64) / 10, torch.randn(4, 64) / 10,
-                                     activation="swigluoai", isa=isa), args
+                                     activation="swigluoai", variant=variant), args
     b13, s13 = moe.quantize(w13)
     b2, s2 = moe.quantize(w2)
-    return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, isa=isa), args
+    return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, variant=variant), args
 
 
 def _packed(mod):
@@ -133,10 +133,10 @@ def _op_on(mod, weight, args):
     return op(weight, x, mod.out_features, *extra) + mod.bias
 
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(["ternary", "ternary_int8", "widely",
+@pytest.mark.parametrize("kind,variant", kind_variant_params(["ternary", "ternary_int8", "widely",
                                                           "dense", "moe_bf16"]))
-def test_prepared_ops_on_the_tensor_and_on_its_blob_compute_the_module(kind, isa):
-    mod, args = _build(kind, isa)
+def test_prepared_ops_on_the_tensor_and_on_its_blob_compute_the_module(kind, variant):
+    mod, args = _build(kind, variant)
     want = mod(*args)
     if isinstance(mod, FusedMoE):
         tensors, blobs = (mod.w13, mod.w2), (mod.w13.blob.clone(), mod.w2.blob.clone())
@@ -214,9 +214,9 @@ def test_prepared_op_bad_input_names_the_argument(form):
         torch.ops.cpukern.ternary_gemv_prepared(prepared.view(torch.int8), x, 40)
     lin, _, _ = _sources()
     packed, scale = ternary.quantize(lin.weight.detach())
-    other = ct_ops.prepare_ternary_tensor(packed, 64, scale, isa="reference")
+    other = ct_ops.prepare_ternary_tensor(packed, 64, scale, variant="reference")
     assert torch.equal(torch.ops.cpukern.ternary_gemv_prepared(other, x, 40),
-                       ternary.gemv(ternary.prepare(packed, 64, scale, isa="reference"), x))
+                       ternary.gemv(ternary.prepare(packed, 64, scale, variant="reference"), x))
 
 
 @pytest.mark.parametrize("case", ["int8_layout", "foreign_variant"])
@@ -344,9 +344,9 @@ from cpukern.torch import FusedMoE, Linear, PackedWeightsTensor, TernaryLinear, 
 cases = torch.load(sys.argv[1], weights_only=False)
 out = {}
 for case in cases:
-    kind, isa = case["kind"], case["isa"]
+    kind, variant = case["kind"], case["variant"]
     lin, w13, w2, args = case["lin"], case["w13"], case["w2"], case["args"]
-    r = out[f"{kind}-{isa}"] = {
+    r = out[f"{kind}-{variant}"] = {
         "runs": [v["name"] for v in cpukern.kernels(case["op"]) if v["supported"]]}
     if kind.startswith("ternary"):
         native = TernaryLinear.from_linear(lin, act=case["act"])
@@ -386,7 +386,7 @@ for case in cases:
                                      else torch.equal(target(*args), want)))
             continue
         w = target.weight.weights
-        res.update(isa=w.isa, view=bool(w.is_view), equal=bool(torch.equal(target(*args), want)))
+        res.update(variant=w.variant, view=bool(w.is_view), equal=bool(torch.equal(target(*args), want)))
 print(json.dumps(out))
 """
 
@@ -397,7 +397,7 @@ OTHER_CPU_KINDS = ["ternary", "ternary_int8", "widely", "dense", "moe_bf16"]
 def other_cpu(tmp_path_factory):
     """Modules packed here for every variant that needs a CPU feature, loaded in a Python that
     hides all those features (CPUKERN_DISABLE_FEATURES), so that only the portable variants
-    run there: {"<kind>-<isa>": what the load did}."""
+    run there: {"<kind>-<variant>": what the load did}."""
     if UNDER_QEMU:
         pytest.skip("qemu-user cannot start a guest subprocess")
     tmp = tmp_path_factory.mktemp("other_cpu")
@@ -416,7 +416,7 @@ def other_cpu(tmp_path_factory):
             plain = {k: (t.blob.clone() if isinstance(t, PackedWeightsTensor) else t)
                      for k, t in mod.state_dict().items()}
             b13, b2 = (getattr(mod, "w13_bias", None), getattr(mod, "w2_bias", None))
-            cases.append({"kind": kind, "isa": v["name"], "op": op, "lin": lin, "w13": w13,
+            cases.append({"kind": kind, "variant": v["name"], "op": op, "lin": lin, "w13": w13,
                           "w2": w2, "b13": b13, "b2": b2, "args": args, "plain": plain,
                           "saved": str(saved), "act": getattr(mod, "act", "fp32")})
     path = tmp / "cases.pt"
@@ -428,32 +428,32 @@ def other_cpu(tmp_path_factory):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _other_cpu_result(other_cpu, kind, isa):
-    r = other_cpu[f"{kind}-{isa}"]
-    assert isa not in r["runs"], f"{isa} still runs with every feature hidden"
+def _other_cpu_result(other_cpu, kind, variant):
+    r = other_cpu[f"{kind}-{variant}"]
+    assert variant not in r["runs"], f"{variant} still runs with every feature hidden"
     return r
 
 
 def _packed_again(res, runs):
     assert "error" not in res and "load_error" not in res, res
-    assert res["isa"] in runs and not res["view"], res  # packed again for that CPU
+    assert res["variant"] in runs and not res["view"], res  # packed again for that CPU
     assert res["equal"], res  # bitwise what that CPU packs from the float weights
 
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(["ternary", "ternary_int8"],
+@pytest.mark.parametrize("kind,variant", kind_variant_params(["ternary", "ternary_int8"],
                                                          skip_portable=True))
-def test_ternary_weights_of_another_cpu_are_packed_again_on_load(other_cpu, kind, isa):
-    r = _other_cpu_result(other_cpu, kind, isa)
+def test_ternary_weights_of_another_cpu_are_packed_again_on_load(other_cpu, kind, variant):
+    r = _other_cpu_result(other_cpu, kind, variant)
     for how in ("plain", "saved"):  # a safetensors-like blob, and torch.save's tensor
         _packed_again(r[how], r["runs"])
 
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(["widely"], skip_portable=True))
-def test_widely_linear_weights_of_another_cpu_are_packed_again_or_refused(other_cpu, kind, isa):
+@pytest.mark.parametrize("kind,variant", kind_variant_params(["widely"], skip_portable=True))
+def test_widely_linear_weights_of_another_cpu_are_packed_again_or_refused(other_cpu, kind, variant):
     """Only the public layout (t2p16x4) can be unpacked and packed again; the others are
     refused naming the key, and the module keeps what it held."""
-    r = _other_cpu_result(other_cpu, kind, isa)
-    layout = bytes(_build(kind, isa)[0].weight.blob[160:192].tolist()).rstrip(b"\0")
+    r = _other_cpu_result(other_cpu, kind, variant)
+    layout = bytes(_build(kind, variant)[0].weight.blob[160:192].tolist()).rstrip(b"\0")
     if layout == b"t2p16x4":
         _packed_again(r["plain"], r["runs"])
         return
@@ -462,10 +462,10 @@ def test_widely_linear_weights_of_another_cpu_are_packed_again_or_refused(other_
     assert res["unchanged"], res
 
 
-@pytest.mark.parametrize("kind,isa", kind_variant_params(["dense", "moe_bf16"], skip_portable=True))
-def test_dense_and_moe_weights_of_another_cpu_are_refused_naming_the_key(other_cpu, kind, isa):
+@pytest.mark.parametrize("kind,variant", kind_variant_params(["dense", "moe_bf16"], skip_portable=True))
+def test_dense_and_moe_weights_of_another_cpu_are_refused_naming_the_key(other_cpu, kind, variant):
     """MoE and dense packings cannot be unpacked: a load names the key and replaces nothing."""
-    r = _other_cpu_result(other_cpu, kind, isa)
+    r = _other_cpu_result(other_cpu, kind, variant)
     key = "weight" if kind == "dense" else "w13"
     res = r["plain"]
     assert res.get("error", "").startswith(f"{key}: packed for a variant this CPU cannot run"), res

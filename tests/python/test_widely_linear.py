@@ -76,10 +76,10 @@ if not UNDER_QEMU:
     SHAPES.append((64, 200, 2, 4))
 
 
-@pytest.mark.parametrize("isa", variant_params("widely_linear"))
+@pytest.mark.parametrize("variant", variant_params("widely_linear"))
 @pytest.mark.parametrize("n,m,stages,b", SHAPES)
 @pytest.mark.parametrize("per_row", [False, True])
-def test_widely_linear_matches_dense(isa, n, m, stages, b, per_row):
+def test_widely_linear_matches_dense(variant, n, m, stages, b, per_row):
     a = RNG.standard_normal((2 * n, 2 * m)).astype(np.float32)
     planes, scales = widely_linear.quantize(a, stages)
     if per_row:
@@ -88,14 +88,14 @@ def test_widely_linear_matches_dense(isa, n, m, stages, b, per_row):
     x = RNG.standard_normal((b, 2 * m)).astype(np.float32)
     want = x.astype(np.float64) @ dense.T
     mag = term_magnitude(planes, scales, x, m)
-    layer = widely_linear.prepare(planes, scales, m, isa=isa)
-    assert layer.isa == isa and layer.shape == (2 * n, 2 * m)
+    layer = widely_linear.prepare(planes, scales, m, variant=variant)
+    assert layer.variant == variant and layer.shape == (2 * n, 2 * m)
     y = widely_linear.apply(layer, x)
     y_unfused = widely_linear.apply(layer, x, fused=False)
     assert y.shape == (b, 2 * n)
     assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
     assert np.all(np.abs(y_unfused - want) <= 1e-5 * mag + 1e-30)
-    np.testing.assert_array_equal(widely_linear.apply(planes, x[0], scales, isa=isa), y[0])
+    np.testing.assert_array_equal(widely_linear.apply(planes, x[0], scales, variant=variant), y[0])
     for t in (2, 3):
         np.testing.assert_array_equal(widely_linear.apply(layer, x, threads=t), y)
 
@@ -123,17 +123,17 @@ def test_widely_linear_bad_input():
 
 # --- serialised prepared layers (to_bytes / from_buffer) ------------------------------------
 
-@pytest.mark.parametrize("isa", variant_params("widely_linear"))
-def test_prepared_layer_round_trip_is_a_view_with_identical_results(isa):
+@pytest.mark.parametrize("variant", variant_params("widely_linear"))
+def test_prepared_layer_round_trip_is_a_view_with_identical_results(variant):
     import pickle
     rng = np.random.default_rng(11)
     for n, m in [(1, 1), (20, 33), (130, 300)]:
         planes, scales = widely_linear.quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
-        layer = widely_linear.prepare(planes, scales, m, isa=isa)
+        layer = widely_linear.prepare(planes, scales, m, variant=variant)
         buf = ternary.to_bytes(layer)
         assert buf.dtype == np.uint8 and buf.ctypes.data % 64 == 0
         v = ternary.from_buffer(buf, verify=True)
-        assert v.is_view and v.isa == layer.isa and v.shape == layer.shape and v.stages == layer.stages
+        assert v.is_view and v.variant == layer.variant and v.shape == layer.shape and v.stages == layer.stages
         for batch in (1, 3):
             x = rng.standard_normal((batch, 2 * m)).astype(np.float32)
             want = widely_linear.apply(layer, x)
@@ -149,34 +149,34 @@ def test_prepared_layer_of_another_variant():
     planes, scales = widely_linear.quantize(rng.standard_normal((2 * n, 2 * m)).astype(np.float32))
     x = rng.standard_normal((2, 2 * m)).astype(np.float32)
     names = [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]
-    ref = ternary.to_bytes(widely_linear.prepare(planes, scales, m, isa="reference"))
+    ref = ternary.to_bytes(widely_linear.prepare(planes, scales, m, variant="reference"))
     for dst in names:
-        v = ternary.from_buffer(ref, isa=dst)
-        direct = widely_linear.prepare(planes, scales, m, isa=dst)
-        assert v.isa == dst
+        v = ternary.from_buffer(ref, variant=dst)
+        direct = widely_linear.prepare(planes, scales, m, variant=dst)
+        assert v.variant == dst
         np.testing.assert_array_equal(widely_linear.apply(v, x), widely_linear.apply(direct, x))
     for src in names:
-        layer = widely_linear.prepare(planes, scales, m, isa=src)
+        layer = widely_linear.prepare(planes, scales, m, variant=src)
         buf = ternary.to_bytes(layer)
         for dst in names:
             if dst == src:
                 continue
             try:
-                v = ternary.from_buffer(buf, isa=dst)
+                v = ternary.from_buffer(buf, variant=dst)
             except ValueError as e:
                 assert str(e).startswith("buffer: ") and "cannot be unpacked" in str(e)
                 assert src != "reference"  # the public layout always can
             else:
                 np.testing.assert_array_equal(widely_linear.apply(v, x),
                                               widely_linear.apply(widely_linear.prepare(
-                                                  planes, scales, m, isa=dst), x))
+                                                  planes, scales, m, variant=dst), x))
 
 
 def test_prepared_layer_fuzz_raises_or_returns():
     rng = np.random.default_rng(13)
     planes, scales = widely_linear.quantize(rng.standard_normal((2 * 70, 2 * 100)).astype(np.float32))
-    for isa in [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]:
-        clean = ternary.to_bytes(widely_linear.prepare(planes, scales, 100, isa=isa))
+    for variant in [v["name"] for v in cpukern.kernels("widely_linear") if v["supported"]]:
+        clean = ternary.to_bytes(widely_linear.prepare(planes, scales, 100, variant=variant))
         outcomes = set()
         for trial in range(60):
             b = ternary.aligned_empty(clean.size)

@@ -24,8 +24,8 @@ from variants import supported
 def test_every_function_accepts_empty_batches(kind, T):
     rng = np.random.default_rng(5)
     planes, scales = widely_linear.quantize(rng.standard_normal((8, 16)).astype(np.float32))
-    for isa in supported("widely_linear"):
-        layer = widely_linear.prepare(T(planes), T(scales), 8, isa=isa)
+    for variant in supported("widely_linear"):
+        layer = widely_linear.prepare(T(planes), T(scales), 8, variant=variant)
         assert tuple(widely_linear.apply(layer, T(np.zeros((0, 16), np.float32))).shape) == (0, 8)
     assert tuple(widely_linear.apply(T(planes), T(np.zeros((0, 16), np.float32)), T(scales)).shape) == (0, 8)
 
@@ -73,7 +73,7 @@ BAD_INPUT = [
     ("prepare_widely_linear/scales_per_row_shape", ValueError, "scales",
      lambda c: widely_linear.prepare(c.PL, np.ones((2, 4, 3), np.float32), 32)),
     ("prepare_widely_linear/scales_inf", ValueError, "scales", lambda c: widely_linear.prepare(c.PL, np.full_like(c.SC, np.inf), 32)),
-    ("prepare_widely_linear/isa_unknown", ValueError, "isa", lambda c: widely_linear.prepare(c.PL, c.SC, 32, isa="sve2")),
+    ("prepare_widely_linear/variant_unknown", ValueError, "variant", lambda c: widely_linear.prepare(c.PL, c.SC, 32, variant="sve2")),
     ("prepare_widely_linear/non_contiguous", TypeError, "planes", lambda c: widely_linear.prepare(non_contiguous(c.PL), c.SC, 32)),
 
     # widely_linear.apply
@@ -87,7 +87,7 @@ BAD_INPUT = [
     ("widely_linear/fused_type", TypeError, "fused", lambda c: widely_linear.apply(c.L, c.XW, fused=np.ones(2))),
     ("widely_linear/threads_past_max", ValueError, "threads", lambda c: widely_linear.apply(c.L, c.XW, threads=cpukern.MAX_THREADS + 1)),
     ("widely_linear/threads_huge", ValueError, "threads", lambda c: widely_linear.apply(c.L, c.XW, threads=2**40)),
-    ("widely_linear/isa_mismatch", ValueError, "isa", lambda c: widely_linear.apply(c.L, c.XW, isa="avx9000")),
+    ("widely_linear/variant_mismatch", ValueError, "variant", lambda c: widely_linear.apply(c.L, c.XW, variant="avx9000")),
     ("widely_linear/out_shape", ValueError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.watch(np.empty(9, np.float32)))),
     ("widely_linear/out_dtype", TypeError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.watch(np.empty(8, np.int32)))),
     ("widely_linear/out_overlaps_x", ValueError, "out", lambda c: widely_linear.apply(c.L, c.XW, out=c.XW[:8])),
@@ -158,15 +158,15 @@ def test_widely_linear_matches_dense_and_is_deterministic(case):
     want = x2 @ dense.T
     bound = 1e-5 * (np.abs(x2) @ np.abs(dense.T)) * (4 * stages) + 1e-30
     ref = None
-    for isa in supported("widely_linear"):
-        layer = widely_linear.prepare(planes, scales, m, isa=isa)
+    for variant in supported("widely_linear"):
+        layer = widely_linear.prepare(planes, scales, m, variant=variant)
         y = widely_linear.apply(layer, x, threads=threads)
-        assert (np.abs(y.reshape(-1, 2 * n) - want) <= bound).all(), isa
+        assert (np.abs(y.reshape(-1, 2 * n) - want) <= bound).all(), variant
         bitwise(y, widely_linear.apply(layer, x, threads=1))
         bitwise(y, widely_linear.apply(layer, x, fused=False, threads=threads))
         if x.ndim == 2:
             bitwise(y[0], widely_linear.apply(layer, x[0].copy()))
-        if isa == "reference":
+        if variant == "reference":
             ref = y
     assert ref is not None
 
@@ -182,8 +182,8 @@ def test_widely_linear_nan_inf_propagate(case, data):
         flat[data.draw(st.integers(0, flat.size - 1))] = v
     planes, scales = widely_linear.quantize(a, stages)
     want = wl_model(planes, scales, m, x)
-    for isa in supported("widely_linear"):
-        layer = widely_linear.prepare(planes, scales, m, isa=isa)
+    for variant in supported("widely_linear"):
+        layer = widely_linear.prepare(planes, scales, m, variant=variant)
         for fused in (True, False):
             y = widely_linear.apply(layer, x, fused=fused, threads=threads)
             same_nonfinite(y.reshape(want.shape), want)

@@ -14,15 +14,15 @@ raw-weight ops' cache below, which the modules never use).
 Ops (all with fake/meta implementations, so torch.compile(fullgraph=True) and torch.export
 trace them without graph breaks; no autograd: inference only):
 
-``torch.ops.cpukern.ternary_gemv(packed, x, scale=None, act="fp32", isa="") -> Tensor``
+``torch.ops.cpukern.ternary_gemv(packed, x, scale=None, act="fp32", variant="") -> Tensor``
     packed: uint32 or int32 (M, ceil(K/16)) in cpukern.ternary's packed format (int32 is
     viewed as uint32, no copy); x: float32 (K,) or (B, K); scale: None or float32 (M,) or (1,).
     Returns float32 (M,) or (B, M).
-``torch.ops.cpukern.widely_linear(planes, scales, x, isa="") -> Tensor``
+``torch.ops.cpukern.widely_linear(planes, scales, x, variant="") -> Tensor``
     planes: uint32/int32 (S, 4, n, ceil(m/16)); scales float32 (S, 4) or (S, 4, n);
     x float32 (2m,) or (B, 2m). Returns float32 (2n,) or (B, 2n).
 ``torch.ops.cpukern.fused_moe(x, w13, w2, topk_weights, topk_ids, activation="silu",
-w13_bias=None, w2_bias=None, skip_weighted=False, isa="") -> Tensor``
+w13_bias=None, w2_bias=None, skip_weighted=False, variant="") -> Tensor``
     cpukern.moe.fused_moe over bf16 expert weights w13 (E, 2I, H) and w2 (E, H, I).
 ``torch.ops.cpukern.ternary_gemv_prepared(prepared, x, out_features, act="fp32") -> Tensor``
 ``torch.ops.cpukern.widely_linear_prepared(prepared, x, out_features) -> Tensor``
@@ -41,7 +41,7 @@ activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
     fused_moe over packed experts held in PackedWeightsTensor or uint8 blobs
     (``ops.prepare_experts_tensor``, cpukern.moe.to_bytes; any weight format; blobs' headers
     checked per call), nothing packed.
-``torch.ops.cpukern.linear(x, weight, bias=None, isa="", weight_scales=None) -> Tensor``
+``torch.ops.cpukern.linear(x, weight, bias=None, variant="", weight_scales=None) -> Tensor``
 ``torch.ops.cpukern.linear_prepared(x, prepared, out_features, bias=None) -> Tensor``
     A dense layer on the fused-MoE micro-kernels (the op linear, cpukern.linear): x bf16 (T, I), weight
     bf16 (O, I) (or int8 with float32 per-channel scales, or MXFP4 blocks), bias bf16 (O,);
@@ -52,15 +52,17 @@ topk_weights, topk_id, skip_weighted, act) -> ()``
 ``torch.ops.cpukern.prepack_moe_weight(weight, packed_weight, isa) -> ()``
 ``torch.ops.cpukern.cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
 topk_id, skip_weighted, act, isa) -> ()``
-    vLLM's argument order and meaning (vllm._custom_ops); ``isa`` may be one of cpukern's
-    fused_moe variant names (forced), "" or "auto", or one of vLLM's names by the explicit alias
-    table ``ops.VLLM_MOE_ISA_ALIASES`` ("amx" and "vec" on x86-64, "neon" and "vec" on
-    AArch64): those select automatically, except a name that is a fused_moe variant this CPU
-    runs ("neon" on AArch64, "amx" on a CPU with usable AMX), which forces it.
+    vLLM's argument order, names and meaning (vllm._custom_ops): ``isa`` is vLLM's name for the
+    variant, kept because vLLM calls these two ops (everywhere else it is ``variant``); it may
+    be one of cpukern's fused_moe variant names (forced), "" or "auto", or one of vLLM's names
+    by the explicit alias table ``ops.VLLM_MOE_ISA_ALIASES`` ("amx" and "vec" on x86-64,
+    "neon" and "vec" on AArch64): those select automatically, except a name that is a
+    fused_moe variant this CPU runs ("neon" on AArch64, "amx" on a CPU with usable AMX), which
+    forces it.
 
-``isa`` in every op: "" or "auto" select automatically, any other name must be a variant of
-that op (cpukern.kernels(op)); anything else (a vLLM name in a ternary op, "neon" on x86-64)
-is a ValueError listing the known names.
+``variant`` (``isa`` in the two vLLM-order ops) in every op: "" or "auto" select
+automatically, any other name must be a variant of that op (cpukern.kernels(op)); anything
+else (a vLLM name in a ternary op, "neon" on x86-64) is a ValueError listing the known names.
 
 Threads: the ops use torch.get_num_threads() unless cpukern.set_num_threads(n >= 1) chose a
 count (cpukern.num_threads_is_set()); then they use cpukern's.

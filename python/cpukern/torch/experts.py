@@ -13,7 +13,7 @@ from cpukern._arrays import bool_arg, int_arg, str_arg
 from cpukern._dtypes import act_arg
 from cpukern.torch import forward as _forward
 from cpukern.torch import ops as _ops
-from cpukern.torch.modules import _float_weight, _isa_arg, _PackedModule
+from cpukern.torch.modules import _float_weight, _variant_arg, _PackedModule
 from cpukern.torch.packed import PackedWeightsTensor
 
 __all__ = ["FusedMoE"]
@@ -77,7 +77,7 @@ class FusedMoE(_PackedModule):
     @classmethod
     def _packing(cls, w13: Tensor, w2: Tensor, s13: Optional[Tensor], s2: Optional[Tensor],
                  w13_bias: Optional[Tensor], w2_bias: Optional[Tensor], hidden: int, topk: int,
-                 activation: str, renormalize: bool, isa: str, act: str) -> "FusedMoE":
+                 activation: str, renormalize: bool, variant: str, act: str) -> "FusedMoE":
         """The module of experts w13, w2 (any format ops.prepare_experts_tensor takes) packed
         now, with their optional biases (stored bf16)."""
         if (w13_bias is None) != (w2_bias is None):
@@ -88,8 +88,8 @@ class FusedMoE(_PackedModule):
         if min(e, i2, hidden) < 1:
             raise ValueError(f"w13: expected E, 2I and H >= 1, got shape {tuple(w13.shape)}")
         act = act_arg(act, _moe.ACTS)
-        isa = _isa_arg(isa)
-        packed = {name: PackedWeightsTensor(_ops.prepare_experts_tensor(w, name, isa, s, act),
+        variant = _variant_arg(variant)
+        packed = {name: PackedWeightsTensor(_ops.prepare_experts_tensor(w, name, variant, s, act),
                                             verify=False, kind="moe")
                   for name, w, s in (("w13", w13, s13), ("w2", w2, s2))}
         mod = cls(e, hidden, i2 // 2, topk=topk, activation=activation, renormalize=renormalize,
@@ -100,7 +100,7 @@ class FusedMoE(_PackedModule):
     @classmethod
     def from_experts(cls, w13: Tensor, w2: Tensor, w13_bias: Optional[Tensor] = None,
                      w2_bias: Optional[Tensor] = None, *, topk: int = 2, activation: str = "silu",
-                     renormalize: bool = True, isa: str = "") -> "FusedMoE":
+                     renormalize: bool = True, variant: str = "") -> "FusedMoE":
         """w13 (E, 2I, H) and w2 (E, H, I) in nn.Linear [out, in] order (any float dtype,
         rounded to bf16 and packed)."""
         for name, t in (("w13", w13), ("w2", w2)):
@@ -113,33 +113,34 @@ class FusedMoE(_PackedModule):
                              f"got {tuple(w2.shape)}")
         bf = torch.bfloat16
         return cls._packing(w13.detach().to(bf).contiguous(), w2.detach().to(bf).contiguous(),
-                            None, None, w13_bias, w2_bias, h, topk, activation, renormalize, isa,
-                            "fp32")
+                            None, None, w13_bias, w2_bias, h, topk, activation, renormalize,
+                            variant, "fp32")
 
     @classmethod
     def from_mxfp4(cls, w13_blocks: Tensor, w13_scales: Tensor, w2_blocks: Tensor,
                    w2_scales: Tensor, w13_bias: Optional[Tensor] = None,
                    w2_bias: Optional[Tensor] = None, *, topk: int = 4,
                    activation: str = "swigluoai", renormalize: bool = True,
-                   isa: str = "", act: str = "fp32") -> "FusedMoE":
+                   variant: str = "", act: str = "fp32") -> "FusedMoE":
         """MXFP4 experts as gpt-oss stores them: blocks uint8 (E, O, I/32, 16), scales uint8
         (E, O, I/32) for w13 (O = 2I) and w2 (O = H), packed as MXFP4 (never expanded to
         bf16). act="int8": W4A8."""
         cls._check_quantized(torch.uint8, w13_blocks, w2_blocks)
         return cls._packing(w13_blocks, w2_blocks, w13_scales, w2_scales, w13_bias, w2_bias,
-                            int(w13_blocks.shape[2]) * 32, topk, activation, renormalize, isa, act)
+                            int(w13_blocks.shape[2]) * 32, topk, activation, renormalize,
+                            variant, act)
 
     @classmethod
     def from_int8(cls, w13: Tensor, w13_scales: Tensor, w2: Tensor, w2_scales: Tensor,
                   w13_bias: Optional[Tensor] = None, w2_bias: Optional[Tensor] = None, *,
                   topk: int = 2, activation: str = "silu", renormalize: bool = True,
-                  isa: str = "") -> "FusedMoE":
+                  variant: str = "") -> "FusedMoE":
         """int8 W8A8 experts: w13 int8 (E, 2I, H), w2 int8 (E, H, I) with float32 per-channel
         scales (E, 2I) / (E, H) (cpukern.moe.quantize(w, format="int8") makes both);
         activations are quantised per token at run time."""
         cls._check_quantized(torch.int8, w13, w2)
         return cls._packing(w13, w2, w13_scales, w2_scales, w13_bias, w2_bias, int(w13.shape[2]),
-                            topk, activation, renormalize, isa, "fp32")
+                            topk, activation, renormalize, variant, "fp32")
 
     @staticmethod
     def _check_quantized(dtype: torch.dtype, w13: Any, w2: Any) -> None:

@@ -42,14 +42,14 @@ from cpukern.torch.families.common import MoEExperts, PatchReport, options
 __all__ = ["patch", "from_pretrained", "PatchReport", "MoEExperts"]
 
 
-def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = None,
+def patch(model: nn.Module, *, variant: Optional[str] = None, act: Optional[str] = None,
           format: Optional[str] = None, dense: Optional[str] = "bf16",
           threads: Optional[int] = None, lm_head: Optional[str] = None) -> PatchReport:
     """Replaces, in place, every module of a transformers model that cpukern runs (see the
     module docstring) and returns a PatchReport (also kept as ``model.cpukern_report``). All
     or nothing: every argument and every module is checked before the first is replaced.
 
-    isa: force a variant (cpukern.kernels(op)) of the ops the model's modules run; None:
+    variant: force a variant (cpukern.kernels(op)) of the ops the model's modules run; None:
     automatic (dense layers run fused_moe's variants: a ternary_gemv name leaves them
     automatic). act: ternary layers' activation rule, "int8_bitnet" (default, the model's),
     "int8" or "fp32". format: expert weights, gpt-oss "mxfp4", "mxfp4_a8" (W4A8) or "bf16"
@@ -64,7 +64,7 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     family = family_for(model.config, "model")
-    opts = options(family, isa, act, format, dense, threads, lm_head)
+    opts = options(family, variant, act, format, dense, threads, lm_head)
     report = PatchReport()
     steps, report.left = family.plan(model, opts)
     family.apply(model, steps, opts, report)
@@ -73,7 +73,7 @@ def patch(model: nn.Module, *, isa: Optional[str] = None, act: Optional[str] = N
     return report
 
 
-def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
+def from_pretrained(path: str | os.PathLike, *, variant: Optional[str] = None,
                     act: Optional[str] = None, format: Optional[str] = None,
                     dense: Optional[str] = "bf16", threads: Optional[int] = None,
                     dtype: Optional[torch.dtype] = None,
@@ -104,10 +104,12 @@ def from_pretrained(path: str | os.PathLike, *, isa: Optional[str] = None,
     stored = getattr(config, "quantization_config", None)
     if stored is not None and not isinstance(stored, dict):
         stored = stored.to_dict()
-    given = dict(format=format, act=act, dense=dense, isa=isa, threads=threads, lm_head=lm_head)
+    given = dict(format=format, act=act, dense=dense, variant=variant, threads=threads,
+                 lm_head=lm_head)
     if stored is not None and stored.get("quant_method") == "cpukern":
         # saved by save_pretrained: its own options and prepared modules
-        defaults = dict(format=None, act=None, dense="bf16", isa=None, threads=None, lm_head=None)
+        defaults = dict(format=None, act=None, dense="bf16", variant=None, threads=None,
+                        lm_head=None)
         for name, v in given.items():
             if v != defaults[name] and v != stored.get(name):
                 raise ValueError(f"{name}: {path!r} holds layouts prepared with {name}="

@@ -49,8 +49,9 @@ _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 @register_quantization_config("cpukern")
 class CpukernConfig(QuantizationConfigMixin):
-    """The options of cpukern's quantizer, as ``cpukern.torch.patch`` takes them: isa (a forced
-    variant), act (ternary activations: "int8_bitnet", "int8", "fp32"), format (experts:
+    """The options of cpukern's quantizer, as ``cpukern.torch.patch`` takes them: variant (a forced
+    variant, a name from cpukern.kernels(op); stored as "variant" in a saved
+    quantization_config), act (ternary activations: "int8_bitnet", "int8", "fp32"), format (experts:
     gpt-oss "mxfp4", "mxfp4_a8", "bf16"; Qwen3-MoE "bf16", "int8"; None: the checkpoint's own),
     dense ("bf16", "int8", None: left in torch), lm_head (the LM head: "bf16", "int8" = W8A8,
     None: as dense), threads.
@@ -60,20 +61,24 @@ class CpukernConfig(QuantizationConfigMixin):
     layouts the checkpoint holds); not an option to set."""
 
     def __init__(self, format: Optional[str] = None, act: Optional[str] = None,
-                 dense: Optional[str] = "bf16", isa: Optional[str] = None,
+                 dense: Optional[str] = "bf16", variant: Optional[str] = None,
                  threads: Optional[int] = None,
                  checkpoint_quantization: Optional[dict] = None,
                  prepared_modules: Optional[dict] = None, lm_head: Optional[str] = None,
                  **kwargs: Any) -> None:
         self.quant_method = "cpukern"
-        for name, v in (("format", format), ("act", act), ("dense", dense), ("isa", isa),
+        if "isa" in kwargs:  # the option's old name: refused, never silently dropped into kwargs
+            raise TypeError("CpukernConfig got an unexpected keyword argument 'isa' (the option "
+                            "is named 'variant')")
+        for name, v in (("format", format), ("act", act), ("dense", dense), ("variant", variant),
                         ("lm_head", lm_head)):
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"{name}: expected None or a str, got {type(v).__name__} {v!r}")
         if checkpoint_quantization is not None and not isinstance(checkpoint_quantization, dict):
             raise TypeError(f"checkpoint_quantization: expected None or a dict, got "
                             f"{type(checkpoint_quantization).__name__}")
-        self.format, self.act, self.dense, self.isa, self.threads = format, act, dense, isa, threads
+        self.format, self.act, self.dense, self.threads = format, act, dense, threads
+        self.variant = variant
         self.lm_head = lm_head
         self.checkpoint_quantization = checkpoint_quantization
         if prepared_modules is not None and not isinstance(prepared_modules, dict):
@@ -168,7 +173,7 @@ class CpukernHfQuantizer(HfQuantizer):
         if self._family is None:  # transformers skipped update_attn_implementation
             self._family = family_for(model.config, "model")
         family = self._family
-        self._options = options(family, qc.isa, qc.act, qc.format, qc.dense, qc.threads,
+        self._options = options(family, qc.variant, qc.act, qc.format, qc.dense, qc.threads,
                                 getattr(qc, "lm_head", None))
         family.before_loading(model, qc.checkpoint_quantization)
         self._load_ops, self.serialized_names = family.load_operations(qc.checkpoint_quantization)

@@ -49,12 +49,12 @@ from cpukern.torch.packed import PackedWeightsTensor
 
 __all__ = ["TernaryLinear", "WidelyLinear", "Linear"]
 
-def _isa_arg(isa: str) -> Optional[str]:
-    """isa= of a constructor: "" (automatic) or a variant name (checked by the packer)."""
-    if not isinstance(isa, str):
-        raise TypeError(f"isa: expected a variant name (str; '' for automatic), got "
-                        f"{type(isa).__name__} {isa!r}")
-    return isa
+def _variant_arg(variant: str) -> Optional[str]:
+    """variant= of a constructor: "" (automatic) or a variant name (checked by the packer)."""
+    if not isinstance(variant, str):
+        raise TypeError(f"variant: expected a variant name (str; '' for automatic), got "
+                        f"{type(variant).__name__} {variant!r}")
+    return variant
 
 
 def _float_weight(t: Any, name: str) -> Tensor:
@@ -237,15 +237,15 @@ class TernaryLinear(_PackedLinear):
 
     @classmethod
     def from_packed(cls, packed: Tensor, in_features: int, scale: Optional[Tensor] = None,
-                    bias: Optional[Tensor] = None, *, act: str = "fp32", isa: str = "",
+                    bias: Optional[Tensor] = None, *, act: str = "fp32", variant: str = "",
                     group_size: int = 0) -> "TernaryLinear":
         """The layer of ternary rows in cpukern.ternary's packed format, packed (M,
         ceil(in/16)) uint32/int32, with scale float32 (M,), (1,) or None (1), or (M,
         ceil(in/G)) with group_size=G; bias float (M,) or None."""
         act = act_arg(act, _ternary.ACTS)
-        isa = _isa_arg(isa)
+        variant = _variant_arg(variant)
         w = _ops.prepare_ternary_tensor(packed, int_arg(in_features, "in_features", 1), scale,
-                                        isa, int_arg(group_size, "group_size", 0),
+                                        variant, int_arg(group_size, "group_size", 0),
                                         int8=act != "fp32")
         weight = PackedWeightsTensor(w, verify=False, kind="ternary", act=act)
         if bias is not None:
@@ -255,7 +255,7 @@ class TernaryLinear(_PackedLinear):
 
     @classmethod
     def from_checkpoint(cls, ckpt, name: str, *, bias: Optional[str] = None, act: str = "fp32",
-                        isa: str = "") -> "TernaryLinear":
+                        variant: str = "") -> "TernaryLinear":
         """The layer stored as packed rows ``name`` (K and any group size in the header) with
         its scale under ``cpukern.convert.scale_name(name)`` (``<p>.weight`` -> ``<p>.scale``)
         and an optional bias tensor, from ``ternary.load``."""
@@ -271,18 +271,18 @@ class TernaryLinear(_PackedLinear):
             scale = scale.reshape(-1)
         b = None if bias is None else torch.from_numpy(ckpt[bias].astype("float32"))
         return cls.from_packed(torch.from_numpy(ckpt[name].view("int32").copy()), ckpt.k(name),
-                               scale, b, act=act, isa=isa, group_size=g)
+                               scale, b, act=act, variant=variant, group_size=g)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, granularity: str = "row", act: str = "fp32",
-                    isa: str = "") -> "TernaryLinear":
+                    variant: str = "") -> "TernaryLinear":
         """Quantises ``linear.weight`` with BitNet absmean (per row or per tensor)."""
         w = _float_weight(linear.weight, "linear.weight").detach().to(torch.float32).contiguous()
         bias = _bias_of(linear, torch.float32)
         packed, scale = _ternary.quantize(w, granularity)
         if scale.numel() == 1:
             scale = scale.reshape(1).expand(linear.out_features).contiguous()
-        return cls.from_packed(packed, linear.in_features, scale, bias, act=act, isa=isa)
+        return cls.from_packed(packed, linear.in_features, scale, bias, act=act, variant=variant)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -326,13 +326,14 @@ class WidelyLinear(_PackedLinear):
                              f"({self.out_features}, {self.in_features}) with {self.stages} stages")
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, stages: int = 2, *, isa: str = "") -> "WidelyLinear":
+    def from_linear(cls, linear: nn.Linear, stages: int = 2, *,
+                    variant: str = "") -> "WidelyLinear":
         a = _float_weight(linear.weight, "linear.weight").detach().to(torch.float32).contiguous()
         bias = _bias_of(linear, torch.float32)
         stages = int_arg(stages, "stages", 1)
         planes, scales = _widely_linear.quantize(a, stages=stages)
         blob = _ops.prepare_widely_linear_tensor(planes, scales, linear.in_features // 2,
-                                                 _isa_arg(isa))
+                                                 _variant_arg(variant))
         weight = PackedWeightsTensor(blob, verify=False, kind="widely_linear")
         return cls(linear.in_features, linear.out_features, bias, stages=stages, weight=weight)
 
@@ -375,7 +376,7 @@ class Linear(_PackedLinear):
             raise ValueError(f"{key}: packed as {p.format}, this layer is {self.format}")
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, format: str = "bf16", isa: str = "") -> "Linear":
+    def from_linear(cls, linear: nn.Linear, *, format: str = "bf16", variant: str = "") -> "Linear":
         """The layer of an nn.Linear's weights, packed now (format "bf16": rounded to bf16;
         "int8": W8A8, per-channel int8 weights from cpukern.moe.quantize)."""
         if not isinstance(linear, nn.Linear):
@@ -388,7 +389,8 @@ class Linear(_PackedLinear):
             scales = None
             if format == "int8":
                 w, scales = _moe.quantize(w, format="int8")
-            blob = _ops.prepare_experts_tensor(w, "weight", _ops.linear_isa(_isa_arg(isa)), scales)
+            blob = _ops.prepare_experts_tensor(w, "weight",
+                                               _ops.linear_variant(_variant_arg(variant)), scales)
         weight = PackedWeightsTensor(blob, verify=False, kind="linear")
         return cls(linear.in_features, linear.out_features, bias, format=format, weight=weight)
 

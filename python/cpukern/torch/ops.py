@@ -26,8 +26,9 @@ __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared"
            "fused_moe_prepared", "prepare_experts_tensor", "linear",
            "linear_prepared"]
 
-# isa= in the torch ops: "" or "auto" select automatically; any other name must be a variant
-# of the op (cpukern.kernels(op)), else the op raises ValueError listing the known names. The
+# variant= in the torch ops (isa= in the vLLM-order ops, vLLM's own name): "" or "auto" select
+# automatically; any other name must be a variant of the op (cpukern.kernels(op)), else the op
+# raises ValueError listing the known names. The
 # MoE ops also take vLLM's isa names (vllm._custom_ops.cpu_fused_moe / prepack_moe_weight), by
 # this explicit alias table, per architecture: they select automatically, unless the name is
 # one of cpukern's own fused_moe variants this CPU runs (AArch64's "neon"; x86-64's "amx" on a
@@ -35,32 +36,35 @@ __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared"
 # cannot see CPUKERN_DISABLE_FEATURES or a refused tile permission, so "amx" where cpukern
 # cannot run it selects automatically too. No other name selects automatically (a vLLM name
 # in a ternary op, "amx" on AArch64: ValueError).
-AUTO_ISAS = ("", "auto")
+AUTO_VARIANTS = ("", "auto")
 VLLM_MOE_ISA_ALIASES = {"x86_64": ("amx", "vec"), "aarch64": ("neon", "vec")}
 _MOE_VARIANTS: list = []
 
 
-def _isa(isa: Optional[str], op: str = "ternary_gemv") -> Optional[str]:
+def _variant(variant: Optional[str], op: str = "ternary_gemv",
+             arg: str = "variant") -> Optional[str]:
     """A forced variant name (checked by the op itself, whose ValueError lists the known
     names), or None for automatic selection: "" or "auto", and for the ops on the MoE kernels
     ("fused_moe", "linear") vLLM's names of VLLM_MOE_ISA_ALIASES for this architecture that are
-    not fused_moe variants here."""
-    if isa is None or isa in AUTO_ISAS:
+    not fused_moe variants here. arg: the argument's name in messages ("isa" in the vLLM-order
+    ops)."""
+    if variant is None or variant in AUTO_VARIANTS:
         return None
-    if not isinstance(isa, str):
-        raise TypeError(f"isa: expected a variant name (str), got {type(isa).__name__}")
-    if op in ("fused_moe", "linear") and isa in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
+    if not isinstance(variant, str):
+        raise TypeError(f"{arg}: expected a variant name (str), got {type(variant).__name__}")
+    if op in ("fused_moe", "linear") and \
+            variant in VLLM_MOE_ISA_ALIASES.get(_cpukern.cpu_info()["arch"], ()):
         if not _MOE_VARIANTS:
             _MOE_VARIANTS.extend(v["name"] for v in _ext.moe_variants() if v["supported"])
-        if isa not in _MOE_VARIANTS:
+        if variant not in _MOE_VARIANTS:
             return None
-    return isa
+    return variant
 
 
-def linear_isa(isa: Optional[str]) -> str:
-    """The variant a dense layer packs for: the forced one (as _isa reads it), else the op
-    "linear"'s default (CPUKERN_ISA="linear=<name>" included)."""
-    return _ext.linear_isa(_isa(isa, "linear") or "")
+def linear_variant(variant: Optional[str]) -> str:
+    """The variant a dense layer packs for: the forced one (as _variant reads it), else the op
+    "linear"'s default (CPUKERN_VARIANT="linear=<name>" included)."""
+    return _ext.linear_variant(_variant(variant, "linear") or "")
 
 
 # torch's thread count when this module last set the pool's polling (None: not yet).
@@ -98,15 +102,15 @@ def _check_2d_or_1d(x: Tensor, name: str) -> None:
 
 @torch.library.custom_op("cpukern::ternary_gemv", mutates_args=())
 def ternary_gemv(packed: Tensor, x: Tensor, scale: Optional[Tensor] = None, act: str = "fp32",
-                 isa: str = "", group_size: int = 0) -> Tensor:
+                 variant: str = "", group_size: int = 0) -> Tensor:
     """y[..., m] = scale[m] * sum_k w[m, k] x[..., k] (see cpukern.ternary.gemv); with
     group_size = G > 0, scale is (M, ceil(K/G)): one per row and group of G columns."""
     _check_2d_or_1d(x, "x")
-    prepared = prepared_ternary(packed, int(x.shape[-1]), scale, isa, group_size)
+    prepared = prepared_ternary(packed, int(x.shape[-1]), scale, variant, group_size)
     return _ternary.gemv(prepared, x, act=act, threads=_threads())
 
 
-def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str,
+def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], variant: str,
                      group_size: int = 0) -> Any:
     """The prepared weights of packed (M, ceil(k/16)) with scale, from the cache or made now."""
     p = _u32(packed, "packed")
@@ -114,16 +118,16 @@ def prepared_ternary(packed: Tensor, k: int, scale: Optional[Tensor], isa: str,
     def build() -> Any:
         s = scale
         if group_size:
-            return _ternary.prepare(p, k, s, group_size=group_size, isa=_isa(isa))
+            return _ternary.prepare(p, k, s, group_size=group_size, variant=_variant(variant))
         if s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
             s = s.reshape(1).expand(p.shape[0]).contiguous()
-        return _ternary.prepare(p, k, s, isa=_isa(isa))
+        return _ternary.prepare(p, k, s, variant=_variant(variant))
 
-    return _CACHE.get(packed, (k, _fingerprint(scale), _isa(isa), group_size), build)
+    return _CACHE.get(packed, (k, _fingerprint(scale), _variant(variant), group_size), build)
 
 
 @ternary_gemv.register_fake
-def _(packed, x, scale=None, act="fp32", isa="", group_size=0):
+def _(packed, x, scale=None, act="fp32", variant="", group_size=0):
     torch._check(packed.dim() == 2, lambda: "packed: expected 2 dimensions (M, words)")
     torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
     torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
@@ -131,23 +135,23 @@ def _(packed, x, scale=None, act="fp32", isa="", group_size=0):
 
 
 @torch.library.custom_op("cpukern::widely_linear", mutates_args=())
-def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, isa: str = "") -> Tensor:
+def widely_linear(planes: Tensor, scales: Tensor, x: Tensor, variant: str = "") -> Tensor:
     """y = U x + W conj(x) as a real layer (see cpukern.widely_linear.apply)."""
     _check_2d_or_1d(x, "x")
-    layer = prepared_widely_linear(planes, scales, int(x.shape[-1]) // 2, isa)
+    layer = prepared_widely_linear(planes, scales, int(x.shape[-1]) // 2, variant)
     return _widely_linear.apply(layer, x, threads=_threads())
 
 
-def prepared_widely_linear(planes: Tensor, scales: Tensor, m: int, isa: str) -> Any:
+def prepared_widely_linear(planes: Tensor, scales: Tensor, m: int, variant: str) -> Any:
     """The prepared layer of planes and scales, from the cache or made now."""
     p = _u32(planes, "planes")
-    forced = _isa(isa, "widely_linear")
+    forced = _variant(variant, "widely_linear")
     return _CACHE.get(planes, (m, _fingerprint(scales), forced),
-                      lambda: _widely_linear.prepare(p, scales, m, isa=forced))
+                      lambda: _widely_linear.prepare(p, scales, m, variant=forced))
 
 
 @widely_linear.register_fake
-def _(planes, scales, x, isa=""):
+def _(planes, scales, x, variant=""):
     torch._check(planes.dim() in (3, 4), lambda: "planes: expected (S, 4, n, words)")
     torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
     torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
@@ -168,26 +172,27 @@ class _Blob:
         return self.tensor
 
 
-def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], isa: str = "",
+def prepare_ternary_tensor(packed: Tensor, k: int, scale: Optional[Tensor], variant: str = "",
                            group_size: int = 0, int8: bool = False) -> Tensor:
-    """packed (M, ceil(k/16)) with its scale, prepared for this CPU (or the forced isa) as
+    """packed (M, ceil(k/16)) with its scale, prepared for this CPU (or the forced variant) as
     one uint8 tensor for ternary_gemv_prepared (cpukern.ternary.to_bytes's format); int8:
     include the int8 layout (for act="int8"). Not cached: the tensor is the prepared form."""
     p = _u32(packed, "packed")
     s, blob = scale, _Blob()
     if not group_size and s is not None and s.numel() == 1 and p.dim() == 2 and p.shape[0] != 1:
         s = s.reshape(1).expand(p.shape[0]).contiguous()
-    _ternary.prepare(p, k, s, group_size=group_size or None, isa=_isa(isa), threads=_threads(),
-                     int8=int8, out=blob)
+    _ternary.prepare(p, k, s, group_size=group_size or None, variant=_variant(variant),
+                     threads=_threads(), int8=int8, out=blob)
     return blob.tensor
 
 
-def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int, isa: str = "") -> Tensor:
+def prepare_widely_linear_tensor(planes: Tensor, scales: Tensor, m: int,
+                                 variant: str = "") -> Tensor:
     """The widely-linear layer prepared for this CPU as one uint8 tensor for
     widely_linear_prepared."""
     blob = _Blob()
-    _widely_linear.prepare(_u32(planes, "planes"), scales, m, isa=_isa(isa, "widely_linear"),
-                           out=blob)
+    _widely_linear.prepare(_u32(planes, "planes"), scales, m,
+                           variant=_variant(variant, "widely_linear"), out=blob)
     return blob.tensor
 
 
@@ -252,14 +257,14 @@ def _(prepared, x, out_features):
     return x.new_empty(tuple(x.shape[:-1]) + (out_features,), dtype=torch.float32)
 
 
-def prepare_experts_tensor(w: Tensor, name: str, isa: str = "",
+def prepare_experts_tensor(w: Tensor, name: str, variant: str = "",
                            scales: Optional[Tensor] = None, act: str = "fp32") -> Tensor:
     """Expert weights (bf16 (E, O, I), MXFP4 blocks uint8 or int8 (E, O, I), the last two with
     their scales) packed for this CPU as one uint8 tensor for fused_moe_prepared (cpukern.moe.to_bytes's format).
     act="int8" (MXFP4 only): W4A8, int8 activations (cpukern.moe.prepare)."""
     blob = _Blob()
     _moe.prepare(w, format=_expert_format(w, name, scales), scales=scales, act=act,
-                 isa=_isa(isa, "fused_moe"), out=blob)
+                 variant=_variant(variant, "fused_moe"), out=blob)
     return blob.tensor
 
 
@@ -316,20 +321,21 @@ def _threads_or_zero() -> int:
     return 0 if t is None else int(t)
 
 
-def experts_cache_key(fmt: str, scales: Optional[Tensor], isa: Optional[str]) -> tuple:
+def experts_cache_key(fmt: str, scales: Optional[Tensor], variant: Optional[str]) -> tuple:
     """The cache key of packed experts beside their weight tensor (also vllm.prepack_moe_weight's)."""
-    return (fmt, _fingerprint(scales), isa)
+    return (fmt, _fingerprint(scales), variant)
 
 
-def prepared_experts(w: Tensor, name: str, isa: Optional[str], scales: Optional[Tensor] = None,
-                     act: str = "fp32") -> Any:
+def prepared_experts(w: Tensor, name: str, variant: Optional[str],
+                     scales: Optional[Tensor] = None, act: str = "fp32") -> Any:
     """The packed experts of one expert tensor (any format, see _expert_format), from the cache
-    or made now (isa: a forced variant name or None; act: "fp32", or "int8" for W4A8 on MXFP4
-    blocks, cached apart from the exact packing)."""
+    or made now (variant: a forced variant name or None; act: "fp32", or "int8" for W4A8 on
+    MXFP4 blocks, cached apart from the exact packing)."""
     fmt = _expert_format(w, name, scales)
     key = fmt if act == "fp32" else f"{fmt}/act={act}"
-    return _CACHE.get(w, experts_cache_key(key, scales, isa),
-                      lambda: _moe.prepare(w, format=fmt, scales=scales, act=act, isa=isa))
+    return _CACHE.get(w, experts_cache_key(key, scales, variant),
+                      lambda: _moe.prepare(w, format=fmt, scales=scales, act=act,
+                                           variant=variant))
 
 
 def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids: Tensor,
@@ -346,10 +352,10 @@ def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
                     topk_ids: Tensor, activation: str, w13_bias: Optional[Tensor],
-                    w2_bias: Optional[Tensor], skip_weighted: bool, isa: str,
+                    w2_bias: Optional[Tensor], skip_weighted: bool, variant: str,
                     w13_scales: Optional[Tensor] = None, w2_scales: Optional[Tensor] = None,
                     act: str = "fp32") -> None:
-    forced = _isa(isa, "fused_moe")
+    forced = _variant(variant, "fused_moe")
     act = act_arg(act, _moe.ACTS)
     if act == "int8" and torch.uint8 not in (w13.dtype, w2.dtype):
         raise ValueError(f"act: expected 'fp32' with {w13.dtype} / {w2.dtype} experts (int8 "
@@ -364,7 +370,7 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
 def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
               activation: str = "silu", w13_bias: Optional[Tensor] = None,
               w2_bias: Optional[Tensor] = None, skip_weighted: bool = False,
-              isa: str = "", w13_scales: Optional[Tensor] = None,
+              variant: str = "", w13_scales: Optional[Tensor] = None,
               w2_scales: Optional[Tensor] = None, act: str = "fp32") -> Tensor:
     """Fused MoE (see cpukern.moe.fused_moe); w13 (E, 2I, H), w2 (E, H, I) bf16, or either as
     MXFP4 blocks uint8 (E, O, I/32, 16) with its scales uint8 (E, O, I/32) in w13_scales /
@@ -373,13 +379,13 @@ def fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids
     activations, cpukern.moe.prepare's act; the default "fp32" is exact)."""
     out = torch.empty_like(x)
     _fused_moe_into(out, x, w13, w2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, isa, w13_scales, w2_scales, act)
+                    skip_weighted, variant, w13_scales, w2_scales, act)
     return out
 
 
 @fused_moe.register_fake
 def _(x, w13, w2, topk_weights, topk_ids, activation="silu", w13_bias=None, w2_bias=None,
-      skip_weighted=False, isa="", w13_scales=None, w2_scales=None, act="fp32"):
+      skip_weighted=False, variant="", w13_scales=None, w2_scales=None, act="fp32"):
     torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return torch.empty_like(x)
@@ -414,14 +420,14 @@ def _(x, prepared, out_features, bias=None):
 
 
 @torch.library.custom_op("cpukern::linear", mutates_args=())
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, isa: str = "",
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, variant: str = "",
            weight_scales: Optional[Tensor] = None) -> Tensor:
     """x bf16 (T, I) @ W.T + bias -> bf16 (T, O) (cpukern.linear.linear). weight: bf16 (O, I),
     MXFP4 blocks uint8 (O, I/32, 16) with uint8 scales (O, I/32), or int8 (O, I) with float32
     per-channel scales (O,) in weight_scales. Packed once per weight tensor (the cache)."""
     if not isinstance(weight, Tensor) or weight.dim() not in (2, 3):
         raise TypeError("weight: expected a 2-D bf16 / int8 or 3-D uint8 (MXFP4 blocks) tensor")
-    w = prepared_experts(weight.unsqueeze(0), "weight", linear_isa(isa),
+    w = prepared_experts(weight.unsqueeze(0), "weight", linear_variant(variant),
                          None if weight_scales is None else weight_scales.unsqueeze(0))
     out = x.new_empty((x.shape[0], int(w.shape[1])))
     _dense.linear(x, w, bias, threads=_threads(), out=out)
@@ -429,7 +435,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, isa: str = 
 
 
 @linear.register_fake
-def _(x, weight, bias=None, isa="", weight_scales=None):
+def _(x, weight, bias=None, variant="", weight_scales=None):
     torch._check(x.dim() == 2, lambda: "x: expected (T, I)")
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     return x.new_empty((x.shape[0], weight.shape[0]))

@@ -2,7 +2,9 @@
 isa)`` and ``cpukern::cpu_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights,
 topk_id, skip_weighted, activation, isa)``; see the cpukern.torch docstring. ``activation``
 is vLLM's ``act`` (the activation function: silu, swigluoai, ...), named apart from cpukern's
-``act`` (the activation datatype).
+``act`` (the activation datatype). ``isa`` is vLLM's own name for what cpukern calls
+``variant`` everywhere else (a registry row): these two ops keep it, and vLLM's alias table
+(ops.VLLM_MOE_ISA_ALIASES), because vLLM calls them with its own names.
 
 vLLM's own convention (no cache): in ``process_weights_after_loading`` replace the weights
 with their packed form, ``replace_parameter(layer, "w13_weight", prepack_moe_tensor(w13))``
@@ -13,6 +15,8 @@ its header (O(1)) and packs nothing."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Optional
 
 import torch
@@ -20,10 +24,21 @@ from torch import Tensor
 
 from cpukern import moe as _moe
 from cpukern.torch._weight_cache import _CACHE, _version
-from cpukern.torch.ops import (_fused_moe_into, _fused_moe_prepared, _isa, experts_cache_key,
+from cpukern.torch.ops import (_fused_moe_into, _fused_moe_prepared, _variant, experts_cache_key,
                                prepare_experts_tensor)
 
 __all__ = ["prepack_moe_weight", "cpu_fused_moe", "prepack_moe_tensor", "cpu_fused_moe_prepared"]
+
+
+@contextlib.contextmanager
+def _named_isa() -> Iterator[None]:
+    """Errors about the variant name, which these ops take as vLLM's ``isa``, name ``isa``."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        if str(e).startswith("variant: "):
+            raise type(e)("isa: " + str(e)[len("variant: "):]) from None
+        raise
 
 
 @torch.library.custom_op("cpukern::prepack_moe_weight", mutates_args=("packed_weight",))
@@ -46,10 +61,12 @@ def prepack_moe_weight(weight: Tensor, packed_weight: Tensor, isa: str) -> None:
     # replace_parameter makes a new Parameter). The custom-op machinery bumps the version of
     # packed_weight once more after this returns: the version seen here and the next match.
     v = _version(packed_weight)
-    isa_ = _isa(isa, "fused_moe")
-    packed = _moe.prepare(packed_weight, isa=isa_)
+    forced = _variant(isa, "fused_moe", "isa")
+    with _named_isa():
+        packed = _moe.prepare(packed_weight, variant=forced)
     if v is not None:  # inference tensors cannot be tracked: cpu_fused_moe packs per call
-        _CACHE.put(packed_weight, experts_cache_key("bf16", None, isa_), packed, versions=(v, v + 1))
+        _CACHE.put(packed_weight, experts_cache_key("bf16", None, forced), packed,
+                   versions=(v, v + 1))
 
 
 @prepack_moe_weight.register_fake
@@ -62,8 +79,10 @@ def cpu_fused_moe(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,
                   w13_bias: Optional[Tensor], w2_bias: Optional[Tensor], topk_weights: Tensor,
                   topk_id: Tensor, skip_weighted: bool, activation: str, isa: str) -> None:
     """vLLM order: output (T, H) bf16 <- fused MoE of input with the packed w13, w2."""
-    _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, activation, w13_bias, w2_bias,
-                    skip_weighted, isa)
+    forced = _variant(isa, "fused_moe", "isa")  # vLLM's argument: messages name "isa"
+    with _named_isa():
+        _fused_moe_into(output, input, w13, w2, topk_weights, topk_id, activation, w13_bias,
+                        w2_bias, skip_weighted, forced or "")
 
 
 @cpu_fused_moe.register_fake
@@ -72,10 +91,12 @@ def _(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_wei
     return None
 
 
-def prepack_moe_tensor(weight: Tensor, isa: str = "", scales: Optional[Tensor] = None) -> Tensor:
-    """bf16 weight (E, O, I) (or MXFP4 blocks uint8 with their scales) packed for this CPU as a
-    1-D uint8 tensor for cpu_fused_moe_prepared (replace_parameter it in place of the weight)."""
-    return prepare_experts_tensor(weight, "weight", isa, scales)
+def prepack_moe_tensor(weight: Tensor, variant: str = "",
+                       scales: Optional[Tensor] = None) -> Tensor:
+    """bf16 weight (E, O, I) (or MXFP4 blocks uint8 with their scales) packed for this CPU (or
+    the forced variant) as a 1-D uint8 tensor for cpu_fused_moe_prepared (replace_parameter it
+    in place of the weight). cpukern's own helper, so its argument is ``variant``."""
+    return prepare_experts_tensor(weight, "weight", variant, scales)
 
 
 def _cpu_fused_moe_prepared(output: Tensor, input: Tensor, w13: Tensor, w2: Tensor,

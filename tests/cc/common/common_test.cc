@@ -120,7 +120,8 @@ TEST(Registry, ForcingAnUnsupportedVariantIsAnErrorNotASigill) {
     reg.select("impossible");
     FAIL() << "expected an error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("isa: variant 'impossible'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("variant: variant 'impossible'"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(reg.select("nope"), InvalidArgument);
 }
@@ -136,18 +137,18 @@ TEST(Registry, InfoListsEveryVariantAndTheSelectedOne) {
 }
 
 TEST(Registry, EnvironmentOverride) {
-  setenv("CPUKERN_ISA", "other_op=x,reference", 1);
-  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), "reference");
-  EXPECT_EQ(isa_override_from_env("other_op", {"x"}), "x");
-  setenv("CPUKERN_ISA", "fake_op=fast", 1);
-  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), "fast");
-  setenv("CPUKERN_ISA", "avx9000", 1);
-  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), std::nullopt);
+  setenv("CPUKERN_VARIANT", "other_op=x,reference", 1);
+  EXPECT_EQ(variant_override_from_env("fake_op", {"reference", "fast"}), "reference");
+  EXPECT_EQ(variant_override_from_env("other_op", {"x"}), "x");
+  setenv("CPUKERN_VARIANT", "fake_op=fast", 1);
+  EXPECT_EQ(variant_override_from_env("fake_op", {"reference", "fast"}), "fast");
+  setenv("CPUKERN_VARIANT", "avx9000", 1);
+  EXPECT_EQ(variant_override_from_env("fake_op", {"reference", "fast"}), std::nullopt);
   // "op=" names the empty variant (refused by find), never "nothing forced".
-  setenv("CPUKERN_ISA", "fake_op=", 1);
-  EXPECT_EQ(isa_override_from_env("fake_op", {"reference", "fast"}), std::string());
-  EXPECT_EQ(isa_override_from_env("other_op", {"reference"}), std::nullopt);
-  unsetenv("CPUKERN_ISA");
+  setenv("CPUKERN_VARIANT", "fake_op=", 1);
+  EXPECT_EQ(variant_override_from_env("fake_op", {"reference", "fast"}), std::string());
+  EXPECT_EQ(variant_override_from_env("other_op", {"reference"}), std::nullopt);
+  unsetenv("CPUKERN_VARIANT");
 }
 
 TEST(ThreadPool, RunsEveryTaskOnceForAnyThreadCount) {
@@ -338,7 +339,7 @@ TEST(TernaryCodes, MasksMatchTheFormatBitByBit) {
   EXPECT_EQ(past_mask(3), ~0x3Fu);
 }
 
-// Catalogue rows are forced by name (an alias too, CPUKERN_ISA too) and nothing else: never
+// Catalogue rows are forced by name (an alias too, CPUKERN_VARIANT too) and nothing else: never
 // the default, however high their priority, and never listed.
 TEST(Registry, CatalogueRowsAreForcedByNameOnly) {
   Registry<FakeUkernel> reg("fake_op", {{"reference", 0, 0, {"fake__scalar"}}},
@@ -356,11 +357,11 @@ TEST(Registry, CatalogueRowsAreForcedByNameOnly) {
   EXPECT_EQ(reg.all_rows().size(), 3u);
   const auto names = reg.names();
   EXPECT_NE(std::find(names.begin(), names.end(), "paper"), names.end());
-  setenv("CPUKERN_ISA", "paper", 1);
+  setenv("CPUKERN_VARIANT", "paper", 1);
   Registry<FakeUkernel> forced("fake_op", {{"reference", 0, 0, {"fake__scalar"}}},
                                {{"paper", 0, -1, {"fake__paper"}}});
   EXPECT_STREQ(forced.default_variant().name, "paper");
-  unsetenv("CPUKERN_ISA");
+  unsetenv("CPUKERN_VARIANT");
 }
 
 TEST(Registry, AliasesAndMissingFeatures) {

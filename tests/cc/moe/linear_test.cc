@@ -249,7 +249,7 @@ TEST_P(LinearUnderflowTest, WithinTheBoundWithItsUnderflowTerm) {
 }
 
 // The op "linear": fused_moe's rows (names, features, priorities, micro-kernels, AMX
-// thresholds) under its own name; linear_isa resolves in it and names linear in its errors.
+// thresholds) under its own name; linear_variant resolves in it and names linear in its errors.
 TEST(LinearOp, HasTheFusedMoeRowsUnderItsOwnName) {
   EXPECT_EQ(linear_registry().op(), "linear");
   EXPECT_EQ(linear_registry().names(), registry().names());
@@ -264,20 +264,20 @@ TEST(LinearOp, HasTheFusedMoeRowsUnderItsOwnName) {
     EXPECT_EQ(dense[r].supported, moe[r].supported);
     EXPECT_EQ(dense[r].tiles_min_rows, moe[r].tiles_min_rows);
   }
-  EXPECT_EQ(linear_isa(""), linear_registry().default_variant().name);
-  EXPECT_EQ(linear_isa("reference"), "reference");
+  EXPECT_EQ(linear_variant(""), linear_registry().default_variant().name);
+  EXPECT_EQ(linear_variant("reference"), "reference");
   try {
-    linear_isa("no_such_variant");
+    linear_variant("no_such_variant");
     ADD_FAILURE() << "no error for an unknown variant";
   } catch (const InvalidArgument& e) {
     const std::string what = e.what();
-    EXPECT_EQ(what.rfind("isa:", 0), 0u) << what;
+    EXPECT_EQ(what.rfind("variant:", 0), 0u) << what;
     EXPECT_NE(what.find("for linear"), std::string::npos) << what;
   }
   // A dense layer packed for linear's row runs and reports that row.
   const bf16_t w[2] = {f32_to_bf16(1.0f), f32_to_bf16(2.0f)};
-  const auto p = prepare(w, 1, 1, 2, linear_isa(""));
-  EXPECT_EQ(p->isa, linear_isa(""));
+  const auto p = prepare(w, 1, 1, 2, linear_variant(""));
+  EXPECT_EQ(p->isa, linear_variant(""));
   EXPECT_EQ(p->op, "moe");
   bf16_t y = 0;
   linear(w, 1, 2, *p, nullptr, 1, &y);

@@ -390,9 +390,9 @@ TEST(MoeRegistry, NamesAndDefault) {
   }
   EXPECT_EQ(selected, 1);
   EXPECT_TRUE(has_ref);
-  // The default is the highest-priority row this CPU runs (unless CPUKERN_ISA forces one).
+  // The default is the highest-priority row this CPU runs (unless CPUKERN_VARIANT forces one).
   for (const auto& v : vs) {
-    if (v.selected && !std::getenv("CPUKERN_ISA")) {
+    if (v.selected && !std::getenv("CPUKERN_VARIANT")) {
       EXPECT_EQ(v.priority, best) << v.name;
     }
   }
@@ -403,7 +403,7 @@ TEST(MoeRegistry, NamesAndDefault) {
 // plain neon.
 TEST(MoeRegistry, QemuModelSelectsItsRow) {
   const char* model = std::getenv("CPUKERN_QEMU_CPU");
-  if (!model || std::getenv("CPUKERN_ISA")) GTEST_SKIP() << "not under qemu-user, or forced";
+  if (!model || std::getenv("CPUKERN_VARIANT")) GTEST_SKIP() << "not under qemu-user, or forced";
 #if defined(__aarch64__)
   const std::string want = std::string(model) == "max"           ? "neon_bf16_bfmmla"
                            : std::string(model) == "neoverse-n1" ? "neon_dotprod"
@@ -564,7 +564,7 @@ TEST(MoeValidation, NamesTheArgumentAndLeavesOutputAlone) {
   bad_ids[3] = -1;
   EXPECT_EQ(call(*w13, *w2, bad_ids, k, false, 1, h).rfind("topk_ids:", 0), 0u);
   for (bf16_t v : out) ASSERT_EQ(v, 0x1234) << "output written before validation finished";
-  EXPECT_EQ(error_of([&] { prepare(w2r.data(), e, h, i, "no_such_isa"); }).rfind("isa:", 0), 0u);
+  EXPECT_EQ(error_of([&] { prepare(w2r.data(), e, h, i, "no_such_isa"); }).rfind("variant:", 0), 0u);
   EXPECT_EQ(error_of([&] { prepare(w2r.data(), 0, h, i, ""); }).rfind("w:", 0), 0u);
   // A second family, when this CPU has one, must not mix with the reference packing.
   for (const auto& v : list_variants()) {

@@ -203,17 +203,17 @@ TEST(PackedWeights, SectionsOfAnotherSizeThanPlannedAreRefused) {
   }
 }
 
-// A call's isa= on packed weights: none or their own variant; any other names "isa".
-TEST(PackedWeights, CheckIsaAcceptsNoneOrTheirOwnVariant) {
+// A call's variant= on packed weights: none or their own variant; any other names "variant".
+TEST(PackedWeights, CheckVariantAcceptsNoneOrTheirOwnVariant) {
   const auto w = make_unit(2, 3, false);
-  EXPECT_NO_THROW(w->check_isa(""));
-  EXPECT_NO_THROW(w->check_isa("unit_variant"));
+  EXPECT_NO_THROW(w->check_variant(""));
+  EXPECT_NO_THROW(w->check_variant("unit_variant"));
   for (const char* other : {"avx2", "unit_variant2", "unit"}) {
     try {
-      w->check_isa(other);
+      w->check_variant(other);
       ADD_FAILURE() << other << " accepted";
     } catch (const InvalidArgument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("isa: ", 0), 0u) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("variant: ", 0), 0u) << e.what();
       EXPECT_NE(std::string(e.what()).find("'unit_variant'"), std::string::npos) << e.what();
     }
   }

@@ -759,7 +759,7 @@ TEST(TernaryApi, PrepareValidates) {
   expect_arg_error([&] { prepare(ok.data(), 1, 1, -1, nullptr, ""); }, "k");
   expect_arg_error([&] { prepare(ok.data(), -1, 1, 2, nullptr, ""); }, "packed");
   expect_arg_error([&] { prepare(nullptr, 1, 1, 2, nullptr, ""); }, "packed");
-  expect_arg_error([&] { prepare(ok.data(), 1, 1, 2, nullptr, "no_such_isa"); }, "isa");
+  expect_arg_error([&] { prepare(ok.data(), 1, 1, 2, nullptr, "no_such_isa"); }, "variant");
 }
 
 // The words are validated by prepare's parallel tasks; the error names the first bad word
@@ -861,7 +861,7 @@ TEST(TernaryApi, CatalogueOnlyRowsAreUnlistedButForcible) {
       EXPECT_EQ(&registry().select(v.name), &v) << v.name;
       EXPECT_NE(&registry().default_variant(), &v) << v.name;
     } else {
-      expect_arg_error([&] { registry().select(v.name); }, "isa");
+      expect_arg_error([&] { registry().select(v.name); }, "variant");
     }
   }
   EXPECT_EQ(registry().variants().size() + registry().catalogue().size(), list_rows().size());

@@ -449,7 +449,7 @@ TEST(Registry, TableAndSelection) {
   }
   EXPECT_EQ(prio.size(), vs.size());  // names are unique
   EXPECT_EQ(selected, 1);
-  expect_arg_error([] { registry().select("no_such_isa"); }, "isa");
+  expect_arg_error([] { registry().select("no_such_isa"); }, "variant");
 #if defined(__x86_64__)
   // Priorities from the speed measured on Zen 5 (ukernels.inc): avx512 > avx2 > reference.
   EXPECT_GT(prio.at("avx512"), prio.at("avx2"));
@@ -475,7 +475,7 @@ TEST(Registry, TableAndSelection) {
   EXPECT_GT(prio.at("neon"), prio.at("reference"));
   for (const auto& v : vs) {
     if (v.name == "neon") {
-      if (!std::getenv("CPUKERN_ISA")) {
+      if (!std::getenv("CPUKERN_VARIANT")) {
         EXPECT_TRUE(v.selected);
       }
       EXPECT_EQ(v.required, std::vector<std::string>{"neon"});

@@ -72,11 +72,11 @@ def autobitlinear_codes(mod: nn.Module, name: str) -> tuple:
     return w.to(torch.int8).numpy(), scale
 
 
-def ternary_from(mod: nn.Module, name: str, act: str, isa: str) -> nn.Module:
+def ternary_from(mod: nn.Module, name: str, act: str, variant: str) -> nn.Module:
     """The prepared TernaryLinear (behind the layer's rms_norm) of a BitLinear / AutoBitLinear."""
     conv = bitlinear_codes if type(mod).__name__ == "BitLinear" else autobitlinear_codes
     codes, scale = conv(mod, name)
-    return ternary_linear(codes, scale, mod.bias, act, isa, mod.rms_norm)
+    return ternary_linear(codes, scale, mod.bias, act, variant, mod.rms_norm)
 
 
 class BitNet(Family):
@@ -98,7 +98,7 @@ class BitNet(Family):
         (check_bitlinear if cls == "BitLinear" else check_autobitlinear)(mod, name)
         what = f"TernaryLinear act={opts.act}" + (
             " (rms_norm kept in front)" if mod.rms_norm is not None else "")
-        return Step(name, cls, what, lambda: ternary_from(mod, name, opts.act, opts.isa))
+        return Step(name, cls, what, lambda: ternary_from(mod, name, opts.act, opts.variant))
 
     def float_linear_reason(self, model: nn.Module) -> Optional[str]:
         if getattr(model.config, "quantization_config", None) is None:

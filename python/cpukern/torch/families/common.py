@@ -74,7 +74,7 @@ class MoEExperts(nn.Module):
 class Options:
     """patch's / CpukernConfig's options, checked (see ``options``)."""
 
-    isa: str = ""
+    variant: str = ""
     act: str = "int8_bitnet"
     format: Optional[str] = None
     dense: Optional[str] = "bf16"
@@ -86,18 +86,19 @@ def _variant_names(op: str) -> list:
     return [v["name"] for v in cpukern.kernels(op)]
 
 
-def options(family: "Family", isa: Any = None, act: Any = None, format: Any = None,
+def options(family: "Family", variant: Any = None, act: Any = None, format: Any = None,
             dense: Any = "bf16", threads: Any = None, lm_head: Any = None) -> Options:
     """Every option checked against the family before anything is changed: TypeError /
-    ValueError naming the option. isa must name a variant of one of the ops the family's
+    ValueError naming the option. variant must name a variant of one of the ops the family's
     modules run (dense layers run fused_moe's)."""
-    if isa is not None:
-        if not isinstance(isa, str):
-            raise TypeError(f"isa: expected None or a variant name (str), got {type(isa).__name__}")
+    if variant is not None:
+        if not isinstance(variant, str):
+            raise TypeError(f"variant: expected None or a variant name (str), got "
+                            f"{type(variant).__name__}")
         known = sorted({n for op in family.ops + ("fused_moe",) for n in _variant_names(op)})
-        if isa not in ("", "auto") and isa not in known:
-            raise ValueError(f"isa: {isa!r} is no variant of the ops a {family.model_type} model "
-                             f"runs; expected None or one of {known}")
+        if variant not in ("", "auto") and variant not in known:
+            raise ValueError(f"variant: {variant!r} is no variant of the ops a "
+                             f"{family.model_type} model runs; expected None or one of {known}")
     if dense is not None:
         str_arg(dense, "dense", DENSE)
     if lm_head is not None:
@@ -109,20 +110,20 @@ def options(family: "Family", isa: Any = None, act: Any = None, format: Any = No
                          f"{family.model_type} model, got {format!r}")
     if threads is not None:
         int_arg(threads, "threads", 0, MAX_THREADS)
-    return Options("" if isa in (None, "auto") else isa, act or "int8_bitnet", format, dense,
-                   threads, lm_head)
+    return Options("" if variant in (None, "auto") else variant, act or "int8_bitnet", format,
+                   dense, threads, lm_head)
 
 
 # --- building cpukern modules ------------------------------------------------------------
 
-def ternary_linear(codes: np.ndarray, scale: float, bias: Optional[Tensor], act: str, isa: str,
-                   norm: Optional[nn.Module] = None) -> nn.Module:
+def ternary_linear(codes: np.ndarray, scale: float, bias: Optional[Tensor], act: str,
+                   variant: str, norm: Optional[nn.Module] = None) -> nn.Module:
     """TernaryLinear (packed) over int8 {-1, 0, +1} codes (out, in) times a per-tensor
     float32 scale; behind the layer's optional RMSNorm (kept in torch)."""
     out_f, in_f = codes.shape
     packed = torch.from_numpy(_ternary.pack(np.ascontiguousarray(codes)).view(np.int32))
     tl = TernaryLinear.from_packed(packed, in_f, torch.full((out_f,), float(scale)), bias,
-                                   act=act, isa=isa)
+                                   act=act, variant=variant)
     return tl if norm is None else nn.Sequential(norm, tl)
 
 
@@ -140,10 +141,10 @@ def is_exact_mxfp4(w: Tensor) -> bool:
 
 
 def fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tensor], *, fmt: str,
-              topk: int, activation: str, isa: str) -> FusedMoE:
+              topk: int, activation: str, variant: str) -> FusedMoE:
     """FusedMoE (packed) from float experts w13 (E, 2I, H), w2 (E, H, I) in format fmt
     ("bf16", "int8", "mxfp4", "mxfp4_a8")."""
-    kw = dict(topk=topk, activation=activation, isa=isa)
+    kw = dict(topk=topk, activation=activation, variant=variant)
     if fmt == "bf16":
         mod = FusedMoE.from_experts(w13, w2, b13, b2, **kw)
     else:
@@ -171,10 +172,10 @@ class Step:
     lossy: Optional[str] = None  # the lossy choice asked for, if any (warned once per plan)
 
 
-def _dense_isa(isa: str) -> str:
+def _dense_variant(variant: str) -> str:
     """Dense layers run fused_moe's variants: a forced name of another op's (a ternary_gemv
     variant, for BitNet) leaves them on automatic selection."""
-    return isa if isa in _variant_names("fused_moe") else ""
+    return variant if variant in _variant_names("fused_moe") else ""
 
 
 class Family:
@@ -258,7 +259,7 @@ class Family:
             lossy = ("lm_head='int8' (W8A8 LM head)" if option == "lm_head"
                      else "dense='int8' (W8A8 dense layers)")
         return Step(name, "Linear", f"Linear {fmt}", lambda: Linear.from_linear(
-            mod, format=fmt, isa=_dense_isa(opts.isa)), lossy=lossy)
+            mod, format=fmt, variant=_dense_variant(opts.variant)), lossy=lossy)
 
     def plan(self, model: nn.Module, opts: Options) -> tuple[list, list]:
         """(steps, left): every module checked before any is replaced."""

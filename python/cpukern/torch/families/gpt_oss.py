@@ -101,7 +101,7 @@ class GptOss(Family):
         if why:
             return why
         topk = int(model.config.num_experts_per_tok)
-        kw = dict(topk=topk, activation="swigluoai", isa=opts.isa)
+        kw = dict(topk=topk, activation="swigluoai", variant=opts.variant)
         b13, b2 = mod.gate_up_proj_bias.detach(), mod.down_proj_bias.detach()
         cls = type(mod).__name__
         if isinstance(mod, GptOssMxfp4Experts):

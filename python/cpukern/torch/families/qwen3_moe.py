@@ -36,7 +36,7 @@ class Qwen3Moe(Family):
         return Step(name, type(mod).__name__, f"FusedMoE {fmt} {activation}",
                     lambda: MoEExperts(fused_moe(mod.gate_up_proj.detach(), mod.down_proj.detach(),
                                                  None, None, fmt=fmt, topk=topk,
-                                                 activation=activation, isa=opts.isa)),
+                                                 activation=activation, variant=opts.variant)),
                     "format='int8' (experts rounded to int8)" if fmt == "int8" else None)
 
     def expected_tensor(self, key: str, model: nn.Module) -> Optional[list]:
