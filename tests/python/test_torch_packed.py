@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from cpukern import _ext, moe, ternary  # noqa: E402
 from cpukern.torch import FusedMoE, Linear, PackedWeightsTensor, TernaryLinear, WidelyLinear  # noqa: E402
+from packed_helpers import PackCounter, packed_buffers, random_linear  # noqa: E402
 from variants import variant_params  # noqa: E402
 
 # Every kind of module holding PackedWeightsTensor, and the op whose variants pack it.
@@ -57,14 +58,6 @@ def dynamo():
     torch._dynamo.reset()
 
 
-def _linear(i, o, g):
-    lin = torch.nn.Linear(i, o)
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(o, i, generator=g))
-        lin.bias.copy_(torch.randn(o, generator=g))
-    return lin
-
-
 def _build(kind, variant="", seed=0):
     """(module packed for `variant` from weights drawn with `seed`, its inputs: the same for
     every seed)."""
@@ -72,7 +65,7 @@ def _build(kind, variant="", seed=0):
     gx = torch.Generator().manual_seed(99)
     if kind in ("ternary", "ternary_int8"):
         act = "int8" if kind == "ternary_int8" else "fp32"
-        return (TernaryLinear.from_linear(_linear(70, 40, g), act=act, variant=variant),
+        return (TernaryLinear.from_linear(random_linear(70, 40, g), act=act, variant=variant),
                 (torch.randn(3, 70, generator=gx),))
     if kind == "ternary_grouped":
         codes = torch.randint(-1, 2, (24, 96), dtype=torch.int8, generator=g)
@@ -81,11 +74,11 @@ def _build(kind, variant="", seed=0):
                                         torch.randn(24, generator=g), group_size=32, variant=variant)
         return mod, (torch.randn(2, 96, generator=gx),)
     if kind == "widely":
-        return (WidelyLinear.from_linear(_linear(64, 40, g), variant=variant),
+        return (WidelyLinear.from_linear(random_linear(64, 40, g), variant=variant),
                 (torch.randn(3, 64, generator=gx),))
     if kind in ("dense", "dense_int8"):
         fmt = "int8" if kind == "dense_int8" else "bf16"
-        return (Linear.from_linear(_linear(64, 40, g), format=fmt, variant=variant),
+        return (Linear.from_linear(random_linear(64, 40, g), format=fmt, variant=variant),
                 (torch.randn(3, 64, generator=gx),))
     w13 = (torch.randn(4, 64, 64, generator=g) / 8).to(torch.bfloat16)
     w2 = (torch.randn(4, 64, 32, generator=g) / 8).to(torch.bfloat16)
@@ -118,28 +111,6 @@ def _empty_like(mod):
                     act=mod.act)
 
 
-def _packed(mod):
-    return {n: getattr(mod, n) for n in mod._PACKED}
-
-
-class PackCounter:
-    """Counts packing in the extension (prepare calls, and imports that packed again rather
-    than viewing the blob) while active."""
-
-    def __init__(self, monkeypatch):
-        self.calls = []
-        for name in ("ternary_prepare", "widely_linear_prepare", "moe_prepare",
-                     "packed_from_buffer"):
-            orig = getattr(_ext, name)
-
-            def counted(*a, _orig=orig, _name=name, **k):
-                result = _orig(*a, **k)
-                if _name != "packed_from_buffer" or not result.is_view:
-                    self.calls.append(_name)
-                return result
-            monkeypatch.setattr(_ext, name, counted)
-
-
 # --- what a module holds ---------------------------------------------------------------------
 
 LOGICAL_KIND = {"ternary": "ternary", "widely": "widely_linear", "dense": "linear", "moe": "moe"}
@@ -148,7 +119,7 @@ LOGICAL_KIND = {"ternary": "ternary", "widely": "widely_linear", "dense": "linea
 @pytest.mark.parametrize("kind", KINDS)
 def test_module_holds_only_packed_weights(kind):
     mod, _ = _build(kind)
-    packed = _packed(mod)
+    packed = packed_buffers(mod)
     for name, t in packed.items():
         assert type(t) is PackedWeightsTensor and t.dtype == torch.uint8 and not t.requires_grad
         assert not t.is_empty and t.kind == LOGICAL_KIND[kind.split("_")[0]]
@@ -175,22 +146,22 @@ def test_module_holds_only_packed_weights(kind):
 def test_state_dict_deepcopy_pickle_and_torch_save_are_bitwise(kind, variant, monkeypatch):
     mod, args = _build(kind, variant)
     want = mod(*args)
-    assert all(t.weights.variant == variant for t in _packed(mod).values())
+    assert all(t.weights.variant == variant for t in packed_buffers(mod).values())
     other, _ = _build(kind, variant, seed=1)  # other weights, replaced by a load below
     counter = PackCounter(monkeypatch)
     sd = mod.state_dict()
-    assert all(sd[n].blob.data_ptr() == t.blob.data_ptr() for n, t in _packed(mod).items())
+    assert all(sd[n].blob.data_ptr() == t.blob.data_ptr() for n, t in packed_buffers(mod).items())
     fresh = _empty_like(mod)
     fresh.load_state_dict(sd)
     assert torch.equal(fresh(*args), want)
-    for name, t in _packed(fresh).items():  # this CPU runs variant: kept, viewed, not packed again
+    for name, t in packed_buffers(fresh).items():  # this CPU runs variant: kept, viewed, not packed again
         assert t.weights.variant == variant and t.weights.is_view, name
     assert not torch.equal(other(*args), want)
     other.load_state_dict(sd)
     assert torch.equal(other(*args), want)
     clone = copy.deepcopy(mod)
     assert torch.equal(clone(*args), want)
-    for a, b in zip(_packed(mod).values(), _packed(clone).values()):  # deepcopy copies the blob
+    for a, b in zip(packed_buffers(mod).values(), packed_buffers(clone).values()):  # deepcopy copies the blob
         assert torch.equal(a, b) and a.blob.data_ptr() != b.blob.data_ptr()
     assert torch.equal(pickle.loads(pickle.dumps(mod))(*args), want)
     buf = io.BytesIO()
@@ -212,7 +183,7 @@ def test_torch_save_of_a_state_dict_holds_the_blob_once_and_loads_weights_only(k
     sd = mod.state_dict()
     buf = io.BytesIO()
     torch.save(sd, buf)
-    blob_bytes = sum(t.blob.numel() for t in _packed(mod).values())  # the bytes once, no more
+    blob_bytes = sum(t.blob.numel() for t in packed_buffers(mod).values())  # the bytes once, no more
     assert len(buf.getvalue()) < 1.3 * blob_bytes + 8192, (len(buf.getvalue()), blob_bytes)
     buf.seek(0)
     again = _empty_like(mod)
@@ -287,7 +258,7 @@ def test_in_place_aten_ops_are_refused_and_change_nothing(kind, op):
     would act on): NotImplementedError, weights and results untouched."""
     mod, args = _build(kind)
     want = mod(*args)
-    t = next(iter(_packed(mod).values()))
+    t = next(iter(packed_buffers(mod).values()))
     blob, saved = t.blob, t.blob.clone()
     with torch.no_grad(), pytest.raises(NotImplementedError, match="is not supported"):
         IN_PLACE[op](t)
@@ -426,7 +397,7 @@ def test_empty_module_names_the_missing_weights_until_loaded(kind):
     packed, args = _build(kind)
     mod = _empty_like(packed)
     assert all(t.is_empty and tuple(t.shape) == tuple(getattr(packed, n).shape)
-               for n, t in _packed(mod).items())
+               for n, t in packed_buffers(mod).items())
     name = "w13" if isinstance(mod, FusedMoE) else "weight"
     with pytest.raises(ValueError, match=rf"^{name}\w*: holds no packed weights yet"):
         mod(*args)
@@ -434,7 +405,7 @@ def test_empty_module_names_the_missing_weights_until_loaded(kind):
     assert torch.equal(mod(*args), packed(*args))
     # An empty module's state_dict holds empty blobs: loading it empties the target again.
     packed.load_state_dict(_empty_like(packed).state_dict())
-    assert all(t.is_empty for t in _packed(packed).values())
+    assert all(t.is_empty for t in packed_buffers(packed).values())
     with pytest.raises(ValueError, match="holds no packed weights yet"):
         packed(*args)
 
@@ -448,11 +419,11 @@ def test_constructors_wrap_given_packed_weights_and_check_them():
     with pytest.raises(ValueError, match=r"^weight: packed weights of shape \(40, 70\) .* do not fit"):
         TernaryLinear(70, 41, weight=mod.weight)
     experts, args = _build("moe_bf16")
-    again = FusedMoE(4, 64, 32, activation="swigluoai", bias=True, packed=_packed(experts))
+    again = FusedMoE(4, 64, 32, activation="swigluoai", bias=True, packed=packed_buffers(experts))
     again.w13_bias, again.w2_bias = experts.w13_bias, experts.w2_bias
     assert torch.equal(again(*args), experts(*args))
     with pytest.raises(ValueError, match=r"^w13: packed experts of shape \(4, 64, 64\) do not fit"):
-        FusedMoE(4, 64, 16, packed=_packed(experts))
+        FusedMoE(4, 64, 16, packed=packed_buffers(experts))
 
 
 # --- graph capture, caching, profiling -------------------------------------------------------

@@ -21,10 +21,11 @@ torch = pytest.importorskip(
 
 import cpukern  # noqa: E402
 import cpukern.torch as ct  # noqa: E402
-from cpukern import _ext, moe, ternary  # noqa: E402
+from cpukern import moe, ternary  # noqa: E402
 from cpukern.torch import FusedMoE, Linear, TernaryLinear, WidelyLinear  # noqa: E402
 from cpukern.torch import ops as ct_ops  # noqa: E402
 from cpukern.torch.packed import PackedWeightsTensor  # noqa: E402
+from packed_helpers import PackCounter, packed_buffers  # noqa: E402
 from variants import UNDER_QEMU, variant_params  # noqa: E402
 
 KIND_OP = {"ternary": "ternary_gemv", "ternary_int8": "ternary_gemv", "widely": "widely_linear",
@@ -90,28 +91,6 @@ def _build(kind, variant="", seed=0):
     b13, s13 = moe.quantize(w13)
     b2, s2 = moe.quantize(w2)
     return FusedMoE.from_mxfp4(b13, s13, b2, s2, topk=2, variant=variant), args
-
-
-def _packed(mod):
-    return {n: getattr(mod, n) for n in mod._PACKED}
-
-
-class PackCounter:
-    """Counts packing in the extension (prepare calls, and imports that packed again rather
-    than viewing the blob) while active."""
-
-    def __init__(self, monkeypatch):
-        self.calls = []
-        for name in ("ternary_prepare", "widely_linear_prepare", "moe_prepare",
-                     "packed_from_buffer"):
-            orig = getattr(_ext, name)
-
-            def counted(*a, _orig=orig, _name=name, **k):
-                result = _orig(*a, **k)
-                if _name != "packed_from_buffer" or not result.is_view:
-                    self.calls.append(_name)
-                return result
-            monkeypatch.setattr(_ext, name, counted)
 
 
 # --- the *_prepared ops ----------------------------------------------------------------------
@@ -304,7 +283,7 @@ def test_bad_blob_in_a_state_dict_names_the_key_and_replaces_nothing(case):
     sd = _build(kind, seed=1)[0].state_dict()  # other weights, which a good load would take
     sd = {"0." + k: v for k, v in sd.items()}
     mutate(sd, "0." + name)
-    before = {n: (t, t.blob) for n, t in _packed(mod).items()}
+    before = {n: (t, t.blob) for n, t in packed_buffers(mod).items()}
     with pytest.raises(exc[0] if exc else ValueError, match=rf"^0\.{name}: {message}"):
         outer.load_state_dict(sd)
     for n, (t, blob) in before.items():  # every packed weight, the good ones included
@@ -327,7 +306,7 @@ def test_plain_blobs_in_a_state_dict_load_like_safetensors(kind, tmp_path):
     assert all(type(v) is torch.Tensor for v in loaded.values())
     target, _ = _build(kind, seed=1)
     target.load_state_dict(loaded)
-    for name, t in _packed(target).items():
+    for name, t in packed_buffers(target).items():
         assert type(t) is PackedWeightsTensor and t.kind == getattr(mod, name).kind, name
         assert t.act == getattr(mod, name).act, name
     assert torch.equal(target(*args), want)

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed here")
 
 from cpukern.torch import FusedMoE, Linear, PackedWeightsTensor, TernaryLinear, WidelyLinear  # noqa: E402
+from packed_helpers import random_linear  # noqa: E402
 
 MODES = {"plain": contextlib.nullcontext, "no_grad": torch.no_grad,
          "inference_mode": torch.inference_mode}
@@ -24,13 +25,13 @@ KINDS = ["ternary", "ternary_int8", "widely", "dense", "moe"]
 def _make(kind: str, seed: int):
     g = torch.Generator().manual_seed(seed)
     if kind == "ternary":
-        return TernaryLinear.from_linear(_linear(64, 24, g))
+        return TernaryLinear.from_linear(random_linear(64, 24, g))
     if kind == "ternary_int8":
-        return TernaryLinear.from_linear(_linear(64, 24, g), act="int8")
+        return TernaryLinear.from_linear(random_linear(64, 24, g), act="int8")
     if kind == "widely":
-        return WidelyLinear.from_linear(_linear(32, 16, g))
+        return WidelyLinear.from_linear(random_linear(32, 16, g))
     if kind == "dense":
-        return Linear.from_linear(_linear(32, 16, g))
+        return Linear.from_linear(random_linear(32, 16, g))
     if kind == "moe":
         return FusedMoE.from_experts(torch.randn(4, 64, 32, generator=g) / 8,
                                      torch.randn(4, 32, 32, generator=g) / 8)
@@ -42,14 +43,6 @@ def _empty(kind):
             "ternary_int8": lambda: TernaryLinear(64, 24, act="int8"),
             "widely": lambda: WidelyLinear(32, 16), "dense": lambda: Linear(32, 16),
             "moe": lambda: FusedMoE(4, 32, 32)}[kind]()
-
-
-def _linear(i, o, g):
-    lin = torch.nn.Linear(i, o)
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(o, i, generator=g))
-        lin.bias.copy_(torch.randn(o, generator=g))
-    return lin
 
 
 def _inputs(kind, mod):
