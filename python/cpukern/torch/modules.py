@@ -166,16 +166,16 @@ class _PackedLinear(_PackedModule):
         # F.linear(x, self.weight, self.bias), without torch's __torch_function__ dispatch
         return _forward.packed_linear(x, self.weight, self.bias)
 
-    def _identity_rows(self, in_features: int) -> Tensor:
+    def _identity_rows(self) -> Tensor:
         """The layer on the unit vectors: row k is the weights' column k as the kernel computes
         it (O(in^2 * out) work: for checks on small layers)."""
         w = self.weight
         if w.kind == "ternary":  # exact: the fp32 rule on a unit vector
             w = PackedWeightsTensor(w.blob, verify=False, kind="ternary", act="fp32",
                                     _shape=tuple(w.shape), _weights=w.weights)
-        eye = torch.eye(in_features, dtype=torch.float32)
+        eye = torch.eye(self.in_features, dtype=torch.float32)
         return torch.cat([_forward.packed_linear(eye[i:i + 256], w)
-                          for i in range(0, in_features, 256)])
+                          for i in range(0, self.in_features, 256)])
 
     def dequantized(self) -> nn.Linear:
         """The float nn.Linear this layer computes, read back from the packed weights by
@@ -183,7 +183,7 @@ class _PackedLinear(_PackedModule):
         layers only: O(in^2 * out))."""
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
         with torch.no_grad():
-            lin.weight.copy_(self._identity_rows(self.in_features).T)
+            lin.weight.copy_(self._identity_rows().T)
             if self.bias is not None:
                 lin.bias.copy_(self.bias)
         return lin

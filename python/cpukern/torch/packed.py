@@ -31,12 +31,12 @@ Semantics:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 from cpukern import _ext, _packed
 
@@ -48,10 +48,10 @@ _ALIGN = 64  # from_buffer's alignment; torch's CPU allocator gives it to new te
 # the MoE packer: its header says op "moe", its kind "linear").
 KINDS = ("ternary", "widely_linear", "linear", "moe")
 _ACTS = ("fp32", "int8", "int8_bitnet")  # a ternary layer's activation rules (cpukern.ternary)
-# id(blob) -> (weak reference to the blob, its packed object): what the op, handed the blob
-# (a compiled graph unwraps the tensor), runs without reading the header again. Not an
-# attribute of the blob, which pickling would carry.
-_BY_BLOB: dict = {}
+# blob -> its packed object, keyed by identity, weakly: what the op, handed the blob (a
+# compiled graph unwraps the tensor), runs without reading the header again. Not an attribute
+# of the blob, which pickling would carry.
+_BY_BLOB = WeakIdKeyDictionary()
 
 
 def _new_blob(nbytes: int) -> Tensor:
@@ -72,20 +72,7 @@ def _is_eager(t: Tensor) -> bool:
 def _remember(blob: Tensor, weights: Any) -> None:
     """Notes `weights` as the packed object of `blob` (_BY_BLOB)."""
     if weights is not None and _is_eager(blob):
-        key = id(blob)
-        ref = weakref.ref(blob, lambda r, k=key: _BY_BLOB.pop(k, None) if _BY_BLOB.get(k, (None,))[0] is r else None)
-        _BY_BLOB[key] = (ref, weights)
-
-
-def _remembered(blob: Tensor) -> Any:
-    entry = _BY_BLOB.get(id(blob))
-    return entry[1] if entry is not None and entry[0]() is blob else None
-
-
-def _forget(blob: Tensor) -> None:
-    entry = _BY_BLOB.get(id(blob))
-    if entry is not None and entry[0]() is blob:
-        del _BY_BLOB[id(blob)]
+        _BY_BLOB[blob] = weights
 
 
 def _kind_of(weights: Any, kind: Optional[str], name: str) -> str:
@@ -240,7 +227,7 @@ class PackedWeightsTensor(Tensor):
             self._blob.share_memory_()
             if _is_eager(self._blob):
                 self._weights = None
-                _forget(self._blob)
+                _BY_BLOB.pop(self._blob, None)
         return self
 
     def is_shared(self) -> bool:
@@ -271,7 +258,7 @@ class PackedWeightsTensor(Tensor):
         shape, kind, act = ctx
         blob = inner["_blob"]
         return PackedWeightsTensor(blob, verify=False, kind=kind, act=act, _shape=shape,
-                                   _weights=_remembered(blob) if _is_eager(blob) else None)
+                                   _weights=_BY_BLOB.get(blob) if _is_eager(blob) else None)
 
     def __reduce_ex__(self, protocol: int) -> tuple:
         return (_rebuild, (self._blob, tuple(self.shape), self._kind, self._act))
@@ -377,7 +364,7 @@ def known_weights(t: Tensor, name: str, ops: tuple = ()) -> Any:
         raise TypeError(f"{name}: expected a PackedWeightsTensor or a 1-D uint8 tensor of packed "
                         f"weights, got {t.dtype if isinstance(t, Tensor) else type(t).__name__}")
     else:
-        w = _remembered(t) if _is_eager(t) else None
+        w = _BY_BLOB.get(t) if _is_eager(t) else None
     if w is not None and ops and w.op not in ops:
         raise ValueError(f"{name}: expected prepared weights of {' or '.join(ops)}, got op "
                          f"{w.op!r}")

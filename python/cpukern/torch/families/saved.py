@@ -16,7 +16,6 @@ from torch import nn
 from cpukern.torch.families.common import MoEExperts, safetensors_header
 from cpukern.torch.experts import FusedMoE
 from cpukern.torch.modules import Linear, TernaryLinear, _PackedModule, _wrap_blobs
-from cpukern.torch.packed import PackedWeightsTensor
 
 # The classes a saved description may name (nothing else is ever imported from it).
 _CLASSES = {f"{c.__module__}.{c.__qualname__}": c
