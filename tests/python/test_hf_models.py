@@ -221,6 +221,20 @@ def check_against_stock(kind, ref, model, bound):
     return float(err.max())
 
 
+def dense_packed(mod, format="bf16"):
+    """Whether `mod` is a model's own nn.Linear whose weight cpukern packed in place (its class
+    kept), in `format`, with nothing beside the packed weight but its bias."""
+    return (type(mod) is torch.nn.Linear and isinstance(mod.weight, ct.PackedWeightsTensor)
+            and mod.weight.weights.format == format and packed_only(mod))
+
+
+def cpukern_layers(model):
+    """The modules of `model` that run on cpukern: its own stand-ins and the nn.Linear layers
+    whose weight is packed."""
+    return [m for m in model.modules() if isinstance(m, (ct.TernaryLinear, ct.FusedMoE))
+            or (type(m) is torch.nn.Linear and isinstance(m.weight, ct.PackedWeightsTensor))]
+
+
 def packed_only(mod):
     """Whether a cpukern module holds its weights packed only: its packed tensors (FusedMoE:
     w13, w2; the linear layers: weight) are loaded PackedWeightsTensors, and every other tensor
@@ -251,11 +265,11 @@ def test_patch_matches_stock(checkpoints, kind, variant):
     layers = {"bitnet": 7 * n, "gpt_oss": n, "qwen3_moe": n}[kind]
     dense = {"bitnet": 0, "gpt_oss": 4 * n + 1, "qwen3_moe": 4 * n + 1}[kind]
     assert len(report.replaced) == layers + dense, str(report)
-    assert sum(w == "Linear bf16" for _, _, w in report.replaced) == dense, str(report)
+    assert sum(w == "weight packed bf16" for _, _, w in report.replaced) == dense, str(report)
     if kind == "bitnet":
         assert any(n == "lm_head" for n, _, _ in report.left), str(report)
     else:
-        assert isinstance(model.lm_head, ct.Linear) and packed_only(model.lm_head)
+        assert dense_packed(model.lm_head)
     # one-token attention on cpukern.torch.attention (stock SDPA / eager otherwise)
     assert model.config._attn_implementation == ATTENTION[kind], model.config._attn_implementation
     fmt = {"bitnet": "int8_bitnet", "gpt_oss": "mxfp4", "qwen3_moe": "bf16"}[kind]
@@ -281,10 +295,9 @@ def test_from_pretrained_matches_stock(checkpoints, kind, variant):
     if kind == "bitnet":
         assert isinstance(model.model.layers[0].self_attn.q_proj, ct.TernaryLinear)
     # One copy of the weights: the packed ones.
-    cpukern_layers = [m for m in model.modules()
-                      if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.Linear))]
-    assert isinstance(model.lm_head, ct.Linear) == (kind != "bitnet")  # bf16 models
-    assert cpukern_layers and all(packed_only(m) for m in cpukern_layers)
+    layers = cpukern_layers(model)
+    assert dense_packed(model.lm_head) == (kind != "bitnet")  # bf16 models
+    assert layers and all(packed_only(m) for m in layers)
 
 
 @pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
@@ -298,7 +311,8 @@ def test_dense_layers_options(checkpoints, kind):
     assert ("lm_head", "Linear", "dense=None: dense layers stay in torch") in report.left
     check_against_stock(kind, ref, plain, BOUND[(kind, fmt)])
     w8 = ct.from_pretrained(checkpoints[kind], dense="int8")
-    assert w8.lm_head.format == "int8" and w8.model.layers[0].self_attn.q_proj.format == "int8"
+    assert dense_packed(w8.lm_head, "int8")
+    assert dense_packed(w8.model.layers[0].self_attn.q_proj, "int8")
     check_against_stock(kind, ref, w8, BOUND[(kind, "dense_int8")])
     with pytest.raises(ValueError, match=r"^dense: "):
         ct.patch(copy.deepcopy(ref), dense="fp8")
@@ -309,8 +323,9 @@ def test_bitnet_bf16_lm_head(checkpoints):
     in bf16 here): the tied bf16 lm_head on cpukern against the same model with it in torch;
     the embedding keeps its weights."""
     model = ct.from_pretrained(checkpoints["bitnet"], dtype=torch.bfloat16)
-    assert ("lm_head", "Linear", "Linear bf16") in model.cpukern_report.replaced
-    assert isinstance(model.lm_head, ct.Linear) and model.model.embed_tokens.weight.numel() > 0
+    assert ("lm_head", "Linear", "weight packed bf16") in model.cpukern_report.replaced
+    assert dense_packed(model.lm_head) and model.model.embed_tokens.weight.numel() > 0
+    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
     ref = ct.from_pretrained(checkpoints["bitnet"], dtype=torch.bfloat16, dense=None)
     assert type(ref.lm_head) is torch.nn.Linear
     check_against_stock("bitnet", ref, model, BOUND[("bitnet", "bf16")])

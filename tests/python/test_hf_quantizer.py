@@ -30,7 +30,7 @@ from cpukern import moe  # noqa: E402
 from cpukern.torch import CpukernConfig  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from test_hf_models import (BOUND, PROMPT, _common, check_against_stock, decode,  # noqa: E402
-                             gpt_oss_checkpoint, packed_only, stock)
+                             gpt_oss_checkpoint, packed_only, stock, dense_packed, cpukern_layers)
 # test_hf_models' fixtures: its checkpoints, and eager torch on one thread (autouse)
 from test_hf_models import checkpoints, eager_one_thread  # noqa: E402,F401
 from variants import variant_params  # noqa: E402
@@ -93,7 +93,7 @@ def test_quantizer_matches_stock(checkpoints, bf16_gpt_oss, kind, variant):
     assert isinstance(experts.moe.w13, ct.PackedWeightsTensor) and packed_only(experts.moe)
     assert not [k for k, v in experts.state_dict().items()
                 if v.is_floating_point() and not k.endswith("bias")]
-    assert isinstance(model.lm_head, ct.Linear)
+    assert dense_packed(model.lm_head)
     if kind == "gpt_oss_bf16":  # random bf16 experts stay bf16 by default
         assert "kept bf16" in str(model.cpukern_report)
     # inference only: no parameter requires grad, so a plain call needs no torch.no_grad()
@@ -130,7 +130,7 @@ def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
     # A LM head left to torch (BitNet's fp32 one) is compared on its inputs only: torch's fp32
     # GEMV rounds differently with the weight's address (the same weights 24 and 0 bytes past a
     # 64-byte boundary gave different last bits).
-    torch_head = not isinstance(model.lm_head, ct.Linear)
+    torch_head = not dense_packed(model.lm_head)
     logits_wrapped, _, states_wrapped = decode(wrapped, steps=1, hidden=True)
     assert torch.equal(states_wrapped, states[:2])
     assert torch_head or torch.equal(logits_wrapped, logits[:2])
@@ -140,8 +140,8 @@ def test_save_and_reload_bitwise(checkpoints, tmp_path, kind):
     before, after = _packed_tensors(model), _packed_tensors(again)
     assert before and before.keys() == after.keys()
     assert all(torch.equal(before[k].blob, after[k].blob) for k in before)
-    assert all(packed_only(m) for m in again.modules()
-               if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.Linear)))
+    assert all(packed_only(m) for m in cpukern_layers(again))
+    assert cpukern_layers(again) and torch_head == (type(again.lm_head.weight) is not ct.PackedWeightsTensor)
     logits_again, _, states_again = decode(again, steps=4, hidden=True)
     assert torch.equal(states_again, states)
     assert torch_head or torch.equal(logits_again, logits)
@@ -278,7 +278,7 @@ def test_gpt_oss_mxfp4_other_swiglu_limit(tmp_path):
         model = ct.from_pretrained(path)
     n = ref.config.num_hidden_layers
     assert all("dequantised" in why for why in _left_for_swiglu(model.cpukern_report, n, 3.0))
-    assert isinstance(model.lm_head, ct.Linear)
+    assert dense_packed(model.lm_head)
     _experts_match(model, ref, 3.0)
     check_against_stock("gpt_oss", ref, model, BOUND[("gpt_oss", "mxfp4")])
     with pytest.warns(UserWarning, match=r"swiglu_limit=3\.0"):
@@ -673,7 +673,7 @@ def _check_int8_head_bound(model, w):
     inputs and the bf16 head weights w (V, K), per logit; and further from it than bf16 would
     be somewhere (the test can tell the two apart)."""
     head = model.get_output_embeddings()
-    assert isinstance(head, ct.Linear) and head.format == "int8"
+    assert dense_packed(head, "int8")
     x, y = _head_inputs_outputs(model)
     xd, wd = x.to(torch.float64), w.to(torch.float64)
     k = xd.shape[1]
@@ -695,15 +695,15 @@ def test_int8_lm_head_within_its_bound(checkpoints):
     w = load_file(os.path.join(path, "model.safetensors"))["lm_head.weight"]
     with pytest.warns(UserWarning, match="W8A8 LM head"):
         model = load(path, lm_head="int8")
-    assert model.model.layers[0].self_attn.q_proj.format == "bf16"
+    assert model.model.layers[0].self_attn.q_proj.weight.weights.format == "bf16"
     _check_int8_head_bound(model, w)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert load(path).lm_head.format == "bf16"  # the default: bf16, no warning
-    assert ct.from_pretrained(path, lm_head="int8").lm_head.format == "int8"
+        assert load(path).lm_head.weight.weights.format == "bf16"  # the default: bf16, no warning
+    assert ct.from_pretrained(path, lm_head="int8").lm_head.weight.weights.format == "int8"
     both = load(path, dense="int8", lm_head="bf16")  # lm_head overrides dense for the head
-    assert both.lm_head.format == "bf16"
-    assert both.model.layers[0].self_attn.q_proj.format == "int8"
+    assert both.lm_head.weight.weights.format == "bf16"
+    assert both.model.layers[0].self_attn.q_proj.weight.weights.format == "int8"
     with pytest.raises(ValueError, match="^lm_head"):
         load(path, lm_head="int4")
     with pytest.raises(TypeError, match="^lm_head"):
@@ -730,3 +730,25 @@ def test_int8_lm_head_tied_keeps_bf16_embedding(checkpoints, tmp_path):
         ct.patch(plain, lm_head="int8")
     assert torch.equal(plain.get_input_embeddings().weight, emb)
     _check_int8_head_bound(plain, emb)
+
+
+def test_tied_lm_head_saves_and_reloads_packed(checkpoints, tmp_path):
+    """A tied LM head keeps its nn.Linear class with its own packed weight, and the embedding
+    its stored bf16 tensor; saved and loaded again (transformers ties weights on loading) the
+    head is still the packed one, the embedding still the stored one, the logits bit for bit."""
+    path = str(tmp_path / "tied")
+    sd = _tied_copy(checkpoints["qwen3_moe"], path)
+    del sd["lm_head.weight"]
+    save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    emb = sd["model.embed_tokens.weight"]
+    model = load(path)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    logits = model(input_ids=ids).logits
+    model.save_pretrained(str(tmp_path / "saved"))
+    for again in (transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved")),
+                  ct.from_pretrained(str(tmp_path / "saved"))):
+        assert dense_packed(again.lm_head)
+        assert torch.equal(again.lm_head.weight.blob, model.lm_head.weight.blob)
+        got = again.get_input_embeddings().weight
+        assert got.dtype == torch.bfloat16 and torch.equal(got, emb)
+        assert torch.equal(again(input_ids=ids).logits, logits)

@@ -18,6 +18,7 @@ torch = pytest.importorskip(
 
 import torch.nn.functional as F  # noqa: E402
 
+import cpukern.torch as ct  # noqa: E402
 from cpukern import _ext, moe, ternary  # noqa: E402
 from cpukern.torch import FusedMoE, Linear, PackedWeightsTensor, TernaryLinear, WidelyLinear  # noqa: E402
 from packed_helpers import PackCounter, packed_buffers, random_linear  # noqa: E402
@@ -365,6 +366,65 @@ def test_nn_linear_with_a_packed_weight_compiles_fullgraph(kind, dynamo):
     assert torch.equal(compiled(x), mod(x))
     seq = torch.nn.Sequential(lin, torch.nn.ReLU())
     assert torch.equal(torch.compile(seq, fullgraph=True, backend="aot_eager")(x), torch.relu(mod(x)))
+
+
+DENSE_FORMATS = [pytest.param(fmt, p.values[0], id=f"{fmt}-{p.values[0]}", marks=p.marks)
+                 for fmt in ("bf16", "int8") for p in variant_params("linear")]
+
+
+@pytest.mark.parametrize("fmt,variant", DENSE_FORMATS)
+def test_pack_linear_packs_in_place_and_keeps_the_class(fmt, variant):
+    """pack_linear_: the nn.Linear keeps its class, bias and forward; its weight is a packed
+    Parameter that computes what Linear.from_linear computes, bit for bit; its state_dict
+    (the packed tensor or the plain blob, as safetensors stores it) loads into another packed
+    nn.Linear; deepcopy and torch.save carry it."""
+    g = torch.Generator().manual_seed(3)
+    lin = random_linear(64, 40, g).to(torch.bfloat16)
+    ref = Linear.from_linear(lin, format=fmt, variant=variant)
+    x = torch.randn(5, 64, generator=g)
+    assert ct.pack_linear_(lin, format=fmt, variant=variant) is lin
+    assert type(lin) is torch.nn.Linear and type(lin.bias) is torch.nn.Parameter
+    assert isinstance(lin.weight, PackedWeightsTensor) and isinstance(lin.weight, torch.nn.Parameter)
+    assert lin.weight.kind == "linear" and lin.weight.weights.format == fmt
+    assert not lin.weight.requires_grad and torch.equal(lin(x), ref(x))
+    for state in (lin.state_dict(), {k: getattr(v, "blob", v) for k, v in lin.state_dict().items()}):
+        other = ct.pack_linear_(random_linear(64, 40, g).to(torch.bfloat16), format=fmt)
+        other.load_state_dict(state)
+        assert torch.equal(other(x), ref(x))
+    buf = io.BytesIO()
+    torch.save(lin, buf)
+    buf.seek(0)
+    for again in (copy.deepcopy(lin), torch.load(buf, weights_only=False)):
+        assert type(again) is torch.nn.Linear and torch.equal(again(x), ref(x))
+
+
+def test_pack_linear_bad_input_names_the_argument():
+    lin = torch.nn.Linear(64, 40).to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"^linear: expected an nn.Linear"):
+        ct.pack_linear_(torch.nn.Conv1d(2, 2, 1))
+    with pytest.raises(ValueError, match=r"^format: "):
+        ct.pack_linear_(lin, format="fp8")
+    with pytest.raises(ValueError, match=r"^variant: "):
+        ct.pack_linear_(lin, variant="avx1024")
+    int_lin = torch.nn.Linear(64, 40)
+    int_lin.weight = torch.nn.Parameter(torch.ones(40, 64, dtype=torch.int32), requires_grad=False)
+    with pytest.raises(TypeError, match=r"^linear.weight: expected a floating-point tensor"):
+        ct.pack_linear_(int_lin)
+    assert type(lin.weight) is torch.nn.Parameter  # nothing was changed by the refusals
+    ct.pack_linear_(lin)
+    state = lin.state_dict()
+    small = ct.pack_linear_(torch.nn.Linear(32, 40).to(torch.bfloat16))
+    with pytest.raises(ValueError, match=r"^weight: packed weight of shape \(1, 40, 64\) does "
+                                         r"not fit this layer \(1, 40, 32\)"):
+        small.load_state_dict(state)
+    with pytest.raises(TypeError, match=r"^weight: expected a 1-D uint8 tensor of packed weights"):
+        lin.load_state_dict({"weight": torch.randn(40, 64), "bias": state["bias"]})
+    with pytest.raises(ValueError, match=r"^weight: "):
+        lin.load_state_dict({"weight": torch.zeros(8, dtype=torch.uint8), "bias": state["bias"]})
+    ternary_state = {"weight": TernaryLinear.from_linear(torch.nn.Linear(64, 40)).weight.blob,
+                     "bias": state["bias"]}
+    with pytest.raises(ValueError, match=r"^weight: holds packed weights of op 'ternary'"):
+        lin.load_state_dict(ternary_state)
 
 
 def test_f_linear_on_experts_is_a_type_error_naming_weight():

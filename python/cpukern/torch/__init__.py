@@ -2,7 +2,7 @@
 
 Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
 torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
-``modules`` (TernaryLinear, WidelyLinear, Linear), ``experts`` (FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
+``modules`` (TernaryLinear, WidelyLinear), ``dense`` (Linear, pack_linear_), ``experts`` (FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
 transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
 quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
 as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
@@ -109,11 +109,12 @@ from cpukern.torch._weight_cache import cache_info, clear_cache
 from cpukern.torch.packed import PackedWeightsTensor
 from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # registers the ops
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
-from cpukern.torch.modules import Linear, TernaryLinear, WidelyLinear
+from cpukern.torch.dense import Linear, pack_linear_
+from cpukern.torch.modules import TernaryLinear, WidelyLinear
 from cpukern.torch.experts import FusedMoE
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "FusedMoE", "PackedWeightsTensor",
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "pack_linear_", "FusedMoE", "PackedWeightsTensor",
            "clear_cache", "cache_info", "patch", "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
 
 

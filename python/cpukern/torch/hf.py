@@ -13,11 +13,12 @@ grouped float32 attention in torch ops instead of torch's bf16 flash-attention C
 runs one token with scalar code on CPUs without AMX. ``model.set_attn_implementation("sdpa")``
 goes back to transformers' own.
 Every family: each other ``nn.Linear`` with bf16 weights (attention projections, the LM head)
--> ``cpukern.torch.Linear`` (``dense="bf16"``, the default: bf16 in, fp32 accumulation, bf16
-out, torch's own arithmetic up to the summation order), or W8A8 with ``dense="int8"`` (faster,
-not exact: warns), or left in torch with ``dense=None``. Linear layers with float32 weights
-stay in torch (cpukern's dense kernels compute in bf16). A tied LM head keeps the embedding's
-weights in torch and holds its own packed copy.
+keeps its class and has its weight packed in place (``cpukern.torch.pack_linear_``: a
+PackedWeightsTensor that F.linear runs on cpukern.linear; ``dense="bf16"``, the default: bf16
+in, fp32 accumulation, bf16 out, torch's own arithmetic up to the summation order), or W8A8
+with ``dense="int8"`` (faster, not exact: warns), or left in torch with ``dense=None``. Linear
+layers with float32 weights stay in torch (cpukern's dense kernels compute in bf16). A tied LM
+head keeps the embedding's weights in torch and holds its own packed copy.
 
 Numerics against stock transformers (tests/python/test_hf_models.py): float32 BitNet models
 compute the same int8 codes and the same integer sums; the rescale differs in the last bits.
@@ -36,7 +37,7 @@ import torch
 from torch import nn
 
 from cpukern.torch.attention import use_decode_attention
-from cpukern.torch.families import SUPPORTED, family_for  # noqa: F401 - SUPPORTED re-exported
+from cpukern.torch.families import SUPPORTED, check_family, family_for  # noqa: F401 - SUPPORTED re-exported
 from cpukern.torch.families.common import MoEExperts, PatchReport, options
 
 __all__ = ["patch", "from_pretrained", "PatchReport", "MoEExperts"]
@@ -100,7 +101,7 @@ def from_pretrained(path: str | os.PathLike, *, variant: Optional[str] = None,
             StrictDataclassError) as e:
         raise ValueError(f"path: {os.path.join(path, 'config.json')} is not a valid "
                          f"transformers config ({type(e).__name__}: {e})") from None
-    family_for(config, "path")
+    check_family(config, "path")  # the adapter is resolved once, by the quantizer
     stored = getattr(config, "quantization_config", None)
     if stored is not None and not isinstance(stored, dict):
         stored = stored.to_dict()

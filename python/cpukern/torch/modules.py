@@ -1,5 +1,5 @@
-"""nn.Modules whose weights are packed: TernaryLinear, WidelyLinear, Linear (stand-ins for
-nn.Linear) and, on the same base, FusedMoE (cpukern.torch.experts).
+"""nn.Modules whose weights are packed: TernaryLinear, WidelyLinear (stand-ins for nn.Linear)
+and, on the same base, Linear (cpukern.torch.dense) and FusedMoE (cpukern.torch.experts).
 
 Packed weights are the weights: each module holds them as cpukern.torch.PackedWeightsTensor
 buffers (``weight``; FusedMoE: ``w13`` and ``w2``) and keeps no float or plain copy, no
@@ -38,16 +38,15 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern import widely_linear as _widely_linear
-from cpukern._arrays import bool_arg, int_arg, str_arg
+from cpukern._arrays import bool_arg, int_arg
 from cpukern._dtypes import act_arg
 from cpukern.torch import forward as _forward
 from cpukern.torch import ops as _ops
 from cpukern.torch.packed import PackedWeightsTensor
 
-__all__ = ["TernaryLinear", "WidelyLinear", "Linear"]
+__all__ = ["TernaryLinear", "WidelyLinear"]
 
 def _variant_arg(variant: str) -> Optional[str]:
     """variant= of a constructor: "" (automatic) or a variant name (checked by the packer)."""
@@ -340,60 +339,3 @@ class WidelyLinear(_PackedLinear):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"stages={self.stages}, bias={self.bias is not None}")
-
-
-class Linear(_PackedLinear):
-    """A dense nn.Linear on cpukern's fused-MoE GEMM micro-kernels (the op "linear",
-    cpukern.linear: one expert, no routing): bf16 activations in, fp32 accumulation, bf16 out,
-    the arithmetic of torch's bf16 nn.Linear up to the summation order. For the bf16 layers of
-    a model that are not ternary or experts: attention projections, the LM head.
-
-    ``weight``: packed bf16 (``format="bf16"``) or int8 W8A8 (``format="int8"``: per-channel
-    int8 weights, activations quantised per token at run time; faster, not exact); ``bias`` bf16
-    (out,) or None. x: any float dtype (..., in), rounded to bf16 for the kernel; returns x's
-    dtype.
-
-    Bound (tested on K in-features, bf16 weights): against the exact x @ W.T + bias of the bf16
-    values, |y - y_ref| <= 2**-8 * |y_ref| + (K + 1) * 2**-23 * (sum_k |x_k w_k| + |bias|)
-    + 2**-126 * (2K + 2 + sum_k (|x_k| + |w_k|)) (the bf16 rounding of the output, the fp32
-    sums, and underflow: cpukern.linear's bound).
-    """
-
-    _PACKED = {"weight": "linear"}
-    _act_dtype = torch.bfloat16
-
-    def __init__(self, in_features: int, out_features: int, bias: Any = True, *,
-                 format: str = "bf16", weight: Optional[PackedWeightsTensor] = None) -> None:
-        super().__init__()
-        self.format = str_arg(format, "format", ("bf16", "int8"))
-        self._init_linear(in_features, out_features, bias, weight, torch.bfloat16)
-
-    def _check_fits(self, key: str, p: Any) -> None:
-        if p.op != "moe" or tuple(p.shape) != (1, self.out_features, self.in_features):
-            raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
-                             f"layer (1, {self.out_features}, {self.in_features})")
-        if p.format != self.format:
-            raise ValueError(f"{key}: packed as {p.format}, this layer is {self.format}")
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear, *, format: str = "bf16", variant: str = "") -> "Linear":
-        """The layer of an nn.Linear's weights, packed now (format "bf16": rounded to bf16;
-        "int8": W8A8, per-channel int8 weights from cpukern.moe.quantize)."""
-        if not isinstance(linear, nn.Linear):
-            raise TypeError(f"linear: expected an nn.Linear, got {type(linear).__name__}")
-        format = str_arg(format, "format", ("bf16", "int8"))
-        _float_weight(linear.weight, "linear.weight")
-        bias = _bias_of(linear, torch.bfloat16)
-        with torch.no_grad():
-            w = linear.weight.detach().to(torch.bfloat16).contiguous().unsqueeze(0)
-            scales = None
-            if format == "int8":
-                w, scales = _moe.quantize(w, format="int8")
-            blob = _ops.prepare_experts_tensor(w, "weight",
-                                               _ops.linear_variant(_variant_arg(variant)), scales)
-        weight = PackedWeightsTensor(blob, verify=False, kind="linear")
-        return cls(linear.in_features, linear.out_features, bias, format=format, weight=weight)
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, format={self.format!r}")

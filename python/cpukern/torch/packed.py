@@ -99,9 +99,10 @@ class PackedWeightsTensor(Tensor):
     is checked (ValueError naming `name`), and with verify its payload checksum. kind: None
     (the op the header names) or "linear" for one expert of a dense layer; act: a ternary
     layer's activation rule ("fp32" by default). A ternary layout (or widely-linear's public
-    one) made for a variant this CPU cannot run is unpacked and packed again for it (the cached
-    object is then a copy beside the blob); other layouts of such a variant (MoE and dense
-    packings, widely-linear lookup layouts) cannot be unpacked: ValueError."""
+    one) made for a variant this CPU cannot run is unpacked and packed again for it, and that
+    packing's bytes replace the blob (one copy: the tensor then holds, and saves, this CPU's
+    layout); other layouts of such a variant (MoE and dense packings, widely-linear lookup
+    layouts) cannot be unpacked: ValueError."""
 
     @staticmethod
     def __new__(cls, blob: Tensor, *, name: str = "blob", verify: bool = True,
@@ -130,6 +131,12 @@ class PackedWeightsTensor(Tensor):
                                      f"layout that cannot be unpacked (MoE and dense packings, "
                                      f"widely-linear lookup layouts); pack the weights again here "
                                      f"from their checkpoint") from None
+                if not weights.is_view:
+                    # Packed again for this CPU: that packing, serialised, becomes the blob
+                    # (one copy, and what saving writes), the other CPU's blob is dropped.
+                    int8 = kind in (None, "ternary") and act not in (None, "fp32")
+                    blob = _packed.to_owned_tensor(weights, int8)
+                    weights = _load(blob, False, name)
             if weights is not None:
                 kind = _kind_of(weights, kind, name)
                 shape = _logical_shape(weights, kind)

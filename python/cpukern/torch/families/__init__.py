@@ -11,18 +11,25 @@ from typing import Any
 
 from cpukern.torch.families.common import Family
 
-__all__ = ["Family", "family_for", "checkpoint_layout", "SUPPORTED"]
+__all__ = ["Family", "family_for", "check_family", "checkpoint_layout", "SUPPORTED"]
 
 _MODULES = {"bitnet": "bitnet", "gpt_oss": "gpt_oss", "qwen3_moe": "qwen3_moe"}
 SUPPORTED = tuple(_MODULES)
 
 
-def family_for(config: Any, what: str = "model") -> Family:
-    """The adapter of a transformers config (its ``model_type``); ValueError naming `what` for
-    a family cpukern has none for."""
+def check_family(config: Any, what: str = "model") -> str:
+    """The ``model_type`` of a transformers config, checked to be a family cpukern has an
+    adapter for (ValueError naming `what`), without resolving the adapter."""
     kind = getattr(config, "model_type", None)
     if not isinstance(kind, str) or kind not in _MODULES:
         raise ValueError(f"{what}: model_type {kind!r} is not one of {SUPPORTED}")
+    return kind
+
+
+def family_for(config: Any, what: str = "model") -> Family:
+    """The adapter of a transformers config (its ``model_type``); ValueError naming `what` for
+    a family cpukern has none for."""
+    kind = check_family(config, what)
     return importlib.import_module(f"cpukern.torch.families.{_MODULES[kind]}").FAMILY
 
 

@@ -22,7 +22,8 @@ from cpukern import ternary as _ternary
 from cpukern._arrays import MAX_THREADS, int_arg, str_arg
 from cpukern.torch._pages import drop_mapped_pages
 from cpukern.torch.experts import FusedMoE
-from cpukern.torch.modules import Linear, TernaryLinear
+from cpukern.torch.dense import pack_linear_
+from cpukern.torch.modules import TernaryLinear
 
 DENSE = ("bf16", "int8")
 
@@ -163,7 +164,8 @@ def fused_moe(w13: Tensor, w2: Tensor, b13: Optional[Tensor], b2: Optional[Tenso
 
 @dataclasses.dataclass
 class Step:
-    """One module to replace: `build()` makes the packed cpukern module."""
+    """One module to pack: `build()` returns the packed cpukern module, or the module itself
+    with its weight packed in place (a dense nn.Linear keeps its class)."""
 
     name: str
     cls: str
@@ -243,7 +245,8 @@ class Family:
 
     def plan_dense(self, name: str, mod: nn.Module, model: nn.Module, opts: Options,
                    head: bool = False) -> Any:
-        """A bf16 nn.Linear in the format dense= asks for; the LM head (head) in lm_head's
+        """A bf16 nn.Linear, its weight packed in place in the format dense= asks for (the
+        layer keeps its class: cpukern.torch.pack_linear_); the LM head (head) in lm_head's
         where that is given."""
         fmt, option = opts.dense, "dense"
         if head and opts.lm_head is not None:
@@ -258,7 +261,7 @@ class Family:
         if fmt == "int8":
             lossy = ("lm_head='int8' (W8A8 LM head)" if option == "lm_head"
                      else "dense='int8' (W8A8 dense layers)")
-        return Step(name, "Linear", f"Linear {fmt}", lambda: Linear.from_linear(
+        return Step(name, "Linear", f"weight packed {fmt}", lambda: pack_linear_(
             mod, format=fmt, variant=_dense_variant(opts.variant)), lossy=lossy)
 
     def plan(self, model: nn.Module, opts: Options) -> tuple[list, list]:
@@ -298,12 +301,13 @@ class Family:
             cpukern.set_num_threads(opts.threads)
         with torch.no_grad():
             for step in steps:
+                old = list(_tensors(model.get_submodule(step.name)))
                 new = step.build()
-                old = model.get_submodule(step.name)
-                model.set_submodule(step.name, new)
+                if new is not model.get_submodule(step.name):
+                    model.set_submodule(step.name, new)
                 report.replaced.append((step.name, step.cls, step.what))
                 # pages of tensors the model still holds stay
-                drop_mapped_pages(_tensors(old), _tensors(model))
+                drop_mapped_pages(old, _tensors(model))
                 del new, old
                 step.build = None  # frees the old module's tensors the closure holds
 

@@ -1,9 +1,10 @@
-"""Saving and loading packed models: what each replaced module is (its class, its plain
+"""Saving and loading packed models: what each packed module is (its class, its plain
 attributes, which tensors are parameters), recorded in the saved ``quantization_config``; on
 loading, the same modules are built on the meta device with the stored tensors' shapes, so that
 transformers' loader fills them, and their packed weights are then checked (header, checksum,
 fit) and used as stored, packed again for this CPU from their own layout (ternary), or
-refused."""
+refused. A dense nn.Linear whose weight was packed in place (pack_linear_) is saved as an
+nn.Linear whose ``weight`` is the blob."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from torch import nn
 
 from cpukern.torch.families.common import MoEExperts, safetensors_header
 from cpukern.torch.experts import FusedMoE
-from cpukern.torch.modules import Linear, TernaryLinear, _PackedModule, _wrap_blobs
+from cpukern.torch.dense import Linear, adopt_dense_weight, set_packed_weight
+from cpukern.torch.modules import TernaryLinear, _PackedModule, _wrap_blobs
+from cpukern.torch.packed import PackedWeightsTensor
 
 # The classes a saved description may name (nothing else is ever imported from it).
 _CLASSES = {f"{c.__module__}.{c.__qualname__}": c
-            for c in (TernaryLinear, FusedMoE, Linear, MoEExperts, nn.Sequential)}
+            for c in (TernaryLinear, FusedMoE, Linear, MoEExperts, nn.Sequential, nn.Linear)}
 _CLASSES["transformers.models.llama.modeling_llama.LlamaRMSNorm"] = None  # imported on use
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -32,13 +35,15 @@ def describe(mod: nn.Module) -> dict:
     """A JSON description of a replaced module: class, plain attributes, parameter names,
     children."""
     name = _class_name(mod)
-    if name not in _CLASSES:
+    if name not in _CLASSES or (type(mod) is nn.Linear
+                                and not isinstance(mod.weight, PackedWeightsTensor)):
         raise ValueError(f"cannot describe a {name} for saving")
     return {"class": name,
             "attrs": {k: v for k, v in vars(mod).items()
                       if isinstance(v, _PLAIN)},
             "params": sorted(mod._parameters),
-            "absent": sorted(k for k, v in mod._buffers.items() if v is None),
+            "absent": sorted(k for k, v in [*mod._buffers.items(), *mod._parameters.items()]
+                             if v is None),
             "children": {k: describe(c) for k, c in mod._modules.items()}}
 
 
@@ -72,13 +77,17 @@ def _skeleton(desc: dict, prefix: str, stored: dict, where: str) -> nn.Module:
         else:
             mod.register_buffer(name, t)
     for name in desc["absent"]:
-        mod.register_buffer(str(name), None)
+        if name in desc["params"]:
+            mod.register_parameter(str(name), None)
+        else:
+            mod.register_buffer(str(name), None)
     for k, child in desc["children"].items():
         mod.add_module(k, _skeleton(child, f"{prefix}{k}.", stored, where))
-    if isinstance(mod, _PackedModule):
-        for name in mod._PACKED:
-            if name not in mod._buffers:
-                raise ValueError(f"{where}: the checkpoint has no {prefix}{name}")
+    packed = (mod._PACKED if isinstance(mod, _PackedModule)
+              else ("weight",) if type(mod) is nn.Linear else ())
+    for name in packed:
+        if getattr(mod, name, None) is None:
+            raise ValueError(f"{where}: the checkpoint has no {prefix}{name}")
     return mod
 
 
@@ -106,7 +115,10 @@ def adopt_loaded(model: nn.Module, described: dict) -> None:
     with torch.no_grad():
         for name in described:
             for sub, mod in model.get_submodule(name).named_modules(prefix=name):
-                if isinstance(mod, _PackedModule):
+                if type(mod) is nn.Linear:
+                    set_packed_weight(mod, adopt_dense_weight(mod, f"{sub}.weight",
+                                                              mod.weight.detach()))
+                elif isinstance(mod, _PackedModule):
                     state = {f"{sub}.{n}": mod._buffers[n] for n in mod._PACKED}
                     _wrap_blobs(mod, state, f"{sub}.")
                     for n in mod._PACKED:
