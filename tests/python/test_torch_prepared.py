@@ -198,6 +198,58 @@ def test_prepared_op_bad_input_names_the_argument(form):
                        ternary.gemv(ternary.prepare(packed, 64, scale, variant="reference"), x))
 
 
+def _bad_tensor_args(x):
+    """Tensors the ops must refuse naming the argument: (tensor, exception, message start)."""
+    return [(x.to(torch.float16), TypeError, "expected"),
+            (x.clone().requires_grad_(x.is_floating_point()), TypeError, "expected a tensor that does not require grad"),
+            (x.to(torch.int16), TypeError, "expected"),
+            (x.t() if x.dim() == 2 and x.shape[0] > 1 else x.expand(2, *x.shape)[1:].transpose(0, -1), (TypeError, ValueError), "")]
+
+
+@pytest.mark.parametrize("kind", ["ternary_int8", "dense", "moe_bf16"])
+def test_prepared_ops_on_packed_tensors_check_each_tensor_argument(kind):
+    """The ops' calls on a PackedWeightsTensor (the modules' path) refuse a tensor of another
+    dtype, one that requires grad, 16-bit integers read as bf16 or a non-contiguous tensor,
+    naming the argument, and never run on them; a lazily negated view runs on its values (the
+    dispatcher resolves it before the op)."""
+    mod, args = _build(kind)
+    if isinstance(mod, FusedMoE):
+        tw, ids = mod.route(args[1])
+        good = dict(x=args[0], topk_weights=tw, topk_ids=ids, w13_bias=mod.w13_bias)
+
+        def call(**kw):
+            a = dict(good, **kw)
+            return torch.ops.cpukern.fused_moe_prepared(a["x"], mod.w13, mod.w2, a["topk_weights"],
+                                                        a["topk_ids"], mod.activation,
+                                                        a["w13_bias"], mod.w2_bias)
+        names = ["x", "topk_weights", "w13_bias"]
+    elif isinstance(mod, Linear):
+        good = dict(x=args[0].to(torch.bfloat16), bias=mod.bias)
+
+        def call(**kw):
+            a = dict(good, **kw)
+            return torch.ops.cpukern.linear_prepared(a["x"], mod.weight, mod.out_features, a["bias"])
+        names = ["x", "bias"]
+    else:
+        good = dict(x=args[0])
+
+        def call(**kw):
+            return torch.ops.cpukern.ternary_gemv_prepared(mod.weight, kw.get("x", good["x"]),
+                                                           mod.out_features, mod.act)
+        names = ["x"]
+    want = call()
+    for name in names:
+        for bad, exc, start in _bad_tensor_args(good[name]):
+            if bad.dtype == good[name].dtype and bad.is_contiguous() and not bad.requires_grad \
+                    and not bad.is_neg() and bad.device.type == "cpu":
+                continue  # not bad for this argument (a 1-element transpose is contiguous)
+            with pytest.raises(exc, match=rf"^{name}: {start}"):
+                call(**{name: bad})
+    assert torch.equal(call(), want)
+    neg = {name: good[name]._neg_view() for name in names[:1]}
+    assert torch.equal(call(**neg), call(**{k: v.resolve_neg() for k, v in neg.items()}))
+
+
 @pytest.mark.parametrize("case", ["int8_layout", "foreign_variant"])
 def test_prepared_op_on_a_plain_blob_packs_nothing(case):
     """The op packs nothing per call: a blob it cannot run as it is (no int8 layout for

@@ -52,27 +52,36 @@ def packed_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> T
     if weight.is_empty:
         raise ValueError("weight: holds no packed weights yet (load a state_dict or pack the "
                          "layer with a from_* constructor)")
-    if bias is not None:
+    if bias is not None and bias.requires_grad:
         bias = bias.detach()  # inference only: a Parameter's requires_grad is not an error
     out_features, in_features = weight.dims
-    if x.dim() < 1 or x.shape[-1] != in_features:
-        raise ValueError(f"x: expected {in_features} input features, got shape {tuple(x.shape)}")
-    lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, in_features)
-    if weight.kind == "linear":
-        b = None if bias is None else bias.to(torch.bfloat16)
-        y = _run(linear_prepared, _linear_prepared, x2.to(torch.bfloat16).contiguous(), weight,
-                 out_features, b)
+    shape = x.shape
+    if not shape or shape[-1] != in_features:
+        raise ValueError(f"x: expected {in_features} input features, got shape {tuple(shape)}")
+    # Each conversion only where needed: a decode step makes hundreds of these calls, and
+    # every torch call costs about a microsecond.
+    x2 = x if len(shape) == 2 else x.reshape(-1, in_features)
+    kind, dtype = weight.kind, x.dtype
+    if kind == "linear":
+        if dtype != torch.bfloat16:
+            x2 = x2.to(torch.bfloat16)
+        if bias is not None and bias.dtype != torch.bfloat16:
+            bias = bias.to(torch.bfloat16)
+        y = _run(linear_prepared, _linear_prepared, x2.contiguous(), weight, out_features, bias)
     else:
-        x2 = x2.to(torch.float32).contiguous()
-        if weight.kind == "ternary":
-            y = _run(ternary_gemv_prepared, _ternary_gemv_prepared, weight, x2, out_features,
-                     weight.act)
+        if dtype != torch.float32:
+            x2 = x2.to(torch.float32)
+        if kind == "ternary":
+            y = _run(ternary_gemv_prepared, _ternary_gemv_prepared, weight, x2.contiguous(),
+                     out_features, weight.act)
         else:
-            y = _run(widely_linear_prepared, _widely_linear_prepared, weight, x2, out_features)
+            y = _run(widely_linear_prepared, _widely_linear_prepared, weight, x2.contiguous(),
+                     out_features)
         if bias is not None:
-            y = y + bias.to(torch.float32)
-    return y.reshape(lead + (out_features,)).to(x.dtype)
+            y = y + (bias if bias.dtype == torch.float32 else bias.to(torch.float32))
+    if len(shape) != 2:
+        y = y.reshape(shape[:-1] + (out_features,))
+    return y if y.dtype == dtype else y.to(dtype)
 
 
 def packed_fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,

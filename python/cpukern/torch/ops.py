@@ -16,7 +16,7 @@ from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern import widely_linear as _widely_linear
-from cpukern._arrays import native
+from cpukern._arrays import ext_array, native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 from cpukern.torch.packed import known_weights, weights_of
@@ -83,6 +83,22 @@ def _threads() -> Optional[int]:
         _ext.set_polling(n == 1)
         _polling_set_for = n
     return None if _cpukern.num_threads_is_set() else n
+
+
+def _arg(t: Optional[Tensor], name: str, bf16: bool = False) -> Any:
+    """A tensor argument of a cpukern op as the extension takes it (its DLPack capsule; None
+    stays None), with _arrays.ext_array's checks in their cheapest form: the common case costs
+    a few attribute reads, anything unusual goes through ext_array for its exact error. bf16:
+    the argument must be bfloat16 (the extension reads any 16-bit integer as bf16 bits)."""
+    if t is None:
+        return None
+    if (type(t) is not Tensor or t.requires_grad or t.device.type != "cpu" or t.is_neg()
+            or t.is_conj() or t.dtype in (torch.int16, torch.uint16)):
+        return ext_array(t, name)  # the exact TypeError / ValueError, or the capsule
+    if bf16 and t.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected a bfloat16 tensor, got {t.dtype} tensor of shape "
+                        f"{tuple(t.shape)}")
+    return torch._C._to_dlpack(t)
 
 
 def _u32(t: Tensor, name: str) -> Tensor:
@@ -210,7 +226,12 @@ def _ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
                                  act_arg(act), _threads_or_zero(), native(y, "out"))
         return y
     _check_rows(w, out_features)
-    return _ternary.gemv(w, x, act=act, threads=_threads())
+    # cpukern.ternary.gemv's call, made here on known weights: one crossing, each argument
+    # checked once (x's dtype and shape, act's name: by the extension)
+    y = torch.empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
+    _ext.ternary_gemv(w, _arg(x, "x"), None, act_arg(act), "", _threads_or_zero(),
+                      torch._C._to_dlpack(y))
+    return y
 
 
 ternary_gemv_prepared = torch.library.custom_op("cpukern::ternary_gemv_prepared",
@@ -346,8 +367,15 @@ def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids
     wide = topk_ids.dtype == torch.int64
     if wide and not topk_ids.is_contiguous():
         topk_ids = topk_ids.contiguous()
-    _moe._fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, None, _threads(), out, "int64" if wide else "int32")
+    if type(activation) is not str or type(skip_weighted) is not bool:
+        raise TypeError(f"activation, skip_weighted: expected a str and a bool, got "
+                        f"{type(activation).__name__} and {type(skip_weighted).__name__}")
+    # cpukern.moe._fused_moe's call on known weights (shapes, dtypes, activation's name: by
+    # the extension)
+    _ext.moe_fused_moe(_arg(x, "x", bf16=True), p13, p2, _arg(topk_weights, "topk_weights"),
+                       _arg(topk_ids, "topk_ids"), wide, activation,
+                       _arg(w13_bias, "w13_bias", bf16=True), _arg(w2_bias, "w2_bias", bf16=True),
+                       skip_weighted, "", _threads_or_zero(), _arg(out, "out", bf16=True))
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
@@ -402,8 +430,10 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
-    out = x.new_empty((x.shape[0], out_features))
-    _dense.linear(x, w, bias, threads=_threads(), out=out)
+    # cpukern.linear.linear's call on known weights (x, bias against w: by the extension)
+    out = torch.empty((x.shape[0] if x.dim() else 0, out_features), dtype=torch.bfloat16)
+    _ext.moe_linear(_arg(x, "x", bf16=True), w, _arg(bias, "bias", bf16=True), "",
+                    _threads_or_zero(), torch._C._to_dlpack(out))
     return out
 
 

@@ -90,6 +90,18 @@ def _logical_shape(weights: Any, kind: str) -> tuple:
     return shape[1:] if kind == "linear" else shape
 
 
+def _packed_linear() -> Any:
+    """cpukern.torch.forward.packed_linear (which imports this module), looked up once."""
+    global _PACKED_LINEAR
+    if _PACKED_LINEAR is None:
+        from cpukern.torch.forward import packed_linear
+        _PACKED_LINEAR = packed_linear
+    return _PACKED_LINEAR
+
+
+_PACKED_LINEAR: Any = None
+
+
 class PackedWeightsTensor(Tensor):
     """Packed weights held as one uint8 blob, with the kernel that runs them (see the module
     docstring).
@@ -281,10 +293,9 @@ class PackedWeightsTensor(Tensor):
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
         if func is F.linear:  # the kernel the weights carry
-            from cpukern.torch.forward import packed_linear
-            return packed_linear(*args, **kwargs)
+            return _packed_linear()(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 

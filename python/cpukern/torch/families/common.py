@@ -31,7 +31,8 @@ DENSE = ("bf16", "int8")
 @dataclasses.dataclass
 class PatchReport:
     """What ``patch`` / the cpukern quantizer did: ``replaced`` and ``left`` are lists of
-    (module name, its class, what replaced it / why it stayed)."""
+    (module name, its class, what replaced it or how its weight was packed in place / why it
+    stayed)."""
 
     replaced: list = dataclasses.field(default_factory=list)
     left: list = dataclasses.field(default_factory=list)
