@@ -35,7 +35,7 @@ def _run(op: Any, impl: Any, *args: Any) -> Any:
     if torch.compiler.is_compiling():
         return op(*args)
     if torch.autograd._profiler_enabled():
-        with torch.profiler.record_function(op._qualname):
+        with torch.profiler.record_function(op.name()):
             return impl(*args)
     return impl(*args)
 

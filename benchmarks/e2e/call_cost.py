@@ -1,0 +1,78 @@
+"""The fixed cost of one call of each packed layer kind from Python: tiny layers (64 x 64, one
+token, one thread), so that the kernels take about a microsecond and what is left is the call
+path (module, F.linear hook, argument checks, the extension, allocation; for the op rows,
+torch's dispatcher, which a compiled graph goes through per layer). A decode step makes
+hundreds of such calls (BitNet: 210), so this is the fast loop for the glue between kernels.
+
+    ./bazelw run //benchmarks/e2e:call_cost [-- --rounds 7 --calls 5000]
+
+Prints the best of `rounds` runs of `calls` back-to-back calls, in microseconds a call."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+import cpukern.torch as ct
+
+
+def cases() -> dict:
+    """name -> a no-argument call of one tiny packed layer."""
+    torch.manual_seed(0)
+    f32, bf16_3d = torch.randn(1, 64), torch.randn(1, 1, 64, dtype=torch.bfloat16)
+    ternary = ct.TernaryLinear.from_linear(nn.Linear(64, 64), act="int8")
+    bitnet = ct.TernaryLinear.from_linear(nn.Linear(64, 64, bias=False), act="int8_bitnet")
+    dense = ct.Linear.from_linear(nn.Linear(64, 64).to(torch.bfloat16))
+    # what pack_linear_ makes, spelt so that older trees run it too (A/B of the call path)
+    packed_nn = nn.Linear(64, 64, bias=False).to(torch.bfloat16)
+    packed_nn.weight = nn.Parameter(ct.Linear.from_linear(packed_nn).weight, requires_grad=False)
+    torch_nn = nn.Linear(64, 64, bias=False).to(torch.bfloat16)
+    moe = ct.FusedMoE.from_experts(torch.randn(4, 64, 32) / 8, torch.randn(4, 32, 32) / 8, topk=2)
+    xm, logits = torch.randn(1, 32, dtype=torch.bfloat16), torch.randn(1, 4)
+    bf16_2d = bf16_3d.reshape(1, 64)
+    ops = torch.ops.cpukern
+    return {
+        "TernaryLinear act=int8, x float32 (1, 64)": lambda: ternary(f32),
+        "TernaryLinear act=int8_bitnet, x bf16 (1, 1, 64)": lambda: bitnet(bf16_3d),
+        "Linear (cpukern module), x bf16 (1, 64)": lambda: dense(bf16_2d),
+        "nn.Linear with a packed weight, x bf16 (1, 1, 64)": lambda: packed_nn(bf16_3d),
+        "FusedMoE E=4 top-2 (routing in torch), x bf16 (1, 32)": lambda: moe(xm, logits),
+        # what a compiled graph calls per layer: the op through torch's dispatcher, on the blob
+        "op ternary_gemv_prepared (compiled graphs), x float32 (1, 64)":
+            lambda: ops.ternary_gemv_prepared.default(bitnet.weight.blob, f32, 64, "int8_bitnet"),
+        "op linear_prepared (compiled graphs), x bf16 (1, 64)":
+            lambda: ops.linear_prepared.default(bf16_2d, dense.weight.blob, 64, dense.bias),
+        "torch's own bf16 nn.Linear, x bf16 (1, 1, 64) (reference)": lambda: torch_nn(bf16_3d),
+    }
+
+
+def best_us(call, rounds: int, calls: int) -> float:
+    with torch.no_grad():
+        for _ in range(calls // 10 + 1):
+            call()
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=5000)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"| call (1 thread) | us a call (best of {args.rounds} x {args.calls}) |")
+    print("|---|---|")
+    for name, call in cases().items():
+        print(f"| {name} | {best_us(call, args.rounds, args.calls):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
