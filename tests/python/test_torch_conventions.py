@@ -4,6 +4,7 @@ vLLM-style parameter replacement."""
 
 from __future__ import annotations
 
+import warnings
 
 import pytest
 
@@ -286,3 +287,20 @@ def test_from_linear_refuses_non_float_weights(module, param, dtype):
             f"linear.{param}: expected a floating-point tensor, got {t.dtype} tensor of shape "
             f"{tuple(t.shape)}")):
         getattr(ct, module).from_linear(lin)
+
+
+def test_vllm_cpu_fused_moe_refuses_an_output_it_may_not_write():
+    """vLLM's cpu_fused_moe writes its `output` argument: memory torch only wraps (here
+    read-only bytes) is refused naming it, and stays as it was."""
+    g = torch.Generator().manual_seed(4)
+    w13 = (torch.randn(4, 48, 32, generator=g) / 6).to(torch.bfloat16)
+    w2 = (torch.randn(4, 32, 24, generator=g) / 5).to(torch.bfloat16)
+    x = torch.randn(5, 32).to(torch.bfloat16)
+    tw, ids = ct.FusedMoE.from_experts(w13, w2).route(torch.randn(5, 4))
+    frozen = bytes(5 * 32 * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that the memory is not writable
+        out = torch.frombuffer(frozen, dtype=torch.bfloat16).reshape(5, 32)
+    with pytest.raises(TypeError, match=r"^output: expected a writeable array"):
+        torch.ops.cpukern.cpu_fused_moe(out, x, w13, w2, None, None, tw, ids, False, "silu", "")
+    assert frozen == bytes(5 * 32 * 2)

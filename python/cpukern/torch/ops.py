@@ -16,7 +16,7 @@ from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern import widely_linear as _widely_linear
-from cpukern._arrays import ext_array, native
+from cpukern._arrays import ext_array, ext_out, native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 from cpukern.torch.packed import known_weights, weights_of
@@ -335,7 +335,7 @@ def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, to
     p2 = weights_of(w2_prepared, "w2_prepared", ("moe",))
     out = torch.empty_like(x)
     _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, out)
+                    skip_weighted, torch._C._to_dlpack(out))  # a new tensor: writeable
     return out
 
 
@@ -376,9 +376,11 @@ def prepared_experts(w: Tensor, name: str, variant: Optional[str],
 
 def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids: Tensor,
                     activation: str, w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
-                    skip_weighted: bool, out: Tensor) -> None:
-    """cpukern.moe.fused_moe, with torch.topk's int64 ids taken as they are (the kernel reads
-    them once and range-checks them before narrowing: 2**32 + 1 never becomes expert 1)."""
+                    skip_weighted: bool, out: Any) -> None:
+    """cpukern.moe.fused_moe into `out` (the extension's form of the output tensor: ext_out
+    of a caller's tensor, which checks that it may be written), with torch.topk's int64 ids
+    taken as they are (the kernel reads them once and range-checks them before narrowing:
+    2**32 + 1 never becomes expert 1)."""
     wide = topk_ids.dtype == torch.int64
     if wide and not topk_ids.is_contiguous():
         topk_ids = topk_ids.contiguous()
@@ -390,7 +392,7 @@ def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids
     _ext.moe_fused_moe(_arg(x, "x", bf16=True), p13, p2, _arg(topk_weights, "topk_weights"),
                        _arg(topk_ids, "topk_ids"), wide, activation,
                        _arg(w13_bias, "w13_bias", bf16=True), _arg(w2_bias, "w2_bias", bf16=True),
-                       skip_weighted, "", _threads_or_zero(), _arg(out, "out", bf16=True))
+                       skip_weighted, "", _threads_or_zero(), out)
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
@@ -406,7 +408,7 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
     p13 = prepared_experts(w13, "w13", forced, w13_scales, act if w13.dtype == torch.uint8 else "fp32")
     p2 = prepared_experts(w2, "w2", forced, w2_scales, act if w2.dtype == torch.uint8 else "fp32")
     _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, out)
+                    skip_weighted, ext_out(out, "output"))
 
 
 @torch.library.custom_op("cpukern::fused_moe", mutates_args=())
