@@ -72,7 +72,8 @@ and Linear hold ``weight``, a PackedWeightsTensor that carries its kernel, and `
 FusedMoE holds ``w13`` and ``w2``. The constructors pack once (``from_linear``,
 ``from_checkpoint``, ``from_packed``, ``from_experts``, ``from_mxfp4``, ``from_int8``); no float
 copy, no second cache. ``F.linear(x, packed, bias)`` runs the kernel, so an ``nn.Linear`` whose
-weight is a PackedWeightsTensor runs cpukern too, eagerly and compiled. state_dict /
+weight is a PackedWeightsTensor runs cpukern too, eagerly and compiled; ``pack_linear_(linear)``
+packs an nn.Linear's weight so in place (what patch / the quantizer do to dense layers). state_dict /
 torch.save / pickle / deepcopy carry the packed bytes (checked on load: header, checksum,
 fit; ternary layouts made for another CPU are packed again for this one, MoE and dense ones
 are refused). Weights stay in their own formats under .to(dtype) / .half() / .bfloat16() /
