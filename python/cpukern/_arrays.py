@@ -12,6 +12,7 @@ Messages are one line: "<arg>: expected ..., got ...".
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable
 
 import ml_dtypes
@@ -164,12 +165,28 @@ _NO_INT16 = ("{name}: expected a C-contiguous CPU array of the op's dtype (bfloa
              + _COPY_HINT)
 
 
+def _plain_torch_capsule(a: Any) -> Any:
+    """The DLPack capsule of `a` when it is a plain CPU torch tensor that passes every check of
+    ext_array (no grad, not nested, not a lazily negated or conjugated view, not 16-bit
+    integers), else None. A few attribute reads: an op's call takes several tensors, and a
+    decode step makes hundreds of calls."""
+    torch = sys.modules.get("torch")
+    if (torch is None or type(a) is not torch.Tensor or a.requires_grad
+            or a.device.type != "cpu" or a.is_nested or a.is_neg() or a.is_conj()
+            or a.dtype in (torch.int16, torch.uint16)):
+        return None
+    return torch._C._to_dlpack(a)
+
+
 def ext_array(a: Any, name: str) -> Any:
     """What the extension is handed for the array argument `name`. The extension checks its
     dtype, layout, dimensions and shape (one place, C++); this only converts: a numpy array as
     it is (bfloat16 as its zero-copy uint16 view, which the extension reads as bf16), a CPU
     torch tensor as a DLPack capsule (native). TypeError naming `name` for anything else and
     for a numpy array the extension cannot take at all (object, non-native byte order, ...)."""
+    capsule = _plain_torch_capsule(a)
+    if capsule is not None:
+        return capsule
     if isinstance(a, np.ndarray):
         dt = a.dtype
         if dt == BF16:

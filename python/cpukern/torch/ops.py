@@ -104,19 +104,15 @@ def _hot_op(impl: Any) -> Any:
 
 
 def _arg(t: Optional[Tensor], name: str, bf16: bool = False) -> Any:
-    """A tensor argument of a cpukern op as the extension takes it (its DLPack capsule; None
-    stays None), with _arrays.ext_array's checks in their cheapest form: the common case costs
-    a few attribute reads, anything unusual goes through ext_array for its exact error. bf16:
-    the argument must be bfloat16 (the extension reads any 16-bit integer as bf16 bits)."""
+    """A tensor argument of a cpukern op as the extension takes it (ext_array; None stays
+    None). bf16: the argument must be bfloat16, checked here where the dtype is known (the
+    extension reads any 16-bit pattern as bf16 bits, and ext_array refuses only integers)."""
     if t is None:
         return None
-    if (type(t) is not Tensor or t.requires_grad or t.device.type != "cpu" or t.is_neg()
-            or t.is_conj() or t.dtype in (torch.int16, torch.uint16)):
-        return ext_array(t, name)  # the exact TypeError / ValueError, or the capsule
-    if bf16 and t.dtype != torch.bfloat16:
+    if bf16 and isinstance(t, Tensor) and t.dtype != torch.bfloat16:
         raise TypeError(f"{name}: expected a bfloat16 tensor, got {t.dtype} tensor of shape "
                         f"{tuple(t.shape)}")
-    return torch._C._to_dlpack(t)
+    return ext_array(t, name)
 
 
 def _u32(t: Tensor, name: str) -> Tensor:
