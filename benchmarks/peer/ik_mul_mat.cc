@@ -101,7 +101,6 @@ std::vector<float> random_weights(const Options& o, std::mt19937_64& rng) {
 }
 
 struct Copy {
-  ggml_context* context = nullptr;
   ggml_tensor* weight = nullptr;
   std::vector<ggml_cgraph*> graph_per_t;  // one graph of one mul_mat per entry of --t
 };
@@ -142,18 +141,23 @@ int main(int argc, char** argv) {
   const int num_copies =
       std::max(1, static_cast<int>(std::ceil(o.cold_bytes / static_cast<double>(weight_bytes))));
 
+  // One context for all copies: ggml allows only a few dozen contexts per process.
+  ggml_init_params params = {num_copies * (weight_bytes + per_copy_extra), nullptr, false};
+  ggml_context* context = ggml_init(params);
+  if (!context) fail("ggml_init failed (out of memory?)");
   std::vector<Copy> copies(num_copies);
-  for (int c = 0; c < num_copies; ++c) {
-    ggml_init_params params = {weight_bytes + per_copy_extra, nullptr, false};
-    copies[c].context = ggml_init(params);
-    if (!copies[c].context) fail("ggml_init failed (out of memory?)");
-    copies[c].weight = ggml_new_tensor_2d(copies[c].context, source_type, o.columns, o.rows);
-    ggml_set_name(copies[c].weight, "blk.0.ffn_up.weight");
+  for (auto& c : copies) {
+    c.weight = ggml_new_tensor_2d(context, source_type, o.columns, o.rows);
+    ggml_set_name(c.weight, "blk.0.ffn_up.weight");  // not a name iqk_repack_tensor skips
   }
+  // The first rows' floats stay for the check below.
+  const int64_t checked_rows = std::min<int64_t>(o.rows, 64);
+  std::vector<float> checked_floats;
   {
     const std::vector<float> floats = random_weights(o, rng);
     ggml_quantize_chunk(source_type, floats.data(), copies[0].weight->data, 0, o.rows, o.columns,
                         nullptr, nullptr);
+    checked_floats.assign(floats.begin(), floats.begin() + checked_rows * o.columns);
   }
   if (o.repack) iqk_repack_tensor(copies[0].weight);
   const ggml_type kernel_type = copies[0].weight->type;
@@ -167,11 +171,11 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& c : copies) {
     for (int t : o.tokens) {
-      ggml_tensor* x = ggml_new_tensor_2d(c.context, GGML_TYPE_F32, o.columns, t);
+      ggml_tensor* x = ggml_new_tensor_2d(context, GGML_TYPE_F32, o.columns, t);
       auto* xd = static_cast<float*>(x->data);
       for (int64_t i = 0; i < o.columns * t; ++i) xd[i] = normal(rng);
-      ggml_tensor* y = ggml_mul_mat(c.context, c.weight, x);
-      ggml_cgraph* graph = ggml_new_graph(c.context);
+      ggml_tensor* y = ggml_mul_mat(context, c.weight, x);
+      ggml_cgraph* graph = ggml_new_graph(context);
       ggml_build_forward_expand(graph, y);
       c.graph_per_t.push_back(graph);
     }
@@ -179,6 +183,27 @@ int main(int argc, char** argv) {
 
   ggml_backend_t backend = ggml_backend_cpu_init();
   if (!backend) fail("ggml_backend_cpu_init failed");
+
+  // A check that the repacked kernel computes this product: copy 0's first token against the
+  // float weights before quantization, the largest error as a fraction of sum_k |w x| (the
+  // format's own rounding: ~1e-3 for bf16, a few % for MXFP4 or int8 activations).
+  double check_error = 0;
+  {
+    ggml_cgraph* graph = copies[0].graph_per_t[0];
+    ggml_backend_graph_compute(backend, graph);
+    const ggml_tensor* y = ggml_graph_node(graph, -1);
+    const auto* x = static_cast<const float*>(y->src[1]->data);
+    const auto* yd = static_cast<const float*>(y->data);
+    for (int64_t row = 0; row < checked_rows; ++row) {
+      double dot = 0, magnitude = 0;
+      for (int64_t i = 0; i < o.columns; ++i) {
+        const double p = static_cast<double>(checked_floats[row * o.columns + i]) * x[i];
+        dot += p;
+        magnitude += std::fabs(p);
+      }
+      check_error = std::max(check_error, std::fabs(yd[row] - dot) / std::max(magnitude, 1e-30));
+    }
+  }
   for (int threads : o.thread_counts) {
     ggml_backend_cpu_set_n_threads(backend, threads);
     for (size_t i = 0; i < o.tokens.size(); ++i) {
@@ -186,14 +211,14 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"type\": \"%s\", \"kernel_type\": \"%s\", \"repacked\": %s, \"m\": %lld, \"k\": %lld, "
           "\"t\": %d, \"threads\": %d, \"copies\": %d, \"weight_bytes\": %zu, "
-          "\"seconds_per_call\": %.9g}\n",
+          "\"seconds_per_call\": %.9g, \"check_error\": %.3g}\n",
           o.type.c_str(), ggml_type_name(kernel_type), kernel_type != source_type ? "true" : "false",
           static_cast<long long>(o.rows), static_cast<long long>(o.columns), o.tokens[i], threads,
-          num_copies, ggml_nbytes(copies[0].weight), seconds);
+          num_copies, ggml_nbytes(copies[0].weight), seconds, check_error);
       std::fflush(stdout);
     }
   }
   ggml_backend_free(backend);
-  for (auto& c : copies) ggml_free(c.context);
+  ggml_free(context);
   return 0;
 }

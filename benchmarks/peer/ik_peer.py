@@ -59,8 +59,10 @@ GPT_OSS = [("q", 4096, 2880, "bf16"), ("k", 512, 2880, "bf16"), ("v", 512, 2880,
            ("expert down", 2880, 2880, "mxfp4")]
 GPT_OSS_VOCAB = 201088
 MODELS = ("bitnet", "qwen3-moe", "gpt-oss")
-# cpukern kind -> ik_mul_mat --type (the GGUF type the peers run the same weights in)
-IK_TYPE = {"ternary": "iq2_bn", "bf16": "bf16", "mxfp4": "mxfp4"}
+# cpukern's format -> ik_mul_mat --type (the GGUF type the peers run the same weights in; int8
+# per-row scales against Q8_0's per-32 scales, both with int8 activations)
+IK_TYPE = {"ternary int8_bitnet": "iq2_bn", "bf16": "bf16", "mxfp4": "mxfp4", "mxfp4_a8": "mxfp4",
+           "int8": "q8_0"}
 
 
 def model_matrices(model: str, lm_head_rows: int) -> list[tuple[str, int, int, str]]:
@@ -117,6 +119,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help=f"rows of gpt-oss's bf16 LM head to time (0: all {GPT_OSS_VOCAB})")
     p.add_argument("--mxfp4-act", type=name_list, default=["fp32", "int8"],
                    help="cpukern's MXFP4 activations: fp32 (exact) and/or int8 (W4A8)")
+    p.add_argument("--int8", action="store_true",
+                   help="also time the bf16 matrices as cpukern int8 (W8A8) against ik's Q8_0 (Q8_0_R8)")
     p.add_argument("--probe", default=None, help="benchmarks/bandwidth binary")
     p.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
     args = p.parse_args(argv)
@@ -133,13 +137,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- the table's arithmetic
 
-def cpukern_formats(matrix: Matrix, mxfp4_acts: Sequence[str]) -> list[str]:
-    """cpukern's rows for one matrix: the format name the table prints."""
+def cpukern_formats(matrix: Matrix, mxfp4_acts: Sequence[str], int8: bool = False) -> list[str]:
+    """cpukern's rows for one matrix: the format names the table prints (IK_TYPE's keys)."""
     if matrix.kind == "mxfp4":
         return ["mxfp4" if act == "fp32" else "mxfp4_a8" for act in mxfp4_acts]
     if matrix.kind == "ternary":
         return ["ternary int8_bitnet"]
-    return ["bf16"]
+    return ["bf16", "int8"] if int8 else ["bf16"]
 
 
 def gb_per_s(nbytes: float, ms: float) -> float:
@@ -228,9 +232,9 @@ def build_ik_mul_mat(build: str, work: str) -> str:
     return binary
 
 
-def run_ik(binary: str, matrix: Matrix, ts: Sequence[int], threads: Sequence[int],
+def run_ik(binary: str, matrix: Matrix, ik_type: str, ts: Sequence[int], threads: Sequence[int],
            cold_bytes: int, min_time: float) -> dict[tuple[int, int], dict[str, Any]]:
-    cmd = [binary, "--type", IK_TYPE[matrix.kind], "--m", str(matrix.m), "--k", str(matrix.k),
+    cmd = [binary, "--type", ik_type, "--m", str(matrix.m), "--k", str(matrix.k),
            "--t", ",".join(map(str, ts)), "--threads", ",".join(map(str, threads)),
            "--cold-bytes", str(cold_bytes), "--min-time", str(min_time)]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -265,7 +269,10 @@ class CpukernMatrix:
             self.call = lambda wt, x, th: ternary.gemv(wt, x, act="int8_bitnet", threads=th)
         else:
             wb = (rng.standard_normal((m, k), dtype=np.float32) / np.sqrt(k)).astype(ml_dtypes.bfloat16)
-            if matrix.kind == "mxfp4":
+            if fmt == "int8":
+                q, scales = moe.quantize(wb, format="int8")
+                prepare = lambda: linear.prepare(q, format="int8", scales=scales)  # noqa: E731
+            elif matrix.kind == "mxfp4":
                 blocks, scales = moe.quantize(wb)
                 act = "int8" if fmt == "mxfp4_a8" else "fp32"
                 prepare = lambda: linear.prepare(blocks, format="mxfp4", scales=scales, act=act)  # noqa: E731
@@ -321,11 +328,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     rng = np.random.default_rng(0)
     probes = [machine["read_GB_s"]]
-    timings: dict[tuple, list[float]] = {}  # (matrix, fmt or "ik", t, threads) -> ms per round
+    timings: dict[tuple, list[float]] = {}  # (matrix, fmt or ik type, t, threads) -> ms per round
     ik_cases: dict[tuple, dict[str, Any]] = {}
     cpukern_bytes: dict[tuple[Matrix, str], int] = {}  # weight bytes one call reads
     for matrix in chosen:
-        formats = cpukern_formats(matrix, args.mxfp4_act)
+        formats = cpukern_formats(matrix, args.mxfp4_act, args.int8)
         prepared = {fmt: CpukernMatrix(matrix, fmt, cold_bytes, rng) for fmt in formats}
         cpukern_bytes.update({(matrix, fmt): pm.nbytes for fmt, pm in prepared.items()})
         log(f"{matrix.model} {matrix.names} {matrix.m}x{matrix.k}: "
@@ -335,13 +342,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for th in args.threads:
                     for t in args.t:
                         timings.setdefault((matrix, fmt, t, th), []).append(pm.ms(t, th, args.min_time))
-            if ik_binary:
+            for ik_type in sorted({IK_TYPE[f] for f in formats}) if ik_binary else ():
                 try:
-                    for key, case in run_ik(ik_binary, matrix, args.t, args.threads, cold_bytes, args.min_time).items():
-                        timings.setdefault((matrix, "ik") + key, []).append(case["seconds_per_call"] * 1e3)
-                        ik_cases[(matrix,) + key] = case
+                    for key, case in run_ik(ik_binary, matrix, ik_type, args.t, args.threads,
+                                            cold_bytes, args.min_time).items():
+                        timings.setdefault((matrix, "ik " + ik_type) + key, []).append(case["seconds_per_call"] * 1e3)
+                        ik_cases[(matrix, ik_type) + key] = case
                 except RuntimeError as e:
-                    print(f"ik_llama.cpp: {matrix.model} {matrix.names}: {e}")
+                    print(f"ik_llama.cpp: {matrix.model} {matrix.names} {ik_type}: {e}")
         del prepared
     while len(probes) < 3:
         probes.append(probe(probe_bin)["read_GB_s"])
@@ -354,21 +362,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("\n" + TABLE_HEADER)
     results = []
     for matrix in chosen:
-        for fmt in cpukern_formats(matrix, args.mxfp4_act):
+        for fmt in cpukern_formats(matrix, args.mxfp4_act, args.int8):
             for th in args.threads:
                 for t in args.t:
                     ck_ms = statistics.median(timings[(matrix, fmt, t, th)])
-                    ik_runs = timings.get((matrix, "ik", t, th))
+                    ik_runs = timings.get((matrix, "ik " + IK_TYPE[fmt], t, th))
                     ik_ms = statistics.median(ik_runs) if ik_runs else None
-                    case = ik_cases.get((matrix, t, th))
+                    case = ik_cases.get((matrix, IK_TYPE[fmt], t, th))
                     ck_bytes = cpukern_bytes[(matrix, fmt)]
                     n = row_numbers(ck_ms, ck_bytes, ik_ms, case["weight_bytes"] if case else None,
                                     probe_gb_s[str(th)])
-                    ik_type = case["kernel_type"] if case else IK_TYPE[matrix.kind]
+                    ik_type = case["kernel_type"] if case else IK_TYPE[fmt]
                     print(format_row(matrix, fmt, ik_type, t, th, ck_ms, ik_ms, n))
                     results.append({"matrix": dataclasses.asdict(matrix), "format": fmt, "t": t,
                                     "threads": th, "cpukern_ms": ck_ms, "ik_ms": ik_ms,
                                     "cpukern_bytes": ck_bytes, "ik_case": case, **n})
+    if ik_cases:
+        worst: dict[str, float] = {}
+        for case in ik_cases.values():
+            worst[case["kernel_type"]] = max(worst.get(case["kernel_type"], 0.0), case["check_error"])
+        print("\nik_llama.cpp's results against the float weights before quantization (first token, "
+              "64 rows), largest error as a fraction of sum |w x|: "
+              + ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())))
     if args.json:
         with open(os.path.join(cwd, args.json), "w") as f:
             json.dump({"machine": machine, "probe_GB_s": probe_gb_s, "ik_commit": ik_commit,

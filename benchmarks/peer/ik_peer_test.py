@@ -80,7 +80,11 @@ def test_formats_per_kind():
     mx = ik_peer.Matrix("gpt-oss", "expert down", 2880, 2880, "mxfp4")
     assert ik_peer.cpukern_formats(mx, ["fp32", "int8"]) == ["mxfp4", "mxfp4_a8"]
     assert ik_peer.cpukern_formats(ik_peer.Matrix("q", "q", 16, 64, "bf16"), ["fp32"]) == ["bf16"]
-    assert ik_peer.IK_TYPE == {"ternary": "iq2_bn", "bf16": "bf16", "mxfp4": "mxfp4"}
+    assert ik_peer.cpukern_formats(ik_peer.Matrix("q", "q", 16, 64, "bf16"), ["fp32"], int8=True) == ["bf16", "int8"]
+    assert ik_peer.cpukern_formats(ik_peer.Matrix("b", "k", 16, 64, "ternary"), ["fp32"], int8=True) == ["ternary int8_bitnet"]
+    # every cpukern format has its ik type
+    assert {ik_peer.IK_TYPE[f] for f in ("ternary int8_bitnet", "bf16", "mxfp4", "mxfp4_a8", "int8")} == \
+        {"iq2_bn", "bf16", "mxfp4", "q8_0"}
 
 
 def test_ik_output_parsing():
