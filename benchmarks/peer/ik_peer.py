@@ -327,6 +327,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"ik_llama.cpp {ik_commit or '-'} ({build or 'not given'})")
 
     rng = np.random.default_rng(0)
+    loads = [os.getloadavg()[0]]  # another process on a core shows here (ik's 2-thread barrier spins)
     probes = [machine["read_GB_s"]]
     timings: dict[tuple, list[float]] = {}  # (matrix, fmt or ik type, t, threads) -> ms per round
     ik_cases: dict[tuple, dict[str, Any]] = {}
@@ -350,12 +351,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         ik_cases[(matrix, ik_type) + key] = case
                 except RuntimeError as e:
                     print(f"ik_llama.cpp: {matrix.model} {matrix.names} {ik_type}: {e}")
+        loads.append(os.getloadavg()[0])
         del prepared
     while len(probes) < 3:
         probes.append(probe(probe_bin)["read_GB_s"])
     probe_gb_s = {t: statistics.median(float(p[t]) for p in probes) for t in probes[0]}
 
-    print(f"\nmedians of {args.rounds} interleaved rounds; read probe (median of {len(probes)}): "
+    print(f"\nmedians of {args.rounds} interleaved rounds; 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
+          f"read probe (median of {len(probes)}): "
           + ", ".join(f"{t} thr {v:.1f} GB/s" for t, v in probe_gb_s.items()))
     if ik_skip:
         print(ik_skip)
@@ -386,7 +389,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               + ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())))
     if args.json:
         with open(os.path.join(cwd, args.json), "w") as f:
-            json.dump({"machine": machine, "probe_GB_s": probe_gb_s, "ik_commit": ik_commit,
+            json.dump({"machine": machine, "probe_GB_s": probe_gb_s, "ik_commit": ik_commit, "load_average": loads,
                        "rows": results, "rounds": {repr(k): v for k, v in timings.items()}}, f, indent=1)
     return 0
 
