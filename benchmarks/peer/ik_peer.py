@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -166,19 +167,43 @@ def row_numbers(cpukern_ms: float, cpukern_bytes: int, ik_ms: Optional[float],
 
 
 def format_row(matrix: Matrix, fmt: str, ik_type: str, t: int, threads: int, ck_ms: float,
-               ik_ms: Optional[float], n: dict[str, Any]) -> str:
+               ik_ms: Optional[float], n: dict[str, Any], other_cores: float) -> str:
     def opt(v: Optional[float], spec: str) -> str:
         return "-" if v is None else format(v, spec)
     return (f"| {matrix.model} | {matrix.names} | {matrix.m}x{matrix.k} | {fmt} / {ik_type} | {t} | "
             f"{threads} | {ck_ms:.3f} | {opt(ik_ms, '.3f')} | {opt(n['ratio'], '.2f')} | "
             f"{n['cpukern_gb_s']:.1f} / {opt(n['ik_gb_s'], '.1f')} | "
             f"{n['cpukern_of_probe']:.0%} / {opt(n['ik_of_probe'], '.0%')} | "
-            f"{'yes' if n['meets_target'] else 'no'} |")
+            f"{'yes' if n['meets_target'] else 'no'} | {other_cores:.2f} |")
 
 
 TABLE_HEADER = ("| model | matrix | M x K | cpukern / ik format | T | threads | cpukern ms | ik ms | "
-                "ik / cpukern | GB/s cpukern / ik | of probe cpukern / ik | target |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|")
+                "ik / cpukern | GB/s cpukern / ik | of probe cpukern / ik | target | other load |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def cpu_busy_seconds() -> float:
+    """Seconds all CPUs together spent busy since boot (/proc/stat; steal not counted)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children (ik_mul_mat, the probe)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def other_cores(start: tuple[float, float, float], end: tuple[float, float, float]) -> float:
+    """Cores other processes kept busy on average between two (wall, busy, own) samples: a row
+    timed next to them is not a quiet-machine figure (ik's 2-thread barrier suffers most)."""
+    wall = end[0] - start[0]
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / wall) if wall > 0 else 0.0
+
+
+def cpu_sample() -> tuple[float, float, float]:
+    return time.monotonic(), cpu_busy_seconds(), own_cpu_seconds()
 
 
 def parse_ik_lines(stdout: str) -> dict[tuple[int, int], dict[str, Any]]:
@@ -327,7 +352,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"ik_llama.cpp {ik_commit or '-'} ({build or 'not given'})")
 
     rng = np.random.default_rng(0)
-    loads = [os.getloadavg()[0]]  # another process on a core shows here (ik's 2-thread barrier spins)
+    loads = [os.getloadavg()[0]]
+    other: dict[Matrix, float] = {}  # cores used by other processes while the matrix ran
     probes = [machine["read_GB_s"]]
     timings: dict[tuple, list[float]] = {}  # (matrix, fmt or ik type, t, threads) -> ms per round
     ik_cases: dict[tuple, dict[str, Any]] = {}
@@ -338,6 +364,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cpukern_bytes.update({(matrix, fmt): pm.nbytes for fmt, pm in prepared.items()})
         log(f"{matrix.model} {matrix.names} {matrix.m}x{matrix.k}: "
             + ", ".join(f"{f} {len(p.copies)} x {p.nbytes / 1e6:.1f} MB" for f, p in prepared.items()))
+        start = cpu_sample()
         for r in range(args.rounds):
             for fmt, pm in prepared.items():
                 for th in args.threads:
@@ -351,7 +378,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         ik_cases[(matrix, ik_type) + key] = case
                 except RuntimeError as e:
                     print(f"ik_llama.cpp: {matrix.model} {matrix.names} {ik_type}: {e}")
+        other[matrix] = other_cores(start, cpu_sample())
         loads.append(os.getloadavg()[0])
+        log(f"  other processes kept {other[matrix]:.2f} cores busy meanwhile")
         del prepared
     while len(probes) < 3:
         probes.append(probe(probe_bin)["read_GB_s"])
@@ -362,6 +391,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           + ", ".join(f"{t} thr {v:.1f} GB/s" for t, v in probe_gb_s.items()))
     if ik_skip:
         print(ik_skip)
+    print("\nother load: cores that other processes kept busy on average while the matrix's rounds ran "
+          "(/proc/stat less this process and its children); 0.00 = a quiet machine")
     print("\n" + TABLE_HEADER)
     results = []
     for matrix in chosen:
@@ -376,10 +407,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     n = row_numbers(ck_ms, ck_bytes, ik_ms, case["weight_bytes"] if case else None,
                                     probe_gb_s[str(th)])
                     ik_type = case["kernel_type"] if case else IK_TYPE[fmt]
-                    print(format_row(matrix, fmt, ik_type, t, th, ck_ms, ik_ms, n))
+                    print(format_row(matrix, fmt, ik_type, t, th, ck_ms, ik_ms, n, other[matrix]))
                     results.append({"matrix": dataclasses.asdict(matrix), "format": fmt, "t": t,
                                     "threads": th, "cpukern_ms": ck_ms, "ik_ms": ik_ms,
-                                    "cpukern_bytes": ck_bytes, "ik_case": case, **n})
+                                    "cpukern_bytes": ck_bytes, "ik_case": case,
+                                    "other_cores": other[matrix], **n})
     if ik_cases:
         worst: dict[str, float] = {}
         for case in ik_cases.values():

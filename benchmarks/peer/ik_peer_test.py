@@ -66,9 +66,18 @@ def test_table_arithmetic():
     n = ik_peer.row_numbers(1.0, 10_000_000, None, None, 20.0)
     assert n["ratio"] is None and n["ik_gb_s"] is None and not n["meets_target"]
     m = ik_peer.Matrix("bitnet", "k, v", 640, 2560, "ternary")
-    row = ik_peer.format_row(m, "ternary int8_bitnet", "iq2_bn", 1, 2, 1.0, None, n)
+    row = ik_peer.format_row(m, "ternary int8_bitnet", "iq2_bn", 1, 2, 1.0, None, n, 0.5)
     assert row.startswith("| bitnet | k, v | 640x2560 |") and "| - |" in row
     assert row.count("|") == ik_peer.TABLE_HEADER.splitlines()[0].count("|")
+    assert row.count("|") == ik_peer.TABLE_HEADER.splitlines()[1].count("|") and row.endswith("| 0.50 |")
+
+
+def test_other_load():
+    # 10 s of wall, 15 busy CPU seconds of which 5 were ours: other processes kept 1 core busy
+    assert abs(ik_peer.other_cores((0.0, 100.0, 1.0), (10.0, 115.0, 6.0)) - 1.0) < 1e-12
+    assert ik_peer.other_cores((0.0, 100.0, 1.0), (10.0, 104.0, 6.0)) == 0.0  # jiffy rounding
+    start = ik_peer.cpu_sample()
+    assert ik_peer.other_cores(start, ik_peer.cpu_sample()) >= 0.0
 
 
 def test_cold_copies_exceed_the_set():
