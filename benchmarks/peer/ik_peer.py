@@ -122,6 +122,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="cpukern's MXFP4 activations: fp32 (exact) and/or int8 (W4A8)")
     p.add_argument("--int8", action="store_true",
                    help="also time the bf16 matrices as cpukern int8 (W8A8) against ik's Q8_0 (Q8_0_R8)")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="before each round of a matrix, wait up to S seconds for other processes to use "
+                        "under 0.1 cores (a shared machine)")
     p.add_argument("--probe", default=None, help="benchmarks/bandwidth binary")
     p.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
     args = p.parse_args(argv)
@@ -204,6 +207,18 @@ def other_cores(start: tuple[float, float, float], end: tuple[float, float, floa
 
 def cpu_sample() -> tuple[float, float, float]:
     return time.monotonic(), cpu_busy_seconds(), own_cpu_seconds()
+
+
+def wait_quiet(limit_s: float, threshold: float = 0.1) -> float:
+    """Waits (at most limit_s) until other processes use under `threshold` cores over one
+    second; returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        before = cpu_sample()
+        time.sleep(1.0)
+        if other_cores(before, cpu_sample()) < threshold:
+            break
+    return time.monotonic() - start
 
 
 def parse_ik_lines(stdout: str) -> dict[tuple[int, int], dict[str, Any]]:
@@ -364,8 +379,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cpukern_bytes.update({(matrix, fmt): pm.nbytes for fmt, pm in prepared.items()})
         log(f"{matrix.model} {matrix.names} {matrix.m}x{matrix.k}: "
             + ", ".join(f"{f} {len(p.copies)} x {p.nbytes / 1e6:.1f} MB" for f, p in prepared.items()))
-        start = cpu_sample()
+        timed = [0.0, 0.0, 0.0]  # wall, busy and own CPU seconds over the rounds (waits left out)
         for r in range(args.rounds):
+            if args.wait_quiet > 0:
+                waited = wait_quiet(args.wait_quiet)
+                if waited > 1.5:
+                    log(f"  waited {waited:.0f} s for a quiet machine")
+            start = cpu_sample()
             for fmt, pm in prepared.items():
                 for th in args.threads:
                     for t in args.t:
@@ -378,7 +398,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         ik_cases[(matrix, ik_type) + key] = case
                 except RuntimeError as e:
                     print(f"ik_llama.cpp: {matrix.model} {matrix.names} {ik_type}: {e}")
-        other[matrix] = other_cores(start, cpu_sample())
+            timed = [a + b - c for a, b, c in zip(timed, cpu_sample(), start)]
+        other[matrix] = other_cores((0.0, 0.0, 0.0), tuple(timed))
         loads.append(os.getloadavg()[0])
         log(f"  other processes kept {other[matrix]:.2f} cores busy meanwhile")
         del prepared

@@ -78,6 +78,8 @@ def test_other_load():
     assert ik_peer.other_cores((0.0, 100.0, 1.0), (10.0, 104.0, 6.0)) == 0.0  # jiffy rounding
     start = ik_peer.cpu_sample()
     assert ik_peer.other_cores(start, ik_peer.cpu_sample()) >= 0.0
+    assert ik_peer.wait_quiet(0) == 0.0 or ik_peer.wait_quiet(0) < 0.01  # no time: no sampling
+    assert ik_peer.parse_args(["--wait-quiet", "30"]).wait_quiet == 30
 
 
 def test_cold_copies_exceed_the_set():
