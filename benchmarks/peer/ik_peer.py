@@ -5,13 +5,14 @@ a dense layer), T = 1, 2, 4, 8 activation rows, 1 and 2 threads, cold.
     ./bazelw run //benchmarks/peer:ik -- --ik-llama-cpp-build /path/to/ik_llama.cpp/build
         [--models bitnet,qwen3-moe,gpt-oss] [--matrices q,gate] [--t 1,8] [--threads 1]
         [--rounds 3] [--min-time 0.3] [--lm-head-rows 32768] [--mxfp4-act fp32,int8]
+        [--int8] [--wait-quiet S] [--json FILE]
 
 ik_llama.cpp is the user's build (a CMake build of github.com/ikawrakow/ik_llama.cpp with
 -DGGML_NATIVE=ON; only its ggml library is used). benchmarks/peer/ik_mul_mat.cc is compiled
 here with g++ against it (headers from the source tree next to the build, its libggml linked)
 and times one ggml_mul_mat on ik's CPU backend after iqk_repack_tensor (ik's `-rtr 1`):
 BF16 -> BF16_R16, IQ2_BN -> IQ2_BN_R4, MXFP4 -> MXFP4_R8. Without --ik-llama-cpp-build the
-cpukern rows run alone and the ik columns say why they are empty.
+cpukern rows run alone, the ik columns empty and the reason printed.
 
 cpukern: ternary.gemv(act="int8_bitnet") on BitNet's layers against ik's IQ2_BN; linear on bf16
 against BF16; linear on MXFP4 (act fp32 exact, and int8: W4A8) against MXFP4 (ik quantizes the
@@ -19,7 +20,9 @@ activations to int8). Cold, both engines: several copies of the weights, togethe
 L3, rotated call by call; each time is the median of single calls. Per matrix and round the two
 engines run one after the other (interleaved), medians over the rounds. GB/s = the bytes of
 weights one call reads / its time, against the read probe (benchmarks/bandwidth) at the same
-thread count, median of at least 3 runs in this invocation.
+thread count, median of at least 3 runs in this invocation. "other load": the cores other
+processes kept busy while a matrix was timed (a shared machine; ik's 2-thread calls stall when
+one of its threads shares a core).
 """
 
 from __future__ import annotations
