@@ -208,6 +208,9 @@ def ext_out(out: Any, name: str = "out") -> Any:
     extension checks its dtype, layout and exact shape before writing it)."""
     if out is None:
         return None
+    capsule = _plain_torch_capsule(out)
+    if capsule is not None and out.untyped_storage().resizable():
+        return capsule  # memory torch allocated (_torch_writeable): writeable
     out = require_array(out, name)
     ok, why = _torch_writeable(out) if is_torch(out) else (bool(out.flags.writeable), "")
     if not ok:

@@ -177,9 +177,11 @@ def fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, 
 
 def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any, topk_ids: Any,
                activation: str, w13_bias: Any, w2_bias: Any, skip_weighted: bool,
-               variant: Optional[str], threads: Optional[int], out: Any, ids_dtype: str) -> Any:
+               variant: Optional[str], threads: Optional[int], out: Any, ids_dtype: str,
+               out_name: str = "out") -> Any:
     """fused_moe with topk_ids of `ids_dtype`: "int32", or "int64" (cpukern.torch passes
-    torch.topk's ids as they are; the kernel range-checks them before narrowing)."""
+    torch.topk's ids as they are; the kernel range-checks them before narrowing); out_name:
+    out='s name in messages (vLLM's op calls it output)."""
     for name, w in (("w13", w13), ("w2", w2)):  # their op: checked by the extension
         check_op(w, None, name, "PackedWeights from cpukern.moe.prepare")
     skip_weighted = bool_arg(skip_weighted, "skip_weighted")
@@ -192,7 +194,7 @@ def _fused_moe(x: Any, w13: PackedWeights, w2: PackedWeights, topk_weights: Any,
                            str_value(activation, "activation"),
                            None if w13_bias is None else ext_array(w13_bias, "w13_bias"),
                            None if w2_bias is None else ext_array(w2_bias, "w2_bias"),
-                           skip_weighted, variant_arg(variant), nthreads, ext_out(out))
+                           skip_weighted, variant_arg(variant), nthreads, ext_out(out, out_name))
     return out if out is not None else result(y, x, bf16=True)
 
 

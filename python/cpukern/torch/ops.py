@@ -16,7 +16,7 @@ from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern import widely_linear as _widely_linear
-from cpukern._arrays import ext_array, ext_out, native
+from cpukern._arrays import native
 from cpukern._dtypes import act_arg
 from cpukern.torch._weight_cache import _CACHE, _fingerprint
 from cpukern.torch.packed import known_weights, weights_of
@@ -89,7 +89,7 @@ def _threads() -> Optional[int]:
 # kernel registered that way costs about 3 us a call through the dispatcher, against about
 # 10 us for torch.library.custom_op's Python wrappers (its autograd and aliasing checks),
 # which a compiled decode step paid on every layer. Inference only: these ops have no
-# autograd kernel, and a tensor that requires grad is refused by name (_arg).
+# autograd kernel, and a tensor that requires grad is refused by name (cpukern._arrays).
 _LIB = torch.library.Library("cpukern", "FRAGMENT")
 
 
@@ -101,18 +101,6 @@ def _hot_op(impl: Any) -> Any:
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()))
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
     return getattr(torch.ops.cpukern, name).default
-
-
-def _arg(t: Optional[Tensor], name: str, bf16: bool = False) -> Any:
-    """A tensor argument of a cpukern op as the extension takes it (ext_array; None stays
-    None). bf16: the argument must be bfloat16, checked here where the dtype is known (the
-    extension reads any 16-bit pattern as bf16 bits, and ext_array refuses only integers)."""
-    if t is None:
-        return None
-    if bf16 and isinstance(t, Tensor) and t.dtype != torch.bfloat16:
-        raise TypeError(f"{name}: expected a bfloat16 tensor, got {t.dtype} tensor of shape "
-                        f"{tuple(t.shape)}")
-    return ext_array(t, name)
 
 
 def _u32(t: Tensor, name: str) -> Tensor:
@@ -240,12 +228,7 @@ def _ternary_gemv_prepared(prepared: Tensor, x: Tensor, out_features: int,
                                  act_arg(act), _threads_or_zero(), native(y, "out"))
         return y
     _check_rows(w, out_features)
-    # cpukern.ternary.gemv's call, made here on known weights: one crossing, each argument
-    # checked once (x's dtype and shape, act's name: by the extension)
-    y = torch.empty(tuple(x.shape[:-1]) + (int(out_features),), dtype=torch.float32)
-    _ext.ternary_gemv(w, _arg(x, "x"), None, act_arg(act), "", _threads_or_zero(),
-                      torch._C._to_dlpack(y))
-    return y
+    return _ternary.gemv(w, x, act=act, threads=_threads())
 
 
 ternary_gemv_prepared = _hot_op(_ternary_gemv_prepared)
@@ -331,7 +314,7 @@ def _fused_moe_prepared(x: Tensor, w13_prepared: Tensor, w2_prepared: Tensor, to
     p2 = weights_of(w2_prepared, "w2_prepared", ("moe",))
     out = torch.empty_like(x)
     _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, torch._C._to_dlpack(out))  # a new tensor: writeable
+                    skip_weighted, out)
     return out
 
 
@@ -372,23 +355,15 @@ def prepared_experts(w: Tensor, name: str, variant: Optional[str],
 
 def _call_fused_moe(x: Tensor, p13: Any, p2: Any, topk_weights: Tensor, topk_ids: Tensor,
                     activation: str, w13_bias: Optional[Tensor], w2_bias: Optional[Tensor],
-                    skip_weighted: bool, out: Any) -> None:
-    """cpukern.moe.fused_moe into `out` (the extension's form of the output tensor: ext_out
-    of a caller's tensor, which checks that it may be written), with torch.topk's int64 ids
-    taken as they are (the kernel reads them once and range-checks them before narrowing:
+                    skip_weighted: bool, out: Tensor, out_name: str = "out") -> None:
+    """cpukern.moe.fused_moe into `out` (named out_name in messages), with torch.topk's int64
+    ids taken as they are (the kernel reads them once and range-checks them before narrowing:
     2**32 + 1 never becomes expert 1)."""
     wide = topk_ids.dtype == torch.int64
     if wide and not topk_ids.is_contiguous():
         topk_ids = topk_ids.contiguous()
-    if type(activation) is not str or type(skip_weighted) is not bool:
-        raise TypeError(f"activation, skip_weighted: expected a str and a bool, got "
-                        f"{type(activation).__name__} and {type(skip_weighted).__name__}")
-    # cpukern.moe._fused_moe's call on known weights (shapes, dtypes, activation's name: by
-    # the extension)
-    _ext.moe_fused_moe(_arg(x, "x", bf16=True), p13, p2, _arg(topk_weights, "topk_weights"),
-                       _arg(topk_ids, "topk_ids"), wide, activation,
-                       _arg(w13_bias, "w13_bias", bf16=True), _arg(w2_bias, "w2_bias", bf16=True),
-                       skip_weighted, "", _threads_or_zero(), out)
+    _moe._fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
+                    skip_weighted, None, _threads(), out, "int64" if wide else "int32", out_name)
 
 
 def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor,
@@ -404,7 +379,7 @@ def _fused_moe_into(out: Tensor, x: Tensor, w13: Tensor, w2: Tensor, topk_weight
     p13 = prepared_experts(w13, "w13", forced, w13_scales, act if w13.dtype == torch.uint8 else "fp32")
     p2 = prepared_experts(w2, "w2", forced, w2_scales, act if w2.dtype == torch.uint8 else "fp32")
     _call_fused_moe(x, p13, p2, topk_weights, topk_ids, activation, w13_bias, w2_bias,
-                    skip_weighted, ext_out(out, "output"))
+                    skip_weighted, out, "output")
 
 
 @torch.library.custom_op("cpukern::fused_moe", mutates_args=())
@@ -443,10 +418,8 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
-    # cpukern.linear.linear's call on known weights (x, bias against w: by the extension)
-    out = torch.empty((x.shape[0] if x.dim() else 0, out_features), dtype=torch.bfloat16)
-    _ext.moe_linear(_arg(x, "x", bf16=True), w, _arg(bias, "bias", bf16=True), "",
-                    _threads_or_zero(), torch._C._to_dlpack(out))
+    out = x.new_empty((x.shape[0] if x.dim() else 0, out_features))
+    _dense.linear(x, w, bias, threads=_threads(), out=out)
     return out
 
 
