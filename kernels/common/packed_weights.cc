@@ -22,7 +22,7 @@ void* PackedWeights::own_section(int i, int64_t bytes, bool for_overwrite) {
     sections_[i] = {p, bytes};
     return p;
   }
-  AlignedBuffer& b = owned_[i];
+  WeightBuffer& b = owned_[i];
   if (for_overwrite)
     b.resize_for_overwrite(size_t(bytes));
   else

@@ -132,7 +132,7 @@ class PackedWeights {
     int64_t bytes = 0;
   };
   Section sections_[blob::kMaxSections];
-  AlignedBuffer owned_[blob::kMaxSections];
+  WeightBuffer owned_[blob::kMaxSections];
   // Between place_sections and seal: the buffer packed into and its plan.
   BlobTarget target_;
   blob::LayoutPlan plan_;

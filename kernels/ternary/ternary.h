@@ -82,7 +82,7 @@ struct PreparedWeights final : PackedWeights {
 
  private:
   mutable std::once_flag i8_once_;
-  mutable AlignedBuffer i8_buf_;
+  mutable WeightBuffer i8_buf_;
   mutable const void* i8_ptr_ = nullptr;
   mutable std::atomic<int64_t> i8_bytes_{0};
 };

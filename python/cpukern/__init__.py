@@ -11,7 +11,7 @@ import.
 logging.getLogger("cpukern") reports, at INFO, which variant each op selected and why (once
 per op and selection); CPUKERN_VERBOSE=1 prints those records to stderr.
 
-CPUKERN_HUGEPAGES (read once, at the first large scratch allocation): "0", "off", "no" or
+CPUKERN_HUGEPAGES (read once, at the first large allocation of weights or scratch): "0", "off", "no" or
 "false" keep 4 KiB pages; "1", "on", "yes", "true" or unset allow transparent huge pages (the
 default); case and surrounding blanks do not matter. Any other value is a RuntimeWarning at
 import and leaves the default.

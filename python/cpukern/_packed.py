@@ -57,11 +57,10 @@ def owned_tensor(nbytes: int) -> Any:
 
 def aligned_empty(nbytes: int) -> np.ndarray:
     """An uninitialised 1-D uint8 numpy array of nbytes, 64-byte aligned (what from_buffer
-    needs; torch's CPU allocator gives 64-byte aligned tensors too)."""
-    nbytes = int_arg(nbytes, "nbytes", 0, MAX_ELEMS)
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
-    return raw[start:start + nbytes]
+    needs; torch's CPU allocator gives 64-byte aligned tensors too), in the memory cpukern packs
+    weights into: transparent huge pages from 64 KiB on Linux (unless CPUKERN_HUGEPAGES=0), so
+    weights streamed from it cross no 4 KiB page boundary."""
+    return _ext.weight_memory(int_arg(nbytes, "nbytes", 0, MAX_ELEMS))
 
 
 def _with_int8(weights: Any, int8: bool) -> bool:

@@ -2,6 +2,7 @@
 // packed weights of every op, its serialised form, and the import of any op's buffer.
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/common/packed_weights.h"
+#include "kernels/common/weight_memory.h"
 #include "kernels/moe/moe.h"
 #include "kernels/ternary/ternary.h"
 #include "kernels/widely_linear/widely_linear.h"
@@ -105,6 +107,24 @@ void bind_packed_weights(nb::module_& m) {
       // that calls back into Python could be ended there by interpreter exit (gil.h).
       .def("__repr__", &repr);
 
+  // Uninitialised bytes for packed weights (WeightMemory: huge pages for every size from 64
+  // KiB), as a 1-D uint8 numpy array that frees them (cpukern._packed.aligned_empty).
+  m.def(
+      "weight_memory",
+      [](int64_t nbytes) {
+        check_arg(nbytes >= 0 && nbytes <= limits::kMaxElements, "nbytes",
+                  "expected 0 to " + std::to_string(limits::kMaxElements) + ", got " +
+                      std::to_string(nbytes));
+        void* p = WeightMemory::allocate(size_t(nbytes));
+        nb::capsule own(p, [](void* q) noexcept { WeightMemory::release(q); });
+        const size_t dims[1] = {size_t(nbytes)};
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(p, 1, dims, own);
+      },
+      nb::arg("nbytes"));
+  m.def("weight_memory_stats", [] {
+    const WeightMemory::Stats s = WeightMemory::stats();
+    return std::make_tuple(s.chunks, s.chunk_bytes, s.live);
+  });
   // A call's variant= on these weights (PackedWeights::check_variant): "" or their own variant.
   m.def(
       "packed_serialized_size",

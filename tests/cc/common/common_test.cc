@@ -24,6 +24,7 @@
 #include "kernels/common/registry.h"
 #include "kernels/common/ternary_codes.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/common/weight_memory.h"
 
 namespace cpukern {
 namespace {
@@ -493,5 +494,133 @@ TEST(AlignedBuffer, AlignmentZeroingAndHugePageAdvice) {
 #if defined(__linux__) && defined(__x86_64__)
     EXPECT_EQ(advised_huge(b.data()), big && huge) << n;
 #endif
+  }
+}
+
+// Packed weights: every buffer from 64 KiB in huge pages (shared chunks, or a block of its own
+// from kDedicatedFrom), chunks freed with their last buffer; smaller ones from aligned_alloc.
+namespace {
+using cpukern::WeightMemory;
+
+void fill(void* p, size_t n, unsigned char v) { std::memset(p, v, n); }
+bool holds(const void* p, size_t n, unsigned char v) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i)
+    if (c[i] != v) return false;
+  return true;
+}
+}  // namespace
+
+TEST(WeightMemory, BuffersShareHugePageChunksAndFreeThem) {
+  const bool huge = cpukern::huge_pages_enabled();
+  const WeightMemory::Stats before = WeightMemory::stats();
+  // 40 layer-sized buffers (300 KiB, 12 MiB in all): one chunk, each 4 KiB aligned, their bytes their own.
+  std::vector<void*> bufs;
+  const size_t n = 300 << 10;
+  for (int i = 0; i < 40; ++i) {
+    bufs.push_back(WeightMemory::allocate(n));
+    fill(bufs.back(), n, static_cast<unsigned char>(i + 1));
+  }
+  for (int i = 0; i < 40; ++i) {
+    const auto addr = reinterpret_cast<uintptr_t>(bufs[i]);
+    EXPECT_EQ(addr % (huge ? WeightMemory::kAlign : 64), 0u) << i;
+    EXPECT_TRUE(holds(bufs[i], n, static_cast<unsigned char>(i + 1))) << i;
+#if defined(__linux__) && defined(__x86_64__)
+    EXPECT_EQ(advised_huge(bufs[i]), huge) << i;
+#endif
+  }
+  const WeightMemory::Stats during = WeightMemory::stats();
+  EXPECT_EQ(during.chunks - before.chunks, huge ? 1u : 0u);
+  EXPECT_EQ(during.live - before.live, huge ? 40u : 0u);
+  for (void* p : bufs) WeightMemory::release(p);
+  EXPECT_EQ(WeightMemory::stats().chunks, before.chunks);
+  // Buffers just under a quarter chunk: four fill a chunk, the fifth starts another; the first
+  // chunk is freed with its last buffer.
+  std::vector<void*> big;
+  const size_t quarter = WeightMemory::kChunk / 4 - WeightMemory::kHugePage / 2;
+  static_assert(WeightMemory::kChunk / 4 - WeightMemory::kHugePage / 2 < WeightMemory::kDedicatedFrom);
+  for (int i = 0; i < 5; ++i) big.push_back(WeightMemory::allocate(quarter));
+  EXPECT_EQ(WeightMemory::stats().chunks - before.chunks, huge ? 2u : 0u);
+  for (int i = 0; i < 4; ++i) WeightMemory::release(big[i]);
+  EXPECT_EQ(WeightMemory::stats().chunks - before.chunks, huge ? 1u : 0u);
+  WeightMemory::release(big[4]);
+  const WeightMemory::Stats after = WeightMemory::stats();
+  EXPECT_EQ(after.chunks, before.chunks);
+  EXPECT_EQ(after.chunk_bytes, before.chunk_bytes);
+  EXPECT_EQ(after.live, before.live);
+}
+
+TEST(WeightMemory, SmallAndDedicatedBuffers) {
+  const bool huge = cpukern::huge_pages_enabled();
+  const WeightMemory::Stats before = WeightMemory::stats();
+  for (size_t n : {size_t(0), size_t(1), WeightMemory::kArenaFrom - 64,
+                   WeightMemory::kDedicatedFrom + 7, WeightMemory::kChunk * 2 + 4096}) {
+    void* p = WeightMemory::allocate(n);
+    ASSERT_NE(p, nullptr) << n;
+    const bool arena = huge && n >= WeightMemory::kArenaFrom;
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(addr % (arena ? WeightMemory::kHugePage : 64), 0u) << n;
+    EXPECT_EQ(WeightMemory::stats().chunks - before.chunks, arena ? 1u : 0u) << n;
+    fill(p, n, 0x5a);
+    EXPECT_TRUE(holds(p, n, 0x5a)) << n;
+#if defined(__linux__) && defined(__x86_64__)
+    EXPECT_EQ(advised_huge(p), arena) << n;
+#endif
+    WeightMemory::release(p);
+    EXPECT_EQ(WeightMemory::stats().chunks, before.chunks) << n;
+  }
+  WeightMemory::release(nullptr);
+}
+
+// Threads allocating and releasing at once (TSan checks the arena's lock): every buffer keeps
+// its own bytes, and every chunk is freed at the end.
+TEST(WeightMemory, ConcurrentAllocationsKeepTheirBytes) {
+  const WeightMemory::Stats before = WeightMemory::stats();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t, &bad] {
+      std::mt19937 rng{uint32_t(t)};
+      struct Held {
+        void* p;
+        size_t n;
+        unsigned char v;
+      };
+      std::vector<Held> held;
+      for (int i = 0; i < 200; ++i) {
+        if (!held.empty() && rng() % 3 == 0) {
+          const size_t j = rng() % held.size();
+          bad += !holds(held[j].p, held[j].n, held[j].v);
+          WeightMemory::release(held[j].p);
+          held[j] = held.back();
+          held.pop_back();
+        } else {
+          const size_t n = (16 << 10) + rng() % (1 << 20);
+          held.push_back({WeightMemory::allocate(n), n, static_cast<unsigned char>(t * 50 + i % 50)});
+          fill(held.back().p, n, held.back().v);
+        }
+      }
+      for (const Held& h : held) {
+        bad += !holds(h.p, h.n, h.v);
+        WeightMemory::release(h.p);
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(WeightMemory::stats().chunks, before.chunks);
+  EXPECT_EQ(WeightMemory::stats().live, before.live);
+}
+
+TEST(WeightBuffer, ZeroedAndMovable) {
+  for (size_t n : {size_t(1), size_t(100 << 10), size_t(9 << 20)}) {
+    cpukern::WeightBuffer b(n);
+    ASSERT_EQ(b.size(), n);
+    EXPECT_TRUE(holds(b.data(), n, 0)) << n;
+    fill(b.data(), n, 7);
+    cpukern::WeightBuffer c(std::move(b));
+    EXPECT_EQ(b.data(), nullptr);
+    EXPECT_TRUE(holds(c.data(), n, 7)) << n;
+    c.resize(n);
+    EXPECT_TRUE(holds(c.data(), n, 0)) << n;
   }
 }
