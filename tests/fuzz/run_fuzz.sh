@@ -60,6 +60,7 @@ sources_common() {
   echo "kernels/common/prepared_blob.cc"
   echo "kernels/common/registry.cc"
   echo "kernels/common/thread_pool.cc"
+  echo "kernels/common/weight_memory.cc"
 }
 
 # An op's files: its driver-level sources, then its micro-kernels with their ISA flags
