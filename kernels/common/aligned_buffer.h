@@ -9,9 +9,6 @@
 #include <cstring>
 #include <new>
 #include <utility>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "kernels/common/weight_memory.h"
 
@@ -47,8 +44,7 @@ class BasicAlignedBuffer {
   T* data() const { return static_cast<T*>(p_); }
   size_t size() const { return n_; }
 
-  static constexpr size_t kHugePage = size_t(2) << 20, kHugeFrom = size_t(4) << 20;
-  static bool huge_pages_allowed(const char* v) { return cpukern::huge_pages_allowed(v); }
+  static constexpr size_t kHugeFrom = size_t(4) << 20;
 
  private:
   void release() {
@@ -68,10 +64,7 @@ class BasicAlignedBuffer {
       p_ = WeightMemory::allocate(rounded);
     } else if (rounded >= kHugeFrom && huge_pages_enabled()) {
       const size_t whole = (rounded + kHugePage - 1) / kHugePage * kHugePage;
-      p_ = std::aligned_alloc(kHugePage, whole);
-#if defined(__linux__)
-      if (p_) madvise(p_, whole, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
+      p_ = huge_page_block(whole, whole);
     } else {
       p_ = std::aligned_alloc(64, rounded);
     }

@@ -32,18 +32,22 @@ Arena& arena() {
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-// A 2 MiB-aligned block of `size` bytes, its whole 2 MiB pages advised as huge pages.
+// A block of its own for `size` bytes, its whole huge pages advised.
 uintptr_t new_block(size_t size) {
-  void* p = std::aligned_alloc(WeightMemory::kHugePage, round_up(size, WeightMemory::kHugePage));
+  void* p = huge_page_block(size, size / kHugePage * kHugePage);
   if (!p) throw std::bad_alloc();
-#if defined(__linux__)
-  const size_t whole = size / WeightMemory::kHugePage * WeightMemory::kHugePage;
-  if (whole) madvise(p, whole, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
   return reinterpret_cast<uintptr_t>(p);
 }
 
 }  // namespace
+
+void* huge_page_block(size_t bytes, size_t advised) noexcept {
+  void* p = std::aligned_alloc(kHugePage, round_up(bytes, kHugePage));
+#if defined(__linux__)
+  if (p && advised) madvise(p, advised, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
+  return p;
+}
 
 void* WeightMemory::allocate(size_t bytes) {
   bytes = round_up(bytes ? bytes : 1, 64);

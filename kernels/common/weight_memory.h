@@ -5,10 +5,11 @@
 //
 // Buffers under kDedicatedFrom share 2 MiB-aligned chunks of kChunk bytes advised as huge pages
 // (a bump allocator: a layer's 0.4-4 MB matrices need no huge page each; what a chunk wastes
-// is the rest of its last huge page, about 1 MiB); a chunk is freed when its last buffer is. Larger buffers get a 2 MiB-aligned block of their own, its whole 2 MiB
-// pages advised (the tail keeps 4 KiB pages: no partly used huge page). Smaller buffers, and
-// every buffer with CPUKERN_HUGEPAGES=0, come from aligned_alloc. The cost: a freed buffer's
-// bytes stay resident until its chunk's other buffers are freed too.
+// is the rest of its last huge page, about 1 MiB); a chunk is freed when its last buffer is.
+// Larger buffers get a 2 MiB-aligned block of their own, its whole 2 MiB pages advised (the
+// tail keeps 4 KiB pages: no partly used huge page). Smaller buffers, and every buffer with
+// CPUKERN_HUGEPAGES=0, come from aligned_alloc. The cost: a freed buffer's bytes stay resident
+// until its chunk's other buffers are freed too.
 #pragma once
 #include <cstddef>
 #include <cstdlib>
@@ -37,8 +38,15 @@ inline bool huge_pages_enabled() {
   return on;
 }
 
+// The transparent huge page of x86-64 and of 4 KiB-granule AArch64 kernels.
+inline constexpr size_t kHugePage = size_t(2) << 20;
+
+// A kHugePage-aligned block of `bytes` rounded up to kHugePage, its first `advised` bytes (a
+// multiple of kHugePage) advised as huge pages on Linux; nullptr when out of memory. Freed
+// with std::free. Shared by WeightMemory and AlignedBuffer's large scratch.
+void* huge_page_block(size_t bytes, size_t advised) noexcept;
+
 struct WeightMemory {
-  static constexpr size_t kHugePage = size_t(2) << 20;
   static constexpr size_t kChunk = size_t(64) << 20;
   static constexpr size_t kArenaFrom = size_t(64) << 10;
   static constexpr size_t kDedicatedFrom = kChunk / 4;

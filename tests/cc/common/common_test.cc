@@ -469,24 +469,24 @@ bool advised_huge(const void* p) {
 // CPUKERN_HUGEPAGES is read with the Python package's spellings (cpukern/__init__.py): before,
 // only "0" turned huge pages off and "no" / "off" left them on silently.
 TEST(AlignedBuffer, HugePagesSpellings) {
-  using cpukern::AlignedBuffer;
+  using cpukern::huge_pages_allowed;
   for (const char* off : {"0", "no", "off", "false", "NO", "Off", "FALSE", " no ", "off\n"})
-    EXPECT_FALSE(AlignedBuffer::huge_pages_allowed(off)) << off;
+    EXPECT_FALSE(huge_pages_allowed(off)) << off;
   for (const char* on : {"1", "yes", "on", "true", "", "nope", "00", "offline", "falsehood"})
-    EXPECT_TRUE(AlignedBuffer::huge_pages_allowed(on)) << on;
-  EXPECT_TRUE(AlignedBuffer::huge_pages_allowed(nullptr));
+    EXPECT_TRUE(huge_pages_allowed(on)) << on;
+  EXPECT_TRUE(huge_pages_allowed(nullptr));
 }
 
 TEST(AlignedBuffer, AlignmentZeroingAndHugePageAdvice) {
   const char* env = std::getenv("CPUKERN_HUGEPAGES");
-  const bool huge = cpukern::AlignedBuffer::huge_pages_allowed(env);
+  const bool huge = cpukern::huge_pages_allowed(env);
   for (size_t n : {size_t(1), size_t(100), cpukern::AlignedBuffer::kHugeFrom - 64,
                    cpukern::AlignedBuffer::kHugeFrom, cpukern::AlignedBuffer::kHugeFrom * 3 + 7}) {
     cpukern::AlignedBuffer b(n);
     ASSERT_EQ(b.size(), n);
     const auto addr = reinterpret_cast<uintptr_t>(b.data());
     const bool big = n >= cpukern::AlignedBuffer::kHugeFrom;
-    EXPECT_EQ(addr % (big && huge ? cpukern::AlignedBuffer::kHugePage : 64), 0u) << n;
+    EXPECT_EQ(addr % (big && huge ? cpukern::kHugePage : 64), 0u) << n;
     const auto* c = b.data<unsigned char>();
     size_t nonzero = 0;
     for (size_t i = 0; i < n; ++i) nonzero += c[i] != 0;
@@ -537,8 +537,8 @@ TEST(WeightMemory, BuffersShareHugePageChunksAndFreeThem) {
   // Buffers just under a quarter chunk: four fill a chunk, the fifth starts another; the first
   // chunk is freed with its last buffer.
   std::vector<void*> big;
-  const size_t quarter = WeightMemory::kChunk / 4 - WeightMemory::kHugePage / 2;
-  static_assert(WeightMemory::kChunk / 4 - WeightMemory::kHugePage / 2 < WeightMemory::kDedicatedFrom);
+  const size_t quarter = WeightMemory::kChunk / 4 - cpukern::kHugePage / 2;
+  static_assert(WeightMemory::kChunk / 4 - cpukern::kHugePage / 2 < WeightMemory::kDedicatedFrom);
   for (int i = 0; i < 5; ++i) big.push_back(WeightMemory::allocate(quarter));
   EXPECT_EQ(WeightMemory::stats().chunks - before.chunks, huge ? 2u : 0u);
   for (int i = 0; i < 4; ++i) WeightMemory::release(big[i]);
@@ -559,7 +559,7 @@ TEST(WeightMemory, SmallAndDedicatedBuffers) {
     ASSERT_NE(p, nullptr) << n;
     const bool arena = huge && n >= WeightMemory::kArenaFrom;
     const auto addr = reinterpret_cast<uintptr_t>(p);
-    EXPECT_EQ(addr % (arena ? WeightMemory::kHugePage : 64), 0u) << n;
+    EXPECT_EQ(addr % (arena ? cpukern::kHugePage : 64), 0u) << n;
     EXPECT_EQ(WeightMemory::stats().chunks - before.chunks, arena ? 1u : 0u) << n;
     fill(p, n, 0x5a);
     EXPECT_TRUE(holds(p, n, 0x5a)) << n;
