@@ -18,10 +18,19 @@ namespace cpukern::moe {
 enum class Activation { kSilu, kGelu, kGeluTanh, kSwigluOai };
 Activation parse_activation(const std::string& name);  // else throws naming "activation"
 
-// Softmax over e experts, then top-k (ties to the lower id), optionally renormalised.
+// How a router turns a token's e logits into its top-k experts and their weights.
+// kSoftmaxTopk: softmax over all e experts, then the k largest probabilities, optionally
+// renormalised to sum 1 (Qwen3-MoE, Mixtral, vLLM's default). kTopkSoftmax: the k largest
+// logits, then a softmax over those k (gpt-oss); renormalising would change nothing, so it is
+// refused. Both: ties go to the lower expert id, NaN never beats a number; float32 arithmetic.
+enum class RouteRule { kSoftmaxTopk, kTopkSoftmax };
+RouteRule parse_route_rule(const std::string& name);  // "softmax_topk" | "topk_softmax", else
+                                                      // throws naming "rule"
+const char* route_rule_name(RouteRule rule);
+
 // logits: (t, e) float32; weights: (t, topk) float32; ids: (t, topk) int32.
 void route(const float* logits, int64_t t, int64_t e, int64_t topk, bool renormalize,
-           float* weights, int32_t* ids);
+           float* weights, int32_t* ids, RouteRule rule = RouteRule::kSoftmaxTopk);
 
 struct Ukernel;     // the micro-kernel interface (ukernel.h)
 struct GemmConfig;  // a registry row: its ukernel per format (ukernel.h)
@@ -125,6 +134,16 @@ void fused_moe_int64_ids(const bf16_t* x, int64_t t, int64_t h, const PackedExpe
 // on how many rows share a call. threads as for fused_moe.
 void linear(const bf16_t* x, int64_t t, int64_t k, const PackedExperts& w, const bf16_t* bias,
             int threads, bf16_t* out);
+
+// A model's whole router in one call, as transformers' bf16 routers compute it: logits =
+// bf16(x (t, h) . Wr^T + bias) on linear()'s kernel (Wr packed by prepare* with e == 1 and
+// o = the number of experts, bias (o) bf16 or nullptr), then route() on those bf16 logits;
+// the weights are rounded once to bf16 (transformers casts the routing weights to the
+// logits' dtype) and the ids are int64 (torch.topk's). Outputs: logits (t, o), weights and
+// ids (t, topk). Every argument is checked before any output is written.
+void router(const bf16_t* x, int64_t t, int64_t h, const PackedExperts& w, const bf16_t* bias,
+            int64_t topk, RouteRule rule, bool renormalize, int threads, bf16_t* logits,
+            bf16_t* weights, int64_t* ids);
 
 std::vector<VariantInfo> list_variants();
 

@@ -52,21 +52,30 @@ FORMATS = ("bf16", "mxfp4", "int8")
 
 # Activation types prepare accepts: "fp32" (the exact kernels), "int8" (W4A8, MXFP4 only).
 ACTS = ("fp32", "int8")
+ROUTE_RULES = ("softmax_topk", "topk_softmax")  # route()'s rule=
 
 __all__ = ["route", "prepare", "fused_moe", "quantize", "dequantize", "load_gpt_oss",
-           "ACTIVATIONS", "FORMATS", "ACTS", "to_bytes", "from_buffer", "serialized_size"]
+           "ACTIVATIONS", "FORMATS", "ACTS", "ROUTE_RULES", "to_bytes", "from_buffer", "serialized_size"]
 
 
-def route(router_logits: Any, topk: int, *, renormalize: bool = True) -> tuple[Any, Any]:
-    """Softmax over experts, then top-k (ties to the lower id).
+def route(router_logits: Any, topk: int, *, renormalize: Optional[bool] = None,
+          rule: str = "softmax_topk") -> tuple[Any, Any]:
+    """A router's logits -> each token's top-k experts and their weights, in float32.
 
-    router_logits: float32 (T, E). Returns (topk_weights float32 (T, k), topk_ids int32 (T, k));
-    renormalize divides the k weights by their sum.
+    rule "softmax_topk": softmax over the E experts, then the k largest (Qwen3-MoE, Mixtral,
+    vLLM); "topk_softmax": the k largest logits, then a softmax over those k (gpt-oss). Ties go
+    to the lower expert id. renormalize (softmax_topk only): divide the k weights by their sum;
+    None: True for softmax_topk, False for topk_softmax (whose weights already sum to 1, so True
+    is a ValueError).
+
+    router_logits: float32 (T, E). Returns (topk_weights float32 (T, k), topk_ids int32 (T, k)).
     """
     logits = ext_array(router_logits, "router_logits")
     topk = c_int(topk, "topk")  # E >= 1, 1 <= topk <= E: checked by the extension
-    renormalize = bool_arg(renormalize, "renormalize")
-    weights, ids = _ext.moe_route(logits, topk, renormalize)
+    rule = str_arg(rule, "rule", ROUTE_RULES)
+    renormalize = (rule == "softmax_topk" if renormalize is None
+                   else bool_arg(renormalize, "renormalize"))
+    weights, ids = _ext.moe_route(logits, topk, renormalize, rule)
     return result(weights, router_logits), result(ids, router_logits)
 
 

@@ -102,7 +102,8 @@ void bind_moe(nb::module_& m) {
   // the outputs exist; a huge topk must be a ValueError naming it, not an allocation failure).
   m.def(
       "moe_route",
-      [](const InArray& logits, int64_t topk, bool renormalize) {
+      [](const InArray& logits, int64_t topk, bool renormalize, const std::string& rule) {
+        const moe::RouteRule r = moe::parse_route_rule(rule);
         const auto* lp = in_ptr<float>(logits, "router_logits", {2});
         const int64_t t = int64_t(logits.shape(0)), e = int64_t(logits.shape(1));
         if (e < 1 || e > INT32_MAX)
@@ -110,6 +111,8 @@ void bind_moe(nb::module_& m) {
                                          describe_array(logits));
         check_arg(topk >= 1 && topk <= e, "topk",
                   "expected 1 <= topk <= E = " + std::to_string(e) + ", got " + std::to_string(topk));
+        check_arg(!(renormalize && r == moe::RouteRule::kTopkSoftmax), "renormalize",
+                  "topk_softmax weights already sum to 1; pass renormalize=False");
         const int64_t n = checked_mul(t, topk, "topk");
         auto* wp = new float[size_t(n ? n : 1)];
         nb::capsule wown(wp, [](void* p) noexcept { delete[] static_cast<float*>(p); });
@@ -117,13 +120,53 @@ void bind_moe(nb::module_& m) {
         nb::capsule iown(ip, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
         {
           GilRelease release;
-          moe::route(lp, t, e, topk, renormalize, wp, ip);
+          moe::route(lp, t, e, topk, renormalize, wp, ip, r);
         }
         const size_t shape[2] = {size_t(t), size_t(topk)};
         return std::make_pair(nb::ndarray<nb::numpy, float, nb::ndim<2>>(wp, 2, shape, wown),
                               nb::ndarray<nb::numpy, int32_t, nb::ndim<2>>(ip, 2, shape, iown));
       },
-      nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"));
+      nb::arg("router_logits"), nb::arg("topk"), nb::arg("renormalize"), nb::arg("rule"));
+
+  // router(x, w, bias, topk, rule, renormalize, threads, logits, weights, ids): moe::router
+  // into the three outputs (each given, or new: logits bf16 (T, E), weights bf16 (T, topk),
+  // ids int64 (T, topk)), topk and rule checked before any is allocated.
+  m.def(
+      "moe_router",
+      [](const InArray& x, const PackedWeights& packed, std::optional<InArray> bias, int64_t topk,
+         const std::string& rule, bool renormalize, int threads,
+         const std::optional<OutArray>& logits_out, const std::optional<OutArray>& weights_out,
+         const std::optional<OutArray>& ids_out) {
+        const PackedExperts& w = experts(packed, "w");
+        const moe::RouteRule r = moe::parse_route_rule(rule);
+        const auto* xp = in_ptr<uint16_t>(x, "x", {2});
+        const int64_t t = int64_t(x.shape(0)), h = int64_t(x.shape(1));
+        if (h != w.i)
+          throw_arg("x", "expected (T, " + std::to_string(w.i) + ") (w's in-features), got " +
+                             describe_array(x));
+        check_arg(w.e == 1, "w", "expected the router's matrix packed as E = 1, got E = " +
+                                     std::to_string(w.e));
+        check_arg(topk >= 1 && topk <= w.o, "topk",
+                  "expected 1 <= topk <= E = " + std::to_string(w.o) + ", got " +
+                      std::to_string(topk));
+        const uint16_t* bp = nullptr;
+        if (bias) {
+          bp = in_ptr<uint16_t>(*bias, "bias", {1});
+          check_shape(*bias, "bias", {w.o});
+        }
+        Output<uint16_t> logits = output<uint16_t>(logits_out, "logits", {t, w.o}, "x");
+        Output<uint16_t> weights = output<uint16_t>(weights_out, "weights", {t, topk}, "x");
+        Output<int64_t> ids = output<int64_t>(ids_out, "ids", {t, topk}, "x");
+        {
+          GilRelease release(double(t) * double(w.o) * double(w.i));
+          moe::router(xp, t, h, w, bp, topk, r, renormalize, threads, logits.data, weights.data,
+                      ids.data);
+        }
+        return nb::make_tuple(logits.array, weights.array, ids.array);
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("topk"), nb::arg("rule"),
+      nb::arg("renormalize"), nb::arg("threads"), nb::arg("logits").none(),
+      nb::arg("weights").none(), nb::arg("ids").none());
 
   // prepare(w, scales, format, act, variant, out): prepare_format's rules first (format, act,
   // scales given or not), then the arrays of that format (expert_arrays). out: pack straight

@@ -231,7 +231,8 @@ def dense_packed(mod, format="bf16"):
 def cpukern_layers(model):
     """The modules of `model` that run on cpukern: its own stand-ins and the nn.Linear layers
     whose weight is packed."""
-    return [m for m in model.modules() if isinstance(m, (ct.TernaryLinear, ct.FusedMoE))
+    return [m for m in model.modules()
+            if isinstance(m, (ct.TernaryLinear, ct.FusedMoE, ct.MoERouter))
             or (type(m) is torch.nn.Linear and isinstance(m.weight, ct.PackedWeightsTensor))]
 
 
@@ -260,12 +261,16 @@ def test_patch_matches_stock(checkpoints, kind, variant):
     model = copy.deepcopy(ref)
     report = ct.patch(model, variant=variant)
     n = ref.config.num_hidden_layers
-    # Ternary layers or experts, plus the bf16 nn.Linear layers (attention projections,
-    # lm_head; the routers are not nn.Linear); the float32 BitNet's lm_head stays in torch.
-    layers = {"bitnet": 7 * n, "gpt_oss": n, "qwen3_moe": n}[kind]
+    # Ternary layers or experts and routers, plus the bf16 nn.Linear layers (attention
+    # projections, lm_head); the float32 BitNet's lm_head stays in torch.
+    layers = {"bitnet": 7 * n, "gpt_oss": 2 * n, "qwen3_moe": 2 * n}[kind]
     dense = {"bitnet": 0, "gpt_oss": 4 * n + 1, "qwen3_moe": 4 * n + 1}[kind]
     assert len(report.replaced) == layers + dense, str(report)
     assert sum(w == "weight packed bf16" for _, _, w in report.replaced) == dense, str(report)
+    routers = [m for m in model.modules() if isinstance(m, ct.MoERouter)]
+    assert len(routers) == (0 if kind == "bitnet" else n), str(report)
+    assert all(r.rule == ("topk_softmax" if kind == "gpt_oss" else "softmax_topk")
+               for r in routers)
     if kind == "bitnet":
         assert any(n == "lm_head" for n, _, _ in report.left), str(report)
     else:

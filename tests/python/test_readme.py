@@ -186,8 +186,9 @@ def test_hf_block():
     pytest.importorskip("transformers", reason="transformers is not installed here")
     g = {}
     exec(block("docs/pytorch.md", "Hugging Face models"), g)
-    # 2 experts modules and the 9 bf16 nn.Linear layers (4 projections a layer, lm_head)
-    assert len(g["report"].replaced) == 11 and tuple(g["ids"].shape) == (1, 11)
+    # 2 experts modules, 2 routers and the 9 bf16 nn.Linear layers (4 projections a layer,
+    # lm_head)
+    assert len(g["report"].replaced) == 13 and tuple(g["ids"].shape) == (1, 11)
 
 
 def test_run_a_model_block(tmp_path):

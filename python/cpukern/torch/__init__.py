@@ -2,7 +2,7 @@
 
 Importing this package requires torch; ``import cpukern`` does not. Modules: ``ops`` (the
 torch.library ops and their fake implementations), ``vllm`` (the vLLM-order ops),
-``modules`` (TernaryLinear, WidelyLinear), ``dense`` (Linear, pack_linear_), ``experts`` (FusedMoE), ``hf_quantizer`` (``CpukernConfig``, the
+``modules`` (TernaryLinear, WidelyLinear), ``dense`` (Linear, pack_linear_), ``experts`` (FusedMoE, MoERouter), ``hf_quantizer`` (``CpukernConfig``, the
 transformers quantizer: ``AutoModelForCausalLM.from_pretrained(path,
 quantization_config=CpukernConfig())``; imported on first use of ``cpukern.torch.CpukernConfig``,
 as it imports transformers), ``families`` (one adapter per model family), ``hf`` (patch /
@@ -46,6 +46,11 @@ activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
     A dense layer on the fused-MoE micro-kernels (the op linear, cpukern.linear): x bf16 (T, I), weight
     bf16 (O, I) (or int8 with float32 per-channel scales, or MXFP4 blocks), bias bf16 (O,);
     returns bf16 (T, O). The prepared form holds the weight packed as one expert.
+``torch.ops.cpukern.moe_router_prepared(x, prepared, num_experts, bias, topk, rule, renormalize)
+-> (Tensor, Tensor, Tensor)``
+    A MoE router in one call (MoERouter): x bf16 (T, H), the router matrix (E, H) packed as
+    one expert, bias None or bf16 (E,); rule "softmax_topk" or "topk_softmax"
+    (cpukern.moe.route). Returns (logits bf16 (T, E), weights bf16 (T, topk), ids int64 (T, topk)).
 ``torch.ops.cpukern.cpu_fused_moe_prepared(output, input, w13, w2, w13_bias, w2_bias,
 topk_weights, topk_id, skip_weighted, act) -> ()``
     The same in vLLM's order (``vllm.prepack_moe_tensor`` makes w13 / w2).
@@ -112,10 +117,11 @@ from cpukern.torch.ops import fused_moe, ternary_gemv, widely_linear  # register
 from cpukern.torch.vllm import cpu_fused_moe, prepack_moe_weight  # registers the ops
 from cpukern.torch.dense import Linear, pack_linear_
 from cpukern.torch.modules import TernaryLinear, WidelyLinear
-from cpukern.torch.experts import FusedMoE
+from cpukern.torch.experts import FusedMoE, MoERouter
 from cpukern.torch.hf import PatchReport, from_pretrained, patch
 
-__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "pack_linear_", "FusedMoE", "PackedWeightsTensor",
+__all__ = ["TernaryLinear", "WidelyLinear", "Linear", "pack_linear_", "FusedMoE", "MoERouter",
+           "PackedWeightsTensor",
            "clear_cache", "cache_info", "patch", "from_pretrained", "PatchReport"]  # and CpukernConfig, which needs transformers
 
 

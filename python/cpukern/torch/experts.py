@@ -16,7 +16,7 @@ from cpukern.torch import ops as _ops
 from cpukern.torch.modules import _float_weight, _variant_arg, _PackedModule
 from cpukern.torch.packed import PackedWeightsTensor
 
-__all__ = ["FusedMoE"]
+__all__ = ["FusedMoE", "MoERouter"]
 
 
 class FusedMoE(_PackedModule):
@@ -182,3 +182,100 @@ class FusedMoE(_PackedModule):
         return (f"num_experts={self.num_experts}, hidden={self.hidden}, intermediate="
                 f"{self.intermediate}, topk={self.topk}, activation={self.activation!r}"
                 + (f", act={self.act!r}" if self.act != "fp32" else ""))
+
+
+class MoERouter(_PackedModule):
+    """A Mixture-of-Experts router in one cpukern call: the logits GEMV on the dense kernel
+    (``weight`` (E, H) packed bf16, ``bias`` bf16 (E,) or None), then the routing rule in C++
+    (cpukern.moe.route's ``rule``: "softmax_topk" with ``renormalize``, Qwen3-MoE's router with
+    norm_topk_prob; "topk_softmax", gpt-oss's). Stands in for transformers' top-k routers:
+    ``forward(hidden_states (..., H))`` returns (logits (T, E), routing weights (T, top_k), expert
+    ids int64 (T, top_k)) as they do, the logits and weights in the input's dtype. The input is
+    rounded to bf16 for the kernel; the logits are bf16 (as the model's bf16 F.linear rounds
+    them), the rule runs in float32 on them and the weights are rounded once.
+
+    Against the stock bf16 router (tested): the same logits up to fp32 summation order (one
+    bf16 rounding step apart at most), hence the same experts except where two candidates'
+    logits are that close, and weights within one bf16 rounding of the stock ones.
+    """
+
+    _PACKED = {"weight": "linear"}
+    _act_dtype = torch.bfloat16
+
+    def __init__(self, hidden_dim: int, num_experts: int, top_k: int, *,
+                 rule: str = "softmax_topk", renormalize: Optional[bool] = None,
+                 bias: Any = False, weight: Optional[PackedWeightsTensor] = None) -> None:
+        super().__init__()
+        self.hidden_dim = int_arg(hidden_dim, "hidden_dim", 1)
+        self.num_experts = int_arg(num_experts, "num_experts", 1)
+        self.top_k = int_arg(top_k, "top_k", 1)
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k: expected 1 <= top_k <= num_experts = {self.num_experts}, "
+                             f"got {self.top_k}")
+        self.rule = str_arg(rule, "rule", _moe.ROUTE_RULES)
+        self.renormalize = (self.rule == "softmax_topk" if renormalize is None
+                            else bool_arg(renormalize, "renormalize"))
+        if self.renormalize and self.rule == "topk_softmax":
+            raise ValueError("renormalize: topk_softmax weights already sum to 1; pass "
+                             "renormalize=False")
+        if isinstance(bias, Tensor):
+            b = _float_weight(bias, "bias").detach().to(torch.bfloat16).contiguous()
+            if tuple(b.shape) != (self.num_experts,):
+                raise ValueError(f"bias: expected shape ({self.num_experts},), got "
+                                 f"{tuple(b.shape)}")
+        else:
+            b = (torch.zeros(self.num_experts, dtype=torch.bfloat16)
+                 if bool_arg(bias, "bias") else None)
+        self.register_buffer("bias", b)
+        self._init_packed(None if weight is None else {"weight": weight})
+
+    def _packed_shape(self, name: str) -> tuple:
+        return (self.num_experts, self.hidden_dim)
+
+    def _check_fits(self, key: str, p: Any) -> None:
+        if p.op != "moe" or tuple(p.shape) != (1, self.num_experts, self.hidden_dim):
+            raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
+                             f"router (1, {self.num_experts}, {self.hidden_dim})")
+        if p.format != "bf16":
+            raise ValueError(f"{key}: packed as {p.format}, a router's weight is bf16")
+
+    @classmethod
+    def from_weight(cls, weight: Tensor, top_k: int, *, bias: Optional[Tensor] = None,
+                    rule: str = "softmax_topk", renormalize: Optional[bool] = None,
+                    variant: str = "") -> "MoERouter":
+        """The router of a float weight (E, H) (rounded to bf16 and packed now) and optional
+        bias (E,)."""
+        _float_weight(weight, "weight")
+        if weight.dim() != 2 or min(weight.shape) < 1:
+            raise ValueError(f"weight: expected (num_experts, hidden_dim), got shape "
+                             f"{tuple(weight.shape)}")
+        e, h = (int(d) for d in weight.shape)
+        w = weight.detach().to(torch.bfloat16).contiguous().unsqueeze(0)
+        blob = _ops.prepare_experts_tensor(w, "weight", _ops.linear_variant(_variant_arg(variant)))
+        packed = PackedWeightsTensor(blob, verify=False, kind="linear")
+        return cls(h, e, top_k, rule=rule, renormalize=renormalize,
+                   bias=False if bias is None else bias, weight=packed)
+
+    def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        _forward.check_float(hidden_states, "hidden_states")
+        if self.weight.is_empty:
+            raise ValueError("weight: holds no packed weights yet (load a state_dict or pack the "
+                             "router with from_weight)")
+        if hidden_states.dim() < 1 or hidden_states.shape[-1] != self.hidden_dim:
+            raise ValueError(f"hidden_states: expected {self.hidden_dim} features, got shape "
+                             f"{tuple(hidden_states.shape)}")
+        dtype = hidden_states.dtype
+        x = hidden_states.reshape(-1, self.hidden_dim)
+        if dtype != torch.bfloat16:
+            x = x.to(torch.bfloat16)
+        logits, weights, ids = _forward.packed_router(
+            x.contiguous(), self.weight, self.num_experts, self.bias, self.top_k, self.rule,
+            self.renormalize)
+        if dtype != torch.bfloat16:
+            logits, weights = logits.to(dtype), weights.to(dtype)
+        return logits, weights, ids
+
+    def extra_repr(self) -> str:
+        return (f"hidden_dim={self.hidden_dim}, num_experts={self.num_experts}, "
+                f"top_k={self.top_k}, rule={self.rule!r}, renormalize={self.renormalize}, "
+                f"bias={self.bias is not None}")

@@ -11,12 +11,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from cpukern.torch.ops import (_fused_moe_prepared, _linear_prepared, _ternary_gemv_prepared,
-                               _widely_linear_prepared, fused_moe_prepared, linear_prepared,
+from cpukern.torch.ops import (_fused_moe_prepared, _linear_prepared, _moe_router_prepared,
+                               _ternary_gemv_prepared, _widely_linear_prepared,
+                               fused_moe_prepared, linear_prepared, moe_router_prepared,
                                ternary_gemv_prepared, widely_linear_prepared)
 from cpukern.torch.packed import PackedWeightsTensor
 
-__all__ = ["packed_linear", "packed_fused_moe", "check_float", "FLOATS"]
+__all__ = ["packed_linear", "packed_fused_moe", "packed_router", "check_float", "FLOATS"]
 
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -91,3 +92,11 @@ def packed_fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, t
     (eager: the implementation itself; traced: the op)."""
     return _run(fused_moe_prepared, _fused_moe_prepared, x, w13, w2, topk_weights, topk_ids,
                 activation, w13_bias, w2_bias, False)
+
+
+def packed_router(x: Tensor, weight: Tensor, num_experts: int, bias: Optional[Tensor], topk: int,
+                  rule: str, renormalize: bool) -> tuple:
+    """moe_router_prepared on x (T, H) bf16 with a PackedWeightsTensor router matrix, the same
+    way (eager: the implementation itself; traced: the op)."""
+    return _run(moe_router_prepared, _moe_router_prepared, x, weight, num_experts, bias, topk,
+                rule, renormalize)

@@ -24,7 +24,7 @@ from cpukern.torch.packed import known_weights, weights_of
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
            "fused_moe_prepared", "prepare_experts_tensor", "linear",
-           "linear_prepared"]
+           "linear_prepared", "moe_router_prepared"]
 
 # variant= in the torch ops (isa= in the vLLM-order ops, vLLM's own name): "" or "auto" select
 # automatically; any other name must be a variant of the op (cpukern.kernels(op)), else the op
@@ -432,6 +432,42 @@ def _(x, prepared, out_features, bias=None):
     torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
     torch._check(prepared.dtype == torch.uint8, lambda: "prepared: expected a uint8 tensor")
     return x.new_empty((x.shape[0], out_features))
+
+
+def _moe_router_prepared(x: Tensor, prepared: Tensor, num_experts: int, bias: Optional[Tensor],
+                         topk: int, rule: str, renormalize: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """A bf16 MoE router in one call (cpukern.moe's router): x bf16 (T, H), the router's matrix
+    (E, H) packed as one expert (any dense packing), bias None or bf16 (E,) -> (logits bf16
+    (T, E), routing weights bf16 (T, topk), expert ids int64 (T, topk)). rule: "softmax_topk"
+    (renormalize: the k weights divided by their sum) or "topk_softmax" (renormalize False).
+    num_experts: E, which the packed matrix must hold (the fake kernel needs it)."""
+    w = weights_of(prepared, "prepared", ("moe",))
+    e = int(w.shape[1])
+    if e != num_experts:
+        raise ValueError(f"prepared: holds {e} outputs, expected num_experts = {num_experts}")
+    if not 1 <= topk <= e:
+        raise ValueError(f"topk: expected 1 <= topk <= E = {e}, got {topk}")
+    t = x.shape[0] if x.dim() else 0
+    logits = x.new_empty((t, e))
+    weights = x.new_empty((t, topk))
+    ids = x.new_empty((t, topk), dtype=torch.int64)
+    _ext.moe_router(native(x, "x"), w, native(bias, "bias"), topk, rule, renormalize,
+                    _threads_or_zero(), native(logits, "logits"), native(weights, "weights"),
+                    native(ids, "ids"))
+    return logits, weights, ids
+
+
+moe_router_prepared = _hot_op(_moe_router_prepared)
+
+
+@torch.library.register_fake("cpukern::moe_router_prepared")
+def _(x, prepared, num_experts, bias, topk, rule, renormalize):
+    torch._check(x.dim() == 2, lambda: "x: expected (T, H)")
+    torch._check(x.dtype == torch.bfloat16, lambda: "x: expected bfloat16")
+    torch._check(prepared.dtype == torch.uint8, lambda: "prepared: expected a uint8 tensor")
+    t, e = x.shape[0], num_experts
+    return (x.new_empty((t, e)), x.new_empty((t, topk)),
+            x.new_empty((t, topk), dtype=torch.int64))
 
 
 @torch.library.custom_op("cpukern::linear", mutates_args=())

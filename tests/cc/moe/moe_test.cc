@@ -490,6 +490,77 @@ TEST(MoeRoute, SoftmaxTopkTiesAndRenormalize) {
   route(nullptr, 0, 4, 2, true, nullptr, nullptr);  // T = 0: nothing
 }
 
+TEST(MoeRoute, TopkSoftmaxTakesTheLargestLogitsThenNormalisesThem) {
+  const float logits[2 * 4] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.0f, 0.0f, -2.0f};
+  float w[2 * 2];
+  int32_t ids[2 * 2];
+  route(logits, 2, 4, 2, false, w, ids, RouteRule::kTopkSoftmax);
+  EXPECT_EQ(ids[0], 1);  // 3 and 3: the lower id first
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+  EXPECT_FLOAT_EQ(w[1], 0.5f);
+  EXPECT_EQ(ids[2], 1);
+  EXPECT_EQ(ids[3], 2);
+  EXPECT_FLOAT_EQ(w[2], 0.5f);
+  const float spread[4] = {0.0f, 1.0f, -5.0f, 2.0f};
+  route(spread, 1, 4, 3, false, w, ids, RouteRule::kTopkSoftmax);
+  EXPECT_EQ(ids[0], 3);
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_EQ(ids[2], 0);
+  const double z = 1.0 + std::exp(-1.0) + std::exp(-2.0);
+  EXPECT_NEAR(w[0], 1.0 / z, 1e-6);
+  EXPECT_NEAR(w[1], std::exp(-1.0) / z, 1e-6);
+  EXPECT_NEAR(w[2], std::exp(-2.0) / z, 1e-6);
+  EXPECT_THROW(route(logits, 2, 4, 2, true, w, ids, RouteRule::kTopkSoftmax), InvalidArgument);
+  EXPECT_EQ(parse_route_rule("topk_softmax"), RouteRule::kTopkSoftmax);
+  EXPECT_STREQ(route_rule_name(parse_route_rule("softmax_topk")), "softmax_topk");
+  EXPECT_THROW(parse_route_rule("softmax"), InvalidArgument);
+}
+
+// router() is linear() then route() on the bf16 logits: the same logits, ids and weights
+// (rounded once to bf16) as the two calls, for both rules, with and without a bias.
+TEST(MoeRoute, RouterIsLinearThenRouteOnTheBf16Logits) {
+  const int64_t t = 5, h = 40, e = 12, topk = 3;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bf16_t> x(t * h), wr(e * h), bias(e);
+  for (auto& v : x) v = f32_to_bf16(nd(rng));
+  for (auto& v : wr) v = f32_to_bf16(0.2f * nd(rng));
+  for (auto& v : bias) v = f32_to_bf16(0.1f * nd(rng));
+  auto w = prepare(wr.data(), 1, e, h, "");
+  for (RouteRule rule : {RouteRule::kSoftmaxTopk, RouteRule::kTopkSoftmax}) {
+    const bf16_t* const no_bias = nullptr;
+    for (const bf16_t* b : {no_bias, static_cast<const bf16_t*>(bias.data())}) {
+      const bool renorm = rule == RouteRule::kSoftmaxTopk;
+      std::vector<bf16_t> logits(t * e), want_logits(t * e), weights(t * topk);
+      std::vector<int64_t> ids(t * topk);
+      router(x.data(), t, h, *w, b, topk, rule, renorm, 1, logits.data(), weights.data(),
+             ids.data());
+      linear(x.data(), t, h, *w, b, 1, want_logits.data());
+      EXPECT_EQ(logits, want_logits);
+      std::vector<float> lf(t * e), want_w(t * topk);
+      std::vector<int32_t> want_ids(t * topk);
+      for (int64_t j = 0; j < t * e; ++j) lf[j] = bf16_to_f32(want_logits[j]);
+      route(lf.data(), t, e, topk, renorm, want_w.data(), want_ids.data(), rule);
+      for (int64_t j = 0; j < t * topk; ++j) {
+        EXPECT_EQ(ids[j], want_ids[j]) << j;
+        EXPECT_EQ(weights[j], f32_to_bf16(want_w[j])) << j;
+      }
+    }
+  }
+  std::vector<bf16_t> logits(t * e), weights(t * topk);
+  std::vector<int64_t> ids(t * topk);
+  EXPECT_THROW(router(x.data(), t, h, *w, nullptr, e + 1, RouteRule::kSoftmaxTopk, true, 1,
+                      logits.data(), weights.data(), ids.data()),
+               InvalidArgument);
+  EXPECT_THROW(router(x.data(), t, h - 1, *w, nullptr, topk, RouteRule::kSoftmaxTopk, true, 1,
+                      logits.data(), weights.data(), ids.data()),
+               InvalidArgument);
+  EXPECT_THROW(router(x.data(), t, h, *w, nullptr, topk, RouteRule::kSoftmaxTopk, true, 1,
+                      x.data(), weights.data(), ids.data()),
+               InvalidArgument);  // logits over x
+}
+
 template <class F>
 std::string error_of(F f) {
   try {

@@ -21,7 +21,7 @@ from cpukern import moe as _moe
 from cpukern import ternary as _ternary
 from cpukern._arrays import MAX_THREADS, int_arg, str_arg
 from cpukern.torch._pages import drop_mapped_pages
-from cpukern.torch.experts import FusedMoE
+from cpukern.torch.experts import FusedMoE, MoERouter
 from cpukern.torch.dense import pack_linear_
 from cpukern.torch.modules import TernaryLinear
 
@@ -264,6 +264,22 @@ class Family:
                      else "dense='int8' (W8A8 dense layers)")
         return Step(name, "Linear", f"weight packed {fmt}", lambda: pack_linear_(
             mod, format=fmt, variant=_dense_variant(opts.variant)), lossy=lossy)
+
+    def plan_router(self, name: str, mod: nn.Module, opts: Options, rule: str,
+                    renormalize: bool) -> Any:
+        """A transformers top-k router (``weight`` (E, H), optional ``bias``, ``top_k``) ->
+        MoERouter: its logits GEMV and routing rule in one cpukern call. It follows dense=
+        (None leaves it in torch) but is always packed bf16: an int8 router would move
+        experts."""
+        if opts.dense is None:
+            return "dense=None: the router stays in torch"
+        if mod.weight.dtype != torch.bfloat16:
+            return (f"{mod.weight.dtype} weights: cpukern's router computes its logits in bf16, "
+                    f"this one in {mod.weight.dtype}")
+        bias = getattr(mod, "bias", None)
+        return Step(name, type(mod).__name__, f"MoERouter {rule}", lambda: MoERouter.from_weight(
+            mod.weight, int(mod.top_k), bias=bias, rule=rule, renormalize=renormalize,
+            variant=_dense_variant(opts.variant)))
 
     def plan(self, model: nn.Module, opts: Options) -> tuple[list, list]:
         """(steps, left): every module checked before any is replaced."""

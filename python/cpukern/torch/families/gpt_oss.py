@@ -1,5 +1,6 @@
 """gpt-oss (``GptOssForCausalLM``): the experts -> ``FusedMoE`` with ``swigluoai`` (alpha 1.702,
-limit 7, both biases, gate/up rows interleaved as the model stores them). The router stays.
+limit 7, both biases, gate/up rows interleaved as the model stores them); ``GptOssTopKRouter``
+-> ``MoERouter`` (its bf16 logits with the bias, top-k, softmax over the k, in one call).
 
 Expert formats: an MXFP4 checkpoint (``*_blocks`` / ``*_scales``) loads its blocks straight
 into the MXFP4 layout (``format=None`` or ``"mxfp4"``; never expanded to bf16), or runs them
@@ -86,7 +87,9 @@ class GptOss(Family):
     config_sizes = Family.config_sizes + ("num_local_experts", "num_experts_per_tok", "head_dim")
 
     def plan_module(self, name: str, mod: nn.Module, model: nn.Module, opts: Options) -> Any:
-        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, GptOssTopKRouter
+        if type(mod) is GptOssTopKRouter:
+            return self.plan_router(name, mod, opts, "topk_softmax", False)
         if type(mod) not in (GptOssExperts, GptOssMxfp4Experts):
             return None
         why = _swiglu_reason(mod)

@@ -1,6 +1,7 @@
 """Qwen3-MoE (``Qwen3MoeForCausalLM``): ``Qwen3MoeExperts`` -> ``FusedMoE`` on bf16 experts
 (``format="bf16"``, the default) or int8 W8A8 (``format="int8"``, lossy: warns), rows
-[gate; up], the model's activation. The router stays (softmax, top-k, ``norm_topk_prob``).
+[gate; up], the model's activation. ``Qwen3MoeTopKRouter`` -> ``MoERouter`` (its bf16 logits,
+softmax, top-k and ``norm_topk_prob`` in one call).
 Checkpoints store one gate/up/down weight per expert; transformers merges them."""
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ class Qwen3Moe(Family):
                                           "moe_intermediate_size", "head_dim")
 
     def plan_module(self, name: str, mod: nn.Module, model: nn.Module, opts: Options) -> Any:
-        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import (Qwen3MoeExperts,
+                                                                      Qwen3MoeTopKRouter)
+        if type(mod) is Qwen3MoeTopKRouter:
+            return self.plan_router(name, mod, opts, "softmax_topk", bool(mod.norm_topk_prob))
         if type(mod) is not Qwen3MoeExperts:
             return None
         hf_act = str(getattr(model.config, "hidden_act", "silu"))

@@ -15,14 +15,15 @@ import torch
 from torch import nn
 
 from cpukern.torch.families.common import MoEExperts, safetensors_header
-from cpukern.torch.experts import FusedMoE
+from cpukern.torch.experts import FusedMoE, MoERouter
 from cpukern.torch.dense import Linear, adopt_dense_weight, set_packed_weight
 from cpukern.torch.modules import TernaryLinear, _PackedModule, _wrap_blobs
 from cpukern.torch.packed import PackedWeightsTensor
 
 # The classes a saved description may name (nothing else is ever imported from it).
 _CLASSES = {f"{c.__module__}.{c.__qualname__}": c
-            for c in (TernaryLinear, FusedMoE, Linear, MoEExperts, nn.Sequential, nn.Linear)}
+            for c in (TernaryLinear, FusedMoE, MoERouter, Linear, MoEExperts, nn.Sequential,
+                      nn.Linear)}
 _CLASSES["transformers.models.llama.modeling_llama.LlamaRMSNorm"] = None  # imported on use
 _PLAIN = (bool, int, float, str, type(None))
 
