@@ -46,7 +46,34 @@ def cases() -> dict:
         "op linear_prepared (compiled graphs), x bf16 (1, 64)":
             lambda: ops.linear_prepared.default(bf16_2d, dense.weight.blob, 64, dense.bias),
         "torch's own bf16 nn.Linear, x bf16 (1, 1, 64) (reference)": lambda: torch_nn(bf16_3d),
+        **router_cases(),
     }
+
+
+def router_cases() -> dict:
+    """The MoE routers of the models at their own sizes, one token: transformers' module (bf16
+    F.linear, softmax and top-k in torch) against MoERouter (one cpukern call). Their weights
+    (0.3-0.5 MB) stay in the caches, so this is the call and the kernel, hot."""
+    from types import SimpleNamespace
+
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssTopKRouter
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+    qwen = Qwen3MoeTopKRouter(SimpleNamespace(num_experts_per_tok=8, num_experts=128,
+                                              norm_topk_prob=True, hidden_size=2048))
+    oss = GptOssTopKRouter(SimpleNamespace(num_experts_per_tok=4, num_local_experts=32,
+                                           hidden_size=2880))
+    out = {}
+    for name, stock, rule in (("Qwen3-MoE E=128 H=2048 top-8", qwen, "softmax_topk"),
+                              ("gpt-oss E=32 H=2880 top-4", oss, "topk_softmax")):
+        stock = stock.to(torch.bfloat16)
+        nn.init.normal_(stock.weight, std=0.02)
+        x = torch.randn(1, stock.hidden_dim, dtype=torch.bfloat16)
+        out[f"router {name}, x bf16 (1, H): transformers' module"] = lambda s=stock, x=x: s(x)
+        if hasattr(ct, "MoERouter"):  # older trees (A/B) have no such row
+            ours = ct.MoERouter.from_weight(stock.weight, stock.top_k,
+                                            bias=getattr(stock, "bias", None), rule=rule)
+            out[f"router {name}, x bf16 (1, H): MoERouter"] = lambda m=ours, x=x: m(x)
+    return out
 
 
 def best_us(call, rounds: int, calls: int) -> float:
