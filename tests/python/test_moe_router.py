@@ -112,7 +112,7 @@ def check_against_stock(stock, ours, x, rule, renormalize):
     assert [tuple(g.shape) for g in got] == [tuple(w.shape) for w in want]
     lg, lw = got[0].float(), want[0].float()
     assert torch.all((lg - lw).abs() <= BF16_ULP * lw.abs() + 1e-6), (lg - lw).abs().max()
-    check_routing(lg.numpy(), got[1].float().numpy(), got[2].numpy(), ours.top_k, rule,
+    check_routing(lg.numpy(), got[1].float().numpy(), got[2].numpy(), ours.topk, rule,
                   renormalize, BF16_ULP)
     # where the logits agree bitwise, the stock router chose the same experts (ties aside)
     same = torch.equal(got[0], want[0])
@@ -180,9 +180,9 @@ def test_router_refuses_bad_arguments_by_name():
         ours(torch.randn(1, 31))
     with pytest.raises(TypeError, match="hidden_states"):
         ours(torch.ones(1, 32, dtype=torch.int32))
-    with pytest.raises(ValueError, match="top_k"):
+    with pytest.raises(ValueError, match="topk"):
         ct.MoERouter(32, 8, 9)
-    with pytest.raises(ValueError, match="top_k"):
+    with pytest.raises(ValueError, match="topk"):
         ct.MoERouter(32, 8, 0)
     with pytest.raises(ValueError, match="rule"):
         ct.MoERouter(32, 8, 2, rule="softmax")

@@ -19,6 +19,13 @@ from cpukern.torch.packed import PackedWeightsTensor
 __all__ = ["FusedMoE", "MoERouter"]
 
 
+def _topk_arg(topk: Any, num_experts: int) -> int:
+    topk = int_arg(topk, "topk", 1)
+    if topk > num_experts:
+        raise ValueError(f"topk: expected 1 <= topk <= num_experts = {num_experts}, got {topk}")
+    return topk
+
+
 class FusedMoE(_PackedModule):
     """A Mixture-of-Experts block (vLLM cpu_fused_moe semantics) on cpukern's kernel.
 
@@ -48,10 +55,7 @@ class FusedMoE(_PackedModule):
         self.num_experts = int_arg(num_experts, "num_experts", 1)
         self.hidden = int_arg(hidden, "hidden", 1)
         self.intermediate = int_arg(intermediate, "intermediate", 1)
-        self.topk = int_arg(topk, "topk", 1)
-        if self.topk > self.num_experts:
-            raise ValueError(f"topk: expected 1 <= topk <= num_experts = {self.num_experts}, got "
-                             f"{self.topk}")
+        self.topk = _topk_arg(topk, self.num_experts)
         self.activation = str_arg(activation, "activation", _moe.ACTIVATIONS)
         self.renormalize = bool_arg(renormalize, "renormalize")
         self.act = act_arg(act, _moe.ACTS)
@@ -189,8 +193,8 @@ class MoERouter(_PackedModule):
     (``weight`` (E, H) packed bf16, ``bias`` bf16 (E,) or None), then the routing rule in C++
     (cpukern.moe.route's ``rule``: "softmax_topk" with ``renormalize``, Qwen3-MoE's router with
     norm_topk_prob; "topk_softmax", gpt-oss's). Stands in for transformers' top-k routers:
-    ``forward(hidden_states (..., H))`` returns (logits (T, E), routing weights (T, top_k), expert
-    ids int64 (T, top_k)) as they do, the logits and weights in the input's dtype. The input is
+    ``forward(hidden_states (..., H))`` returns (logits (T, E), routing weights (T, topk), expert
+    ids int64 (T, topk)) as they do, the logits and weights in the input's dtype. The input is
     rounded to bf16 for the kernel; the logits are bf16 (as the model's bf16 F.linear rounds
     them), the rule runs in float32 on them and the weights are rounded once.
 
@@ -202,16 +206,13 @@ class MoERouter(_PackedModule):
     _PACKED = {"weight": "linear"}
     _act_dtype = torch.bfloat16
 
-    def __init__(self, hidden_dim: int, num_experts: int, top_k: int, *,
+    def __init__(self, hidden: int, num_experts: int, topk: int, *,
                  rule: str = "softmax_topk", renormalize: Optional[bool] = None,
                  bias: Any = False, weight: Optional[PackedWeightsTensor] = None) -> None:
         super().__init__()
-        self.hidden_dim = int_arg(hidden_dim, "hidden_dim", 1)
+        self.hidden = int_arg(hidden, "hidden", 1)
         self.num_experts = int_arg(num_experts, "num_experts", 1)
-        self.top_k = int_arg(top_k, "top_k", 1)
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k: expected 1 <= top_k <= num_experts = {self.num_experts}, "
-                             f"got {self.top_k}")
+        self.topk = _topk_arg(topk, self.num_experts)
         self.rule = str_arg(rule, "rule", _moe.ROUTE_RULES)
         self.renormalize = (self.rule == "softmax_topk" if renormalize is None
                             else bool_arg(renormalize, "renormalize"))
@@ -230,30 +231,30 @@ class MoERouter(_PackedModule):
         self._init_packed(None if weight is None else {"weight": weight})
 
     def _packed_shape(self, name: str) -> tuple:
-        return (self.num_experts, self.hidden_dim)
+        return (self.num_experts, self.hidden)
 
     def _check_fits(self, key: str, p: Any) -> None:
-        if p.op != "moe" or tuple(p.shape) != (1, self.num_experts, self.hidden_dim):
+        if p.op != "moe" or tuple(p.shape) != (1, self.num_experts, self.hidden):
             raise ValueError(f"{key}: packed weight of shape {tuple(p.shape)} does not fit this "
-                             f"router (1, {self.num_experts}, {self.hidden_dim})")
+                             f"router (1, {self.num_experts}, {self.hidden})")
         if p.format != "bf16":
             raise ValueError(f"{key}: packed as {p.format}, a router's weight is bf16")
 
     @classmethod
-    def from_weight(cls, weight: Tensor, top_k: int, *, bias: Optional[Tensor] = None,
+    def from_weight(cls, weight: Tensor, topk: int, *, bias: Optional[Tensor] = None,
                     rule: str = "softmax_topk", renormalize: Optional[bool] = None,
                     variant: str = "") -> "MoERouter":
         """The router of a float weight (E, H) (rounded to bf16 and packed now) and optional
         bias (E,)."""
         _float_weight(weight, "weight")
         if weight.dim() != 2 or min(weight.shape) < 1:
-            raise ValueError(f"weight: expected (num_experts, hidden_dim), got shape "
+            raise ValueError(f"weight: expected (num_experts, hidden), got shape "
                              f"{tuple(weight.shape)}")
         e, h = (int(d) for d in weight.shape)
         w = weight.detach().to(torch.bfloat16).contiguous().unsqueeze(0)
         blob = _ops.prepare_experts_tensor(w, "weight", _ops.linear_variant(_variant_arg(variant)))
         packed = PackedWeightsTensor(blob, verify=False, kind="linear")
-        return cls(h, e, top_k, rule=rule, renormalize=renormalize,
+        return cls(h, e, topk, rule=rule, renormalize=renormalize,
                    bias=False if bias is None else bias, weight=packed)
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -261,21 +262,21 @@ class MoERouter(_PackedModule):
         if self.weight.is_empty:
             raise ValueError("weight: holds no packed weights yet (load a state_dict or pack the "
                              "router with from_weight)")
-        if hidden_states.dim() < 1 or hidden_states.shape[-1] != self.hidden_dim:
-            raise ValueError(f"hidden_states: expected {self.hidden_dim} features, got shape "
+        if hidden_states.dim() < 1 or hidden_states.shape[-1] != self.hidden:
+            raise ValueError(f"hidden_states: expected {self.hidden} features, got shape "
                              f"{tuple(hidden_states.shape)}")
         dtype = hidden_states.dtype
-        x = hidden_states.reshape(-1, self.hidden_dim)
+        x = hidden_states.reshape(-1, self.hidden)
         if dtype != torch.bfloat16:
             x = x.to(torch.bfloat16)
         logits, weights, ids = _forward.packed_router(
-            x.contiguous(), self.weight, self.num_experts, self.bias, self.top_k, self.rule,
+            x.contiguous(), self.weight, self.num_experts, self.bias, self.topk, self.rule,
             self.renormalize)
         if dtype != torch.bfloat16:
             logits, weights = logits.to(dtype), weights.to(dtype)
         return logits, weights, ids
 
     def extra_repr(self) -> str:
-        return (f"hidden_dim={self.hidden_dim}, num_experts={self.num_experts}, "
-                f"top_k={self.top_k}, rule={self.rule!r}, renormalize={self.renormalize}, "
+        return (f"hidden={self.hidden}, num_experts={self.num_experts}, "
+                f"topk={self.topk}, rule={self.rule!r}, renormalize={self.renormalize}, "
                 f"bias={self.bias is not None}")
