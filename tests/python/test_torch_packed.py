@@ -544,3 +544,28 @@ def test_eager_forward_is_named_in_torch_profiler(kind):
             mod(*args)
     names = {e.key for e in prof.key_averages()}
     assert f"cpukern::{_op_name(kind)}" in names, sorted(names)
+
+
+def test_blob_index_forgets_a_blob_with_it_and_never_answers_for_another():
+    """The op's blob -> packed-object lookup (what a compiled graph's call finds its weights
+    by): held weakly, by identity; an entry goes with its blob, and a new tensor that happens
+    to get the dead one's id is not taken for it."""
+    import gc
+
+    from cpukern.torch.packed import _BlobIndex
+
+    index, marker = _BlobIndex(), object()
+    blob = torch.zeros(64, dtype=torch.uint8)
+    index[blob] = marker
+    assert index.get(blob) is marker and index.get(torch.zeros(64, dtype=torch.uint8)) is None
+    dead_id = id(blob)
+    del blob
+    gc.collect()
+    assert dead_id not in index._entries
+    index[torch.zeros(1, dtype=torch.uint8)] = marker  # dies at once: its entry goes too
+    gc.collect()
+    assert not index._entries
+    keep = torch.zeros(8, dtype=torch.uint8)
+    index[keep] = marker
+    assert index.pop(torch.zeros(8, dtype=torch.uint8)) is None and index.get(keep) is marker
+    assert index.pop(keep) is marker and index.get(keep) is None
