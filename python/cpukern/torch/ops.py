@@ -418,6 +418,10 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
+    if bias is not None and bias.requires_grad:
+        # a Parameter a compiled graph hands over as it is (inference only: F.linear's own
+        # path detaches it the same way)
+        bias = bias.detach()
     out = x.new_empty((x.shape[0] if x.dim() else 0, out_features))
     _dense.linear(x, w, bias, threads=_threads(), out=out)
     return out
