@@ -339,10 +339,15 @@ void check_x_columns(const PreparedWeights& w, int64_t columns, const std::strin
             "expected K = " + s(w.k) + " columns to match the weights, got " + got);
 }
 
-void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
-          int64_t scale_len, Act act, int threads, float* y) {
+namespace {
+
+// int8 mode: |acc| = |sum_k w q| <= 127 * K must be exact in the int32 accumulators.
+constexpr int64_t kMaxInt8K = INT32_MAX / 127;
+
+// gemv's checks of one call (the weights, x, y, the scale and act), before anything is written.
+void check_call(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
+                int64_t scale_len, Act act, const float* y) {
   check_arg(w.variant != nullptr, "w", "weights were not prepared");
-  const Variant& v = *w.variant;
   const int64_t m = w.m, k = w.k;
   check_arg(batch >= 0, "batch", "must be >= 0, got " + s(batch));
   checked_mul(batch, std::max<int64_t>(k, 1), "batch");
@@ -355,8 +360,6 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
   check_arg(scale != nullptr || scale_len == 0, "scale", "must not be null when scale_len > 0");
   check_arg(act == Act::kF32 || act == Act::kInt8 || act == Act::kInt8BitNet, "act",
             "expected fp32, int8 or int8_bitnet");
-  // int8 mode: |acc| = |sum_k w q| <= 127 * K must be exact in the int32 accumulators.
-  constexpr int64_t kMaxInt8K = INT32_MAX / 127;
   check_arg(act == Act::kF32 || k <= kMaxInt8K, "act",
             "int8 mode needs K <= " + s(kMaxInt8K) + " (127 * K must fit int32), got K = " + s(k) +
                 "; use act='fp32'");
@@ -367,78 +370,104 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
                  {{x, batch * k * 4, "x"},
                   {scale, scale_len * 4, "scale"}});
   w.check_disjoint_from(y, batch * m * 4, "out", "weights");
-  const int nthreads = limits::resolve_threads(threads);
+}
+
+// The rows of x quantised to int8 by act's rule (scratch buffers 0 and 2 of this thread).
+struct QuantizedX {
+  int8_t* q;
+  int64_t stride;  // i8_kpad(k)
+  float* dq;       // per row: the dequantisation factor
+  int32_t* xsum;   // per row: sum of q
+  float* post;     // per row: 1, or 2**-64 for a row quantised as x * 2**64
+};
+
+// x is validated (finite) before anything is written.
+QuantizedX quantize_x(const float* x, int64_t batch, int64_t k, Act act) {
+  for (int64_t i = 0; i < batch * k; ++i)
+    if (!std::isfinite(x[i]))
+      throw_arg("x", "must be finite in int8 mode, got " + std::to_string(x[i]) +
+                         " at index [" + s(i / k) + ", " + s(i % k) + "]");
+  const int64_t stride = i8_kpad(k);
+  AlignedBuffer& qb = scratch(0);
+  AlignedBuffer& db = scratch(2);
+  qb.reserve(size_t(batch * stride));
+  db.reserve(size_t(batch * 12));
+  QuantizedX r{qb.data<int8_t>(), stride, db.data<float>(), nullptr, nullptr};
+  r.xsum = reinterpret_cast<int32_t*>(r.dq + batch);
+  r.post = reinterpret_cast<float*>(r.xsum + batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* xb = x + b * k;
+    int8_t* q = r.q + b * stride;
+    if (act == Act::kInt8BitNet) {
+      r.xsum[b] = act_bitnet::quantize_row(xb, k, q, &r.dq[b]);
+      r.post[b] = 1.0f;
+      if (stride > k) std::memset(q + k, 0, size_t(stride - k));
+      continue;
+    }
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    // A row with max|x| < 2**-100 (127 / max|x| overflows below ~3.7e-37, max|x| / 127 is
+    // subnormal) is quantised as x * 2**64 (exact) and its results are scaled by 2**-64:
+    // the same q, a normal dq. Other rows: pre = post = 1 (bitwise the plain formula).
+    const bool tiny = amax > 0.0f && amax < 0x1p-100f;
+    const float pre = tiny ? 0x1p64f : 1.0f;
+    r.post[b] = tiny ? 0x1p-64f : 1.0f;
+    amax *= pre;
+    const float qs = amax > 0 ? 127.0f / amax : 0.0f;
+    r.dq[b] = amax / 127.0f;
+    int32_t sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const float t = act_bitnet::round_half_even_small((xb[j] * pre) * qs);  // |t| <= 127
+      q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
+      sum += q[j];
+    }
+    if (stride > k) std::memset(q + k, 0, size_t(stride - k));  // (k == 0: no buffer at all)
+    r.xsum[b] = sum;
+  }
+  return r;
+}
+
+// The prepared scales of w where the call gives none (the epilogues' scale, scale_len).
+void default_scale(const PreparedWeights& w, const float*& scale, int64_t& scale_len) {
   if (scale_len == 0 && w.has_scale() && w.group_size == 0) {
     scale = w.scales();
-    scale_len = m;
+    scale_len = w.m;
   }
+}
+
+}  // namespace
+
+void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
+          int64_t scale_len, Act act, int threads, float* y) {
+  check_call(w, x, batch, scale, scale_len, act, y);
+  const Variant& v = *w.variant;
+  const int64_t m = w.m, k = w.k;
+  const int nthreads = limits::resolve_threads(threads);
+  default_scale(w, scale, scale_len);
   if (batch == 0 || m == 0) return;
 
   if (act != Act::kF32) {
-    // Validate (x finite) before anything is written.
-    for (int64_t i = 0; i < batch * k; ++i)
-      if (!std::isfinite(x[i]))
-        throw_arg("x", "must be finite in int8 mode, got " + std::to_string(x[i]) +
-                           " at index [" + s(i / k) + ", " + s(i % k) + "]");
     const I8Ukernel& uk = v.ukernel.i8;
-    const int64_t stride = i8_kpad(k);
-    AlignedBuffer& qb = scratch(0);
-    AlignedBuffer& ab = scratch(1);
-    AlignedBuffer& db = scratch(2);
-    qb.reserve(size_t(batch * stride));
-    ab.reserve(size_t(batch * m * 4));
-    db.reserve(size_t(batch * 12));
-    int8_t* xq = qb.data<int8_t>();
-    int32_t* acc = ab.data<int32_t>();
-    float* dq = db.data<float>();
-    int32_t* xsum = reinterpret_cast<int32_t*>(dq + batch);
-    float* post = reinterpret_cast<float*>(xsum + batch);
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* xb = x + b * k;
-      if (act == Act::kInt8BitNet) {
-        int8_t* q = xq + b * stride;
-        xsum[b] = act_bitnet::quantize_row(xb, k, q, &dq[b]);
-        post[b] = 1.0f;
-        if (stride > k) std::memset(q + k, 0, size_t(stride - k));
-        continue;
-      }
-      float amax = 0.0f;
-      for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      // A row with max|x| < 2**-100 (127 / max|x| overflows below ~3.7e-37, max|x| / 127 is
-      // subnormal) is quantised as x * 2**64 (exact) and its results are scaled by 2**-64:
-      // the same q, a normal dq. Other rows: pre = post = 1 (bitwise the plain formula).
-      const bool tiny = amax > 0.0f && amax < 0x1p-100f;
-      const float pre = tiny ? 0x1p64f : 1.0f;
-      post[b] = tiny ? 0x1p-64f : 1.0f;
-      amax *= pre;
-      const float qs = amax > 0 ? 127.0f / amax : 0.0f;
-      dq[b] = amax / 127.0f;
-      int8_t* q = xq + b * stride;
-      int32_t sum = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        const float t = act_bitnet::round_half_even_small((xb[j] * pre) * qs);  // |t| <= 127
-        q[j] = int8_t(std::min(127.0f, std::max(-127.0f, t)));
-        sum += q[j];
-      }
-      if (stride > k) std::memset(q + k, 0, size_t(stride - k));  // (k == 0: no buffer at all)
-      xsum[b] = sum;
-    }
+    const QuantizedX xq = quantize_x(x, batch, k, act);
     if (w.group_size > 0 && k > 0) {
-      grouped::gemv_i8(w, uk, xq, stride, dq, post, batch, nthreads, y);
+      grouped::gemv_i8(w, uk, xq.q, xq.stride, xq.dq, xq.post, batch, nthreads, y);
       return;
     }
+    AlignedBuffer& ab = scratch(1);
+    ab.reserve(size_t(batch * m * 4));
+    int32_t* acc = ab.data<int32_t>();
     if (k == 0) {
       std::memset(acc, 0, size_t(batch * m * 4));
-      scale_epilogue_i8(acc, dq, post, batch, m, 0, m, scale, scale_len, y);
+      scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, 0, m, scale, scale_len, y);
     } else {
       const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
       const char* wbase = static_cast<const char*>(w.i8_data(nthreads));
       const int64_t rb = uk.row_bytes(k);
       parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
         const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
-        I8Args a{wbase + r0 * rb, r1 - r0, k, xq, stride, xsum, batch, acc + r0, m};
+        I8Args a{wbase + r0 * rb, r1 - r0, k, xq.q, xq.stride, xq.xsum, batch, acc + r0, m};
         uk.run(&a);
-        scale_epilogue_i8(acc, dq, post, batch, m, r0, r1, scale, scale_len, y);
+        scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, r0, r1, scale, scale_len, y);
       });
     }
     return;
@@ -483,6 +512,70 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
     });
   }
   scale_epilogue_f32(y, batch, m, scale, scale_len, exps);
+}
+
+}  // namespace cpukern::ternary
+
+namespace cpukern::ternary {
+
+void gemv_multi(const PreparedWeights* const* ws, int64_t n, const float* x, int64_t batch,
+                Act act, int threads, float* const* ys) {
+  check_arg(n >= 1 && ws != nullptr && ys != nullptr, "weights",
+            "expected at least one matrix, got " + s(n));
+  for (int64_t i = 0; i < n; ++i) {
+    check_arg(ws[i] != nullptr, "weights", "matrix " + s(i) + " is null");
+    check_arg(ws[i]->k == ws[0]->k, "weights",
+              "every matrix must take the same K = " + s(ws[0]->k) + " inputs, matrix " + s(i) +
+                  " takes " + s(ws[i]->k));
+    check_call(*ws[i], x, batch, nullptr, 0, act, ys[i]);
+    for (int64_t j = 0; j < i; ++j)
+      check_disjoint(ys[i], batch * ws[i]->m * 4, "out",
+                     {{ys[j], batch * ws[j]->m * 4, "another output"}});
+    for (int64_t j = 0; j < n; ++j)
+      if (j != i) ws[j]->check_disjoint_from(ys[i], batch * ws[i]->m * 4, "out", "weights");
+  }
+  const int64_t k = ws[0]->k;
+  bool shared = act != Act::kF32 && k > 0 && batch > 0;
+  for (int64_t i = 0; i < n; ++i)
+    shared = shared && ws[i]->variant == ws[0]->variant && ws[i]->group_size == 0;
+  if (!shared) {  // nothing to share: the calls one by one (the same results)
+    for (int64_t i = 0; i < n; ++i) gemv(*ws[i], x, batch, nullptr, 0, act, threads, ys[i]);
+    return;
+  }
+  const int nthreads = limits::resolve_threads(threads);
+  const I8Ukernel& uk = ws[0]->variant->ukernel.i8;
+  const QuantizedX xq = quantize_x(x, batch, k, act);
+  // One task list over the rows of every matrix: (matrix, first row); each task's rows and
+  // sums are gemv's, so each output is bitwise what gemv(ws[i], x) writes.
+  struct Task {
+    int64_t matrix, r0;
+  };
+  std::vector<Task> tasks;
+  const auto count = static_cast<size_t>(n);
+  std::vector<int64_t> acc_at(count + 1, 0), rpt(count);
+  std::vector<const char*> base(count);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t m = ws[i]->m;
+    rpt[i] = rows_per_task(m, uk.mr, nthreads);
+    base[i] = static_cast<const char*>(ws[i]->i8_data(nthreads));
+    for (int64_t r0 = 0; r0 < m; r0 += rpt[i]) tasks.push_back({i, r0});
+    acc_at[i + 1] = acc_at[i] + batch * m;
+  }
+  AlignedBuffer& ab = scratch(1);
+  ab.reserve(size_t(acc_at[n] * 4));
+  int32_t* acc_all = ab.data<int32_t>();
+  const int64_t rb = uk.row_bytes(k);
+  parallel_for(int64_t(tasks.size()), nthreads, [&](int64_t t) {
+    const int64_t i = tasks[t].matrix, m = ws[i]->m, r0 = tasks[t].r0;
+    const int64_t r1 = std::min(m, r0 + rpt[i]);
+    const float* scale = nullptr;
+    int64_t scale_len = 0;
+    default_scale(*ws[i], scale, scale_len);
+    int32_t* acc = acc_all + acc_at[i];
+    I8Args a{base[i] + r0 * rb, r1 - r0, k, xq.q, xq.stride, xq.xsum, batch, acc + r0, m};
+    uk.run(&a);
+    scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, r0, r1, scale, scale_len, ys[i]);
+  });
 }
 
 }  // namespace cpukern::ternary

@@ -107,6 +107,16 @@ inline int64_t groups_for(int64_t k, int64_t group_size) {
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
           int64_t scale_len, Act act, int threads, float* y);
 
+// The n matrices of one layer that share their input (a layer's q, k, v projections, or its
+// gate and up), in one call: y_i = gemv(*ws[i], x, batch, nullptr, 0, act, threads, ys[i]),
+// bitwise, for every i (each with its prepared scales). With act int8 / int8_bitnet and every
+// matrix of the same variant without group scales, x is quantised once and one task list
+// covers the rows of all n (one fork/join); otherwise the n calls run one after another.
+// Every matrix takes the same K (else throws naming "weights"); outputs are disjoint from
+// each other, from x and from every matrix's memory (else throws naming "out").
+void gemv_multi(const PreparedWeights* const* ws, int64_t n, const float* x, int64_t batch,
+                Act act, int threads, float* const* ys);
+
 // gemv's check of x's columns against the weights' K, for callers that hold x with its shape
 // (gemv itself reads x as rows of K): throws naming "x", with `got` describing x.
 void check_x_columns(const PreparedWeights& w, int64_t columns, const std::string& got);

@@ -22,7 +22,7 @@ from cpukern._arrays import (bool_arg, describe, ext_array, ext_out, float32_sca
 from cpukern._packed import PackedWeights, aligned_empty, check_op, import_buffer
 
 __all__ = [
-    "pack", "unpack", "quantize", "prepare", "gemv", "save", "load", "to_bytes", "from_buffer",
+    "pack", "unpack", "quantize", "prepare", "gemv", "gemv_multi", "save", "load", "to_bytes", "from_buffer",
     "serialized_size", "aligned_empty", "ACTS",
 ]
 
@@ -171,6 +171,31 @@ def gemv(weights: Union[PackedWeights, Any], x: Any, scale: Any = None, *, act: 
     # x, the scale and out=: checked by the extension, which returns a new array without out=.
     y = _ext.ternary_gemv(w, xa, s, act, check, nthreads, ext_out(out))
     return out if out is not None else result(y, x)
+
+
+def gemv_multi(weights: Any, x: Any, *, act: str = "int8", threads: Optional[int] = None,
+               out: Any = None) -> list:
+    """The matrices of one layer that share their input (q, k and v; gate and up) in one call:
+    returns [gemv(w, x, act=act, threads=threads) for w in weights], bitwise, each with its own
+    prepared scale. In int8 modes (act "int8" / "int8_bitnet"), with every matrix prepared for
+    the same variant without group scales, x is quantised once and the rows of all matrices
+    share one pass over the thread pool; otherwise the calls run one after another.
+
+    weights: a list of PackedWeights from prepare, all of the same K. x: float32 (K,) or (B, K).
+    out: None or one output per matrix (float32 (M_i,) or (B, M_i))."""
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(f"weights: expected a non-empty list of PackedWeights from "
+                        f"cpukern.ternary.prepare, got {type(weights).__name__}")
+    for i, w in enumerate(weights):
+        if not isinstance(w, PackedWeights) or w.op != "ternary":
+            raise TypeError(f"weights: expected PackedWeights from cpukern.ternary.prepare, got "
+                            f"{type(w).__name__} at index {i}")
+    outs = [None] * len(weights) if out is None else out
+    if not isinstance(outs, (list, tuple)) or len(outs) != len(weights):
+        raise ValueError(f"out: expected None or one output per matrix ({len(weights)})")
+    ys = _ext.ternary_gemv_multi(list(weights), ext_array(x, "x"), act_arg(act),
+                                 threads_arg(threads), [ext_out(o) for o in outs])
+    return list(outs) if out is not None else [result(y, x) for y in ys]
 
 
 # --- serialised prepared weights ------------------------------------------------------

@@ -2,6 +2,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <vector>
 
@@ -149,6 +150,44 @@ void bind_ternary(nb::module_& m) {
       },
       nb::arg("weights"), nb::arg("x"), nb::arg("scale").none(), nb::arg("act"), nb::arg("variant"),
       nb::arg("threads"), nb::arg("out").none());
+
+  // gemv_multi: the matrices of a layer that share x (PackedWeights each), one output each
+  // (given: a float32 (batch, m_i) array, or new). Returns the list of outputs.
+  m.def(
+      "ternary_gemv_multi",
+      [](const std::vector<const PackedWeights*>& packed, const InArray& x, const std::string& act,
+         int threads, const std::vector<std::optional<OutArray>>& outs) {
+        if (packed.empty()) throw_arg("weights", "expected at least one matrix, got none");
+        if (outs.size() != packed.size())
+          throw_arg("out", "expected one output per matrix (" + std::to_string(packed.size()) +
+                               "), got " + std::to_string(outs.size()));
+        std::vector<const PreparedWeights*> ws;
+        for (const PackedWeights* p : packed) {
+          if (p == nullptr) throw_arg("weights", "expected PackedWeights, got None");
+          ws.push_back(&ternary_weights(*p));
+        }
+        const auto* xp = in_ptr<float>(x, "x", {1, 2});
+        const int64_t batch = x.ndim() == 1 ? 1 : int64_t(x.shape(0));
+        for (const PreparedWeights* w : ws)
+          ternary::check_x_columns(*w, int64_t(x.shape(x.ndim() - 1)), describe_array(x));
+        const ternary::Act a = ternary::parse_act(act);
+        std::vector<Output<float>> ys;
+        std::vector<float*> yp;
+        double work = 0;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          ys.push_back(output<float>(outs[i], "out", rows_by(x, ws[i]->m), "x"));
+          yp.push_back(ys.back().data);
+          work += double(batch) * double(ws[i]->m) * double(ws[i]->k);
+        }
+        {
+          GilRelease release(work);
+          ternary::gemv_multi(ws.data(), int64_t(ws.size()), xp, batch, a, threads, yp.data());
+        }
+        nb::list result;
+        for (Output<float>& y : ys) result.append(y.array);
+        return result;
+      },
+      nb::arg("weights"), nb::arg("x"), nb::arg("act"), nb::arg("threads"), nb::arg("outs"));
 
   // gemv straight from a serialised buffer (the torch op on a prepared uint8 tensor): the
   // header is validated per call (O(1)); no object outlives the call, nothing is cached.

@@ -428,3 +428,29 @@ def test_bitnet_autobitlinear(mode, tmp_path):
     loaded = ct.from_pretrained(str(tmp_path))
     assert len(loaded.cpukern_report.replaced) == 7 * cfg.num_hidden_layers
     check_against_stock("bitnet", ref, loaded, BOUND[("bitnet", "int8_bitnet")])
+
+
+@pytest.mark.parametrize("act", ["int8_bitnet", "fp32"])
+def test_bitnet_projections_share_one_call_bitwise(checkpoints, act):
+    """BitNet's q/k/v and gate/up run as one cpukern call per layer (families.bitnet's
+    forwards): the same logits, bitwise, as the model's own forwards calling each packed layer
+    on its own, on the prompt and at every decode step; and the same in a compiled step."""
+    from cpukern.torch.families.bitnet import fuse_projections
+    model = copy.deepcopy(stock(checkpoints["bitnet"]))
+    ct.patch(model, act=act)
+    n = model.config.num_hidden_layers
+    fused = [m for m in model.modules() if "forward" in vars(m)]
+    assert len(fused) == 2 * n  # every attention and MLP layer
+    with torch.no_grad():
+        got_logits, got_ids = decode(model)
+        for m in fused:  # the model's own forwards again: one call per projection
+            del m.forward
+        want_logits, want_ids = decode(model)
+    assert torch.equal(got_logits, want_logits) and torch.equal(got_ids, want_ids)
+    assert fuse_projections(model) == 2 * n
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(1, 1, model.config.hidden_size, dtype=mlp.ffn_sub_norm.weight.dtype)
+    with torch.no_grad(), torch._dynamo.config.patch(disable=False):  # on for this check
+        eager = mlp(x)
+        compiled = torch.compile(mlp, fullgraph=True, backend="aot_eager")(x)
+    assert torch.equal(eager, compiled)

@@ -444,3 +444,43 @@ def test_int8_tiny_activations_hold_the_documented_bound(amax):
         y = ternary.gemv(ternary.prepare(packed, k, s, variant=variant), x, act="int8")
         assert (y[0] == 0).all() and not np.signbit(y[0]).any(), (variant, y[0])
         assert (np.abs(y.astype(np.float64) - exact) <= bound).all(), (variant, amax)
+
+
+@pytest.mark.parametrize("act", ["int8_bitnet", "int8", "fp32"])
+def test_gemv_multi_is_each_gemv_bitwise(act):
+    """One call for the matrices of a layer that share x (q, k, v): each result bitwise its own
+    gemv's, for a vector and a batch, with new outputs and with out=."""
+    rng = np.random.default_rng(3)
+    k = 200
+    ws = [ternary.prepare(ternary.pack(rng.integers(-1, 2, size=(m, k)).astype(np.int8)), k,
+                          scale=rng.random(m).astype(np.float32) + 0.5)
+          for m in (40, 8, 8)]
+    for x in (rng.standard_normal(k).astype(np.float32),
+              rng.standard_normal((3, k)).astype(np.float32)):
+        want = [ternary.gemv(w, x, act=act) for w in ws]
+        got = ternary.gemv_multi(ws, x, act=act)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+        outs = [np.full_like(w, np.nan) for w in want]
+        assert ternary.gemv_multi(ws, x, act=act, threads=2, out=outs) == outs
+        assert all(np.array_equal(o, w) for o, w in zip(outs, want))
+
+
+def test_gemv_multi_refuses_bad_arguments_by_name():
+    rng = np.random.default_rng(4)
+    w = ternary.prepare(ternary.pack(rng.integers(-1, 2, size=(8, 32)).astype(np.int8)), 32)
+    other = ternary.prepare(ternary.pack(rng.integers(-1, 2, size=(8, 48)).astype(np.int8)), 48)
+    x = np.ones(32, np.float32)
+    with pytest.raises(TypeError, match="weights"):
+        ternary.gemv_multi([], x)
+    with pytest.raises(TypeError, match="weights"):
+        ternary.gemv_multi([w, "q"], x)
+    with pytest.raises(ValueError, match="x"):
+        ternary.gemv_multi([w, other], x)
+    with pytest.raises(ValueError, match="out"):
+        ternary.gemv_multi([w, w], x, out=[np.empty(8, np.float32)])
+    y = np.full(8, np.nan, np.float32)
+    with pytest.raises(ValueError, match="out"):
+        ternary.gemv_multi([w, w], x, out=[y, y])
+    assert np.isnan(y).all()
+    with pytest.raises(ValueError, match="act"):
+        ternary.gemv_multi([w], x, act="int4")

@@ -573,12 +573,14 @@ def test_blob_index_forgets_a_blob_with_it_and_never_answers_for_another():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_packed_nn_linear_with_a_trainable_bias_compiles(backend, dynamo):
-    """pack_linear_ keeps the layer's own bias Parameter (requires_grad=True unless the model
-    was frozen); a compiled graph hands it to the op as it is, which runs it (inference)."""
+    """pack_linear_ keeps the layer's own bias Parameter, frozen as the packed weight is (a
+    compiled graph hands it to the op as it is, and the ops refuse tensors that require
+    grad): an unfrozen model's layer compiles."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(32, 16).to(torch.bfloat16)
-    ct.pack_linear_(lin)
     assert lin.bias.requires_grad
+    ct.pack_linear_(lin)
+    assert not lin.bias.requires_grad
     x = torch.randn(3, 32, dtype=torch.bfloat16)
     with torch.no_grad():
         want = lin(x)

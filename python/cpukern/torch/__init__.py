@@ -46,6 +46,9 @@ activation="silu", w13_bias=None, w2_bias=None, skip_weighted=False) -> Tensor``
     A dense layer on the fused-MoE micro-kernels (the op linear, cpukern.linear): x bf16 (T, I), weight
     bf16 (O, I) (or int8 with float32 per-channel scales, or MXFP4 blocks), bias bf16 (O,);
     returns bf16 (T, O). The prepared form holds the weight packed as one expert.
+``torch.ops.cpukern.ternary_gemv_multi_prepared(prepared, x, out_features, act="int8") -> list``
+    ternary_gemv_prepared for several packed matrices sharing x (lists of the same length):
+    one output each, bitwise the separate calls' results (cpukern.ternary.gemv_multi).
 ``torch.ops.cpukern.moe_router_prepared(x, prepared, num_experts, bias, topk, rule, renormalize)
 -> (Tensor, Tensor, Tensor)``
     A MoE router in one call (MoERouter): x bf16 (T, H), the router matrix (E, H) packed as

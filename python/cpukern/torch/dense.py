@@ -81,7 +81,7 @@ def _pack_dense(linear: Any, format: Any, variant: Any) -> PackedWeightsTensor:
 
 def pack_linear_(linear: nn.Linear, *, format: str = "bf16", variant: str = "") -> nn.Linear:
     """Packs an nn.Linear's weight in place for cpukern.linear and returns the layer: it keeps
-    its class, forward and bias; ``weight`` becomes a PackedWeightsTensor Parameter (kind
+    its class, forward and bias (frozen, as the packed weight is); ``weight`` becomes a PackedWeightsTensor Parameter (kind
     "linear", format "bf16" or "int8" as in Linear.from_linear), which F.linear runs on
     cpukern, eagerly and compiled. load_state_dict takes its packed bytes (a 1-D uint8 blob
     is checked and wrapped); the float weight is no longer referenced by the layer."""
@@ -92,6 +92,10 @@ def set_packed_weight(linear: nn.Linear, weight: PackedWeightsTensor) -> nn.Line
     """`weight` (checked by adopt_dense_weight or packed by _pack_dense) as the weight Parameter
     of `linear`, with the load_state_dict hook that checks packed bytes."""
     linear.weight = nn.Parameter(weight, requires_grad=False)
+    if linear.bias is not None:
+        # inference only, as the weight: a compiled graph hands the bias Parameter to the op
+        # as it is, and the ops refuse tensors that require grad
+        linear.bias.requires_grad_(False)
     if not any(getattr(h, "hook", h) is _wrap_dense_blob
                for h in linear._load_state_dict_pre_hooks.values()):
         linear.register_load_state_dict_pre_hook(_wrap_dense_blob)

@@ -12,12 +12,14 @@ import torch
 from torch import Tensor
 
 from cpukern.torch.ops import (_fused_moe_prepared, _linear_prepared, _moe_router_prepared,
-                               _ternary_gemv_prepared, _widely_linear_prepared,
-                               fused_moe_prepared, linear_prepared, moe_router_prepared,
+                               _ternary_gemv_multi_prepared, _ternary_gemv_prepared,
+                               _widely_linear_prepared, fused_moe_prepared, linear_prepared,
+                               moe_router_prepared, ternary_gemv_multi_prepared,
                                ternary_gemv_prepared, widely_linear_prepared)
 from cpukern.torch.packed import PackedWeightsTensor
 
-__all__ = ["packed_linear", "packed_fused_moe", "packed_router", "check_float", "FLOATS"]
+__all__ = ["packed_linear", "packed_linears", "packed_fused_moe", "packed_router", "check_float",
+           "FLOATS"]
 
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -83,6 +85,31 @@ def packed_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> T
     if len(shape) != 2:
         y = y.reshape(shape[:-1] + (out_features,))
     return y if y.dtype == dtype else y.to(dtype)
+
+
+def packed_linears(x: Tensor, layers: list) -> list:
+    """[layer(x) for layer in layers] for ternary layers (TernaryLinear, or any module with a
+    packed ternary ``weight``, ``bias`` and ``out_features``) of the same in_features and act,
+    in one cpukern call (ternary_gemv_multi_prepared: x quantised once in int8 modes); the same
+    results, bitwise, in x's dtype."""
+    check_float(x, "x")
+    act = layers[0].weight.act
+    shape, dtype = x.shape, x.dtype
+    x2 = x.reshape(-1, shape[-1]) if len(shape) != 2 else x
+    if dtype != torch.float32:
+        x2 = x2.to(torch.float32)
+    outs = _run(ternary_gemv_multi_prepared, _ternary_gemv_multi_prepared,
+                [layer.weight for layer in layers], x2.contiguous(),
+                [layer.out_features for layer in layers], act)
+    ys = []
+    for layer, y in zip(layers, outs):
+        if layer.bias is not None:
+            y = y + (layer.bias if layer.bias.dtype == torch.float32
+                     else layer.bias.to(torch.float32))
+        if len(shape) != 2:
+            y = y.reshape(shape[:-1] + (layer.out_features,))
+        ys.append(y if y.dtype == dtype else y.to(dtype))
+    return ys
 
 
 def packed_fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,

@@ -24,7 +24,7 @@ from cpukern.torch.packed import known_weights, weights_of
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
            "fused_moe_prepared", "prepare_experts_tensor", "linear",
-           "linear_prepared", "moe_router_prepared"]
+           "linear_prepared", "moe_router_prepared", "ternary_gemv_multi_prepared"]
 
 # variant= in the torch ops (isa= in the vLLM-order ops, vLLM's own name): "" or "auto" select
 # automatically; any other name must be a variant of the op (cpukern.kernels(op)), else the op
@@ -240,6 +240,36 @@ def _check_rows(w: Any, out_features: int) -> None:
                          f"{out_features}")
 
 
+def _ternary_gemv_multi_prepared(prepared: list[Tensor], x: Tensor, out_features: list[int],
+                                 act: str = "int8") -> list[Tensor]:
+    """The ternary layers of one model layer that share x (cpukern.ternary.gemv_multi), each a
+    PackedWeightsTensor or blob with its out_features: one float32 output each, bitwise what
+    ternary_gemv_prepared gives it."""
+    if len(prepared) != len(out_features) or not prepared:
+        raise ValueError(f"out_features: expected one per prepared matrix ({len(prepared)}), got "
+                         f"{len(out_features)}")
+    ws = []
+    for t, m in zip(prepared, out_features):
+        w = weights_of(t, "prepared", ("ternary",))
+        _check_rows(w, m)
+        ws.append(w)
+    lead = tuple(x.shape[:-1])
+    outs = [x.new_empty(lead + (int(m),), dtype=torch.float32) for m in out_features]
+    _ext.ternary_gemv_multi(ws, native(x, "x"), act_arg(act), _threads_or_zero(),
+                            [native(y, "out") for y in outs])
+    return outs
+
+
+ternary_gemv_multi_prepared = _hot_op(_ternary_gemv_multi_prepared)
+
+
+@torch.library.register_fake("cpukern::ternary_gemv_multi_prepared")
+def _(prepared, x, out_features, act="int8"):
+    torch._check(x.dim() in (1, 2), lambda: "x: expected 1 or 2 dimensions")
+    torch._check(x.dtype == torch.float32, lambda: "x: expected float32")
+    return [x.new_empty(tuple(x.shape[:-1]) + (m,), dtype=torch.float32) for m in out_features]
+
+
 @torch.library.register_fake("cpukern::ternary_gemv_prepared")
 def _(prepared, x, out_features, act="fp32"):
     torch._check(prepared.dim() == 1, lambda: "prepared: expected a 1-D uint8 tensor")
@@ -418,10 +448,6 @@ def _linear_prepared(x: Tensor, prepared: Tensor, out_features: int,
     if int(w.shape[1]) != out_features:
         raise ValueError(f"prepared: holds {w.shape[1]} outputs, expected out_features = "
                          f"{out_features}")
-    if bias is not None and bias.requires_grad:
-        # a Parameter a compiled graph hands over as it is (inference only: F.linear's own
-        # path detaches it the same way)
-        bias = bias.detach()
     out = x.new_empty((x.shape[0] if x.dim() else 0, out_features))
     _dense.linear(x, w, bias, threads=_threads(), out=out)
     return out

@@ -95,6 +95,16 @@ def _load(blob: Tensor, verify: bool, name: str) -> Any:
     return _packed.from_buffer(blob, verify=verify, name=name)
 
 
+def _unwrap(a: Any) -> Any:
+    """An op's argument with each PackedWeightsTensor (also inside a list: Tensor[] arguments)
+    replaced by its blob."""
+    if isinstance(a, PackedWeightsTensor):
+        return a._blob
+    if isinstance(a, (list, tuple)):
+        return type(a)(_unwrap(b) for b in a)
+    return a
+
+
 def _is_eager(t: Tensor) -> bool:
     """A real CPU tensor (not a fake, functional or meta one being traced)."""
     return type(t) is Tensor and t.device.type == "cpu"
@@ -337,8 +347,7 @@ class PackedWeightsTensor(Tensor):
         if handler is not None:
             return handler(*args, **kwargs)
         if func.namespace == "cpukern":  # the op on the blobs (the packed objects ride along)
-            unwrap = (lambda a: a._blob if isinstance(a, PackedWeightsTensor) else a)
-            return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+            return func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
         raise NotImplementedError(f"PackedWeightsTensor: {func} is not supported (the tensor holds "
                                   "packed weights for cpukern's ops; use .weights or .blob)")
 

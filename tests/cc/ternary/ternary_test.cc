@@ -513,6 +513,53 @@ TEST_P(VariantTest, BatchRowsEqualTheirBatchOneResults) {
     }
 }
 
+// gemv_multi: the matrices of a layer sharing x (q, k, v) in one call give each matrix's own
+// gemv result bitwise, in every act and for 1 and 3 threads, with and without scales.
+TEST_P(VariantTest, MultiEqualsEachMatrixAlone) {
+  std::mt19937 rng(17);
+  const int64_t k = 301;
+  const int64_t ms[3] = {37, 8, 130};
+  std::vector<std::shared_ptr<const PreparedWeights>> pws;
+  std::vector<std::vector<float>> scales;
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto w = make_weights(ms[i], k, Fill::kRandom, rng);
+    scales.push_back(random_x(ms[i], rng, false));
+    pws.push_back(prep(pack_weights(w, ms[i], k), ms[i], k, i == 1 ? nullptr : scales.back().data()));
+  }
+  const PreparedWeights* ws[3] = {pws[0].get(), pws[1].get(), pws[2].get()};
+  for (Act act : {Act::kInt8BitNet, Act::kInt8, Act::kF32})
+    for (int threads : {1, 3})
+      for (int64_t batch : {1, 3}) {
+        const auto x = random_x(batch * k, rng, false);
+        std::vector<std::vector<float>> got(3), want(3);
+        float* ys[3];
+        for (int64_t i = 0; i < 3; ++i) {
+          got[i].assign(size_t(batch * ms[i]), NAN);
+          want[i].assign(size_t(batch * ms[i]), NAN);
+          ys[i] = got[i].data();
+          gemv(*ws[i], x.data(), batch, nullptr, 0, act, 1, want[i].data());
+        }
+        gemv_multi(ws, 3, x.data(), batch, act, threads, ys);
+        for (int64_t i = 0; i < 3; ++i)
+          ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4))
+              << "matrix " << i << " act " << int(act) << " threads " << threads << " batch "
+              << batch;
+      }
+  // Validation: matrices of other K, outputs over each other; nothing written.
+  const auto other = prep(pack_weights(make_weights(4, k + 1, Fill::kRandom, rng), 4, k + 1),
+                          4, k + 1, nullptr);
+  const PreparedWeights* mixed[2] = {ws[0], other.get()};
+  const auto x = random_x(k, rng, false);
+  std::vector<float> a(size_t(ms[0]), NAN), b(size_t(ms[0]), NAN);
+  float* two[2] = {a.data(), b.data()};
+  EXPECT_THROW(gemv_multi(mixed, 2, x.data(), 1, Act::kInt8, 1, two), InvalidArgument);
+  const PreparedWeights* same[2] = {ws[0], ws[0]};
+  float* overlapping[2] = {a.data(), a.data()};
+  EXPECT_THROW(gemv_multi(same, 2, x.data(), 1, Act::kInt8, 1, overlapping), InvalidArgument);
+  EXPECT_TRUE(std::isnan(a[0]) && std::isnan(b[0]));
+  EXPECT_THROW(gemv_multi(same, 0, x.data(), 1, Act::kInt8, 1, two), InvalidArgument);
+}
+
 // The int8 layout is packed at the first int8 call, once, even when threads race for it.
 TEST_P(VariantTest, Int8LayoutPackedLazilyOnce) {
   std::mt19937 rng(11);

@@ -3,7 +3,10 @@
 ``AutoBitLinear`` (unpacked ternary weights times ``weight_scale``, or
 ``quantization_mode="online"``: per-tensor absmean of float weights) -> ``TernaryLinear``. The
 activation rule is ``act`` ("int8_bitnet", the model's own per-token rule, by default). A
-layer's optional ``rms_norm`` stays in torch in front of it. A BitNet model without a
+layer's optional ``rms_norm`` stays in torch in front of it. Once packed, each attention layer
+runs its q, k and v projections, and each MLP its gate and up, as one cpukern call
+(``packed_linears``: the input quantised once, one pass over the thread pool; bitwise the
+separate calls' results), through these modules' own forwards (``fuse_projections``). A BitNet model without a
 quantization config runs float ``nn.Linear`` layers in transformers: those stay float (bf16 ones
 go to cpukern's Linear, as in every family)."""
 
@@ -13,9 +16,14 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+import sys
+import types
+
 from torch import Tensor, nn
 
 from cpukern.convert import bitnet_unpack
+from cpukern.torch.forward import packed_linears
+from cpukern.torch.modules import TernaryLinear
 from cpukern.torch.families.common import Family, Options, Step, ternary_linear
 
 
@@ -100,6 +108,9 @@ class BitNet(Family):
             " (rms_norm kept in front)" if mod.rms_norm is not None else "")
         return Step(name, cls, what, lambda: ternary_from(mod, name, opts.act, opts.variant))
 
+    def after_apply(self, model: nn.Module) -> None:
+        fuse_projections(model)
+
     def float_linear_reason(self, model: nn.Module) -> Optional[str]:
         if getattr(model.config, "quantization_config", None) is None:
             return ("float weights: this BitNet model has no quantization_config, so "
@@ -136,6 +147,60 @@ class BitNet(Family):
                 # an offline AutoBitLinear also loads packed rows (BitNetDeserialize)
                 want.append(((mod.out_features // 4, mod.in_features), False))
         return want
+
+
+def _shares_input(*layers: nn.Module) -> bool:
+    """Whether layers can run as one packed_linears call: plain TernaryLinear layers (no
+    norm in front) of one input size and one activation rule."""
+    return (all(type(m) is TernaryLinear for m in layers)
+            and len({(m.in_features, m.weight.act) for m in layers}) == 1)
+
+
+def _attention_forward(self, hidden_states: Tensor, position_embeddings: tuple,
+                       attention_mask: Optional[Tensor], past_key_values: Any = None,
+                       **kwargs: Any) -> tuple:
+    """BitNetAttention's forward with q, k and v from one call (the rest as transformers
+    computes it: RoPE, the cache, the attention function the config names, attn_sub_norm,
+    o_proj)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    model = sys.modules[type(self).__module__]
+    lead = hidden_states.shape[:-1]
+    heads = (*lead, -1, self.head_dim)
+    q, k, v = (t.view(heads).transpose(1, 2) for t in
+               packed_linears(hidden_states, [self.q_proj, self.k_proj, self.v_proj]))
+    cos, sin = position_embeddings
+    q, k = model.apply_rotary_pos_emb(q, k, cos, sin)
+    if past_key_values is not None:
+        k, v = past_key_values.update(k, v, self.layer_idx)
+    attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                      model.eager_attention_forward)
+    out, weights = attention(self, q, k, v, attention_mask,
+                             dropout=0.0 if not self.training else self.attention_dropout,
+                             scaling=self.scaling, **kwargs)
+    out = self.attn_sub_norm(out.reshape(*lead, -1).contiguous())
+    return self.o_proj(out), weights
+
+
+def _mlp_forward(self, x: Tensor) -> Tensor:
+    """BitNetMLP's forward with gate and up from one call."""
+    gate, up = packed_linears(x, [self.gate_proj, self.up_proj])
+    return self.down_proj(self.ffn_sub_norm(self.act_fn(gate) * up))
+
+
+def fuse_projections(model: nn.Module) -> int:
+    """Installs the one-call forwards on every BitNet attention layer whose q, k, v, and MLP
+    whose gate, up, are packed layers that can share their input; returns how many."""
+    from transformers.models.bitnet.modeling_bitnet import BitNetAttention, BitNetMLP
+    n = 0
+    for mod in model.modules():
+        if type(mod) is BitNetAttention and _shares_input(mod.q_proj, mod.k_proj, mod.v_proj):
+            mod.forward = types.MethodType(_attention_forward, mod)
+        elif type(mod) is BitNetMLP and _shares_input(mod.gate_proj, mod.up_proj):
+            mod.forward = types.MethodType(_mlp_forward, mod)
+        else:
+            continue
+        n += 1
+    return n
 
 
 FAMILY = BitNet()

@@ -327,6 +327,11 @@ class Family:
                 drop_mapped_pages(old, _tensors(model))
                 del new, old
                 step.build = None  # frees the old module's tensors the closure holds
+        self.after_apply(model)
+
+    def after_apply(self, model: nn.Module) -> None:
+        """What the family does once its modules are packed (also on a model loaded with
+        packed modules): by default nothing."""
 
 
 def _tensors(mod: nn.Module) -> Iterable[Tensor]:
