@@ -6,7 +6,14 @@ hundreds of such calls (BitNet: 210), so this is the fast loop for the glue betw
 
     ./bazelw run //benchmarks/e2e:call_cost [-- --rounds 7 --calls 5000]
 
-Prints the best of `rounds` runs of `calls` back-to-back calls, in microseconds a call."""
+Prints the best of `rounds` runs of `calls` back-to-back calls, in microseconds a call.
+
+    ./bazelw run //benchmarks/e2e:call_cost -- --bitnet-projections [--threads 1,2]
+
+instead times BitNet b1.58 2B-4T's projections at their own sizes, one layer at a time over
+30 layers of random ternary weights (cold: 0.9 GB, past the L3): q, k, v (and gate, up) as
+separate packed layers against one packed_linears call (the input quantised once, one pass
+over the pool), median of 6 sweeps after a warm-up, microseconds a layer."""
 
 from __future__ import annotations
 
@@ -76,6 +83,44 @@ def router_cases() -> dict:
     return out
 
 
+def bitnet_projections(threads: int) -> None:
+    import numpy as np
+
+    from cpukern import ternary
+    from cpukern.torch.forward import packed_linears
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+
+    def layer(m: int, k: int) -> nn.Module:
+        codes = rng.integers(-1, 2, size=(m, k)).astype(np.int8)
+        packed = torch.from_numpy(ternary.pack(codes).view(np.int32))
+        return ct.TernaryLinear.from_packed(packed, k, torch.full((m,), 0.5), None,
+                                            act="int8_bitnet")
+
+    h, kv, inter, layers = 2560, 640, 6912, 30
+    x = torch.randn(1, 1, h, dtype=torch.bfloat16)
+    for name, sizes in (("q, k, v", (h, kv, kv)), ("gate, up", (inter, inter))):
+        groups = [[layer(m, h) for m in sizes] for _ in range(layers)]
+
+        def sweep(one_call: bool) -> float:
+            start = time.perf_counter()
+            for g in groups:
+                if one_call:
+                    packed_linears(x, g)
+                else:
+                    for lin in g:
+                        lin(x)
+            return (time.perf_counter() - start) / layers * 1e6
+
+        with torch.no_grad():
+            times = {False: [], True: []}
+            for _ in range(7):
+                for one_call in (False, True):
+                    times[one_call].append(sweep(one_call))
+        apart, one = (float(np.median(times[c][1:])) for c in (False, True))
+        print(f"| {threads} | {name} | {apart:.1f} | {one:.1f} | {apart / one:.2f}x |")
+
+
 def best_us(call, rounds: int, calls: int) -> float:
     with torch.no_grad():
         for _ in range(calls // 10 + 1):
@@ -93,7 +138,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--bitnet-projections", action="store_true")
+    ap.add_argument("--threads", default="1,2", help="thread counts (--bitnet-projections)")
     args = ap.parse_args()
+    if args.bitnet_projections:
+        print("| threads | projections | separate calls, us a layer | one call | ratio |")
+        print("|---|---|---|---|---|")
+        for t in args.threads.split(","):
+            bitnet_projections(int(t))
+        return
     torch.set_num_threads(1)
     print(f"| call (1 thread) | us a call (best of {args.rounds} x {args.calls}) |")
     print("|---|---|")
