@@ -26,7 +26,6 @@ Activation parse_activation(const std::string& name);  // else throws naming "ac
 enum class RouteRule { kSoftmaxTopk, kTopkSoftmax };
 RouteRule parse_route_rule(const std::string& name);  // "softmax_topk" | "topk_softmax", else
                                                       // throws naming "rule"
-const char* route_rule_name(RouteRule rule);
 
 // logits: (t, e) float32; weights: (t, topk) float32; ids: (t, topk) int32.
 void route(const float* logits, int64_t t, int64_t e, int64_t topk, bool renormalize,

@@ -17,10 +17,6 @@ RouteRule parse_route_rule(const std::string& name) {
   throw_arg("rule", "expected 'softmax_topk' or 'topk_softmax', got '" + name + "'");
 }
 
-const char* route_rule_name(RouteRule rule) {
-  return rule == RouteRule::kSoftmaxTopk ? "softmax_topk" : "topk_softmax";
-}
-
 namespace {
 
 void check_route(int64_t t, int64_t e, int64_t topk, bool renormalize, RouteRule rule) {
@@ -68,15 +64,14 @@ void softmax(float* v, int64_t n) {
 
 // The routing of one token (validated by check_route): weights and ids (topk each).
 struct RowRouter {
-  RowRouter(int64_t e, int64_t topk) : e(e), topk(topk), p(size_t(e)), taken(size_t(e)) {}
+  RowRouter(int64_t e, int64_t topk)
+      : e(e), topk(topk), p(size_t(e)), taken(size_t(e)), picked(size_t(topk)) {}
 
   template <typename Id>
   void run(const float* logits, RouteRule rule, bool renormalize, float* weights, Id* ids) {
-    int64_t best[kMaxTopk];
-    int64_t* picked = topk <= kMaxTopk ? best : (wide.resize(size_t(topk)), wide.data());
     std::copy(logits, logits + e, p.begin());
     if (rule == RouteRule::kSoftmaxTopk) softmax(p.data(), e);
-    top_k(p.data(), e, topk, taken, weights, picked);
+    top_k(p.data(), e, topk, taken, weights, picked.data());
     if (rule == RouteRule::kTopkSoftmax) softmax(weights, topk);
     if (renormalize) {
       float ksum = 0.0f;
@@ -86,11 +81,10 @@ struct RowRouter {
     for (int64_t k = 0; k < topk; ++k) ids[k] = Id(picked[k]);
   }
 
-  static constexpr int64_t kMaxTopk = 64;
   const int64_t e, topk;
   std::vector<float> p;
   std::vector<char> taken;
-  std::vector<int64_t> wide;
+  std::vector<int64_t> picked;
 };
 
 }  // namespace

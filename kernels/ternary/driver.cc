@@ -435,6 +435,46 @@ void default_scale(const PreparedWeights& w, const float*& scale, int64_t& scale
   }
 }
 
+// One matrix of an int8 call: its weights, the scale its epilogue applies, its output.
+struct I8Job {
+  const PreparedWeights* w;
+  const float* scale;
+  int64_t scale_len;
+  float* y;
+};
+
+// The int8 micro-kernel and epilogue over the rows of every job (K > 0, no group scales), in
+// one task list: tasks of rows_per_task rows each, a job's tasks after the previous job's.
+// A task's rows and sums do not depend on the other jobs, so each output is bitwise what the
+// job alone would give.
+void run_i8(const I8Job* jobs, int64_t n, const I8Ukernel& uk, const QuantizedX& xq,
+            int64_t batch, int64_t k, int nthreads) {
+  std::vector<int64_t> rpt(static_cast<size_t>(n)), first_task(static_cast<size_t>(n) + 1, 0),
+      acc_at(static_cast<size_t>(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t m = jobs[i].w->m;
+    rpt[i] = rows_per_task(m, uk.mr, nthreads);
+    first_task[i + 1] = first_task[i] + (m + rpt[i] - 1) / rpt[i];
+    acc_at[i + 1] = acc_at[i] + batch * m;
+  }
+  AlignedBuffer& ab = scratch(1);
+  ab.reserve(size_t(acc_at[n] * 4));
+  int32_t* acc_all = ab.data<int32_t>();
+  std::vector<const char*> base(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) base[i] = static_cast<const char*>(jobs[i].w->i8_data(nthreads));
+  const int64_t rb = uk.row_bytes(k);
+  parallel_for(first_task[n], nthreads, [&](int64_t t) {
+    int64_t i = 0;
+    while (t >= first_task[i + 1]) ++i;
+    const I8Job& job = jobs[i];
+    const int64_t m = job.w->m, r0 = (t - first_task[i]) * rpt[i], r1 = std::min(m, r0 + rpt[i]);
+    int32_t* acc = acc_all + acc_at[i];
+    I8Args a{base[i] + r0 * rb, r1 - r0, k, xq.q, xq.stride, xq.xsum, batch, acc + r0, m};
+    uk.run(&a);
+    scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, r0, r1, job.scale, job.scale_len, job.y);
+  });
+}
+
 }  // namespace
 
 void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* scale,
@@ -453,22 +493,15 @@ void gemv(const PreparedWeights& w, const float* x, int64_t batch, const float* 
       grouped::gemv_i8(w, uk, xq.q, xq.stride, xq.dq, xq.post, batch, nthreads, y);
       return;
     }
-    AlignedBuffer& ab = scratch(1);
-    ab.reserve(size_t(batch * m * 4));
-    int32_t* acc = ab.data<int32_t>();
     if (k == 0) {
+      AlignedBuffer& ab = scratch(1);
+      ab.reserve(size_t(batch * m * 4));
+      int32_t* acc = ab.data<int32_t>();
       std::memset(acc, 0, size_t(batch * m * 4));
       scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, 0, m, scale, scale_len, y);
     } else {
-      const int64_t rpt = rows_per_task(m, uk.mr, nthreads);
-      const char* wbase = static_cast<const char*>(w.i8_data(nthreads));
-      const int64_t rb = uk.row_bytes(k);
-      parallel_for((m + rpt - 1) / rpt, nthreads, [&](int64_t t) {
-        const int64_t r0 = t * rpt, r1 = std::min(m, r0 + rpt);
-        I8Args a{wbase + r0 * rb, r1 - r0, k, xq.q, xq.stride, xq.xsum, batch, acc + r0, m};
-        uk.run(&a);
-        scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, r0, r1, scale, scale_len, y);
-      });
+      const I8Job job{&w, scale, scale_len, y};
+      run_i8(&job, 1, uk, xq, batch, k, nthreads);
     }
     return;
   }
@@ -543,39 +576,14 @@ void gemv_multi(const PreparedWeights* const* ws, int64_t n, const float* x, int
     return;
   }
   const int nthreads = limits::resolve_threads(threads);
-  const I8Ukernel& uk = ws[0]->variant->ukernel.i8;
-  const QuantizedX xq = quantize_x(x, batch, k, act);
-  // One task list over the rows of every matrix: (matrix, first row); each task's rows and
-  // sums are gemv's, so each output is bitwise what gemv(ws[i], x) writes.
-  struct Task {
-    int64_t matrix, r0;
-  };
-  std::vector<Task> tasks;
-  const auto count = static_cast<size_t>(n);
-  std::vector<int64_t> acc_at(count + 1, 0), rpt(count);
-  std::vector<const char*> base(count);
+  std::vector<I8Job> jobs;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t m = ws[i]->m;
-    rpt[i] = rows_per_task(m, uk.mr, nthreads);
-    base[i] = static_cast<const char*>(ws[i]->i8_data(nthreads));
-    for (int64_t r0 = 0; r0 < m; r0 += rpt[i]) tasks.push_back({i, r0});
-    acc_at[i + 1] = acc_at[i] + batch * m;
+    I8Job job{ws[i], nullptr, 0, ys[i]};
+    default_scale(*ws[i], job.scale, job.scale_len);
+    jobs.push_back(job);
   }
-  AlignedBuffer& ab = scratch(1);
-  ab.reserve(size_t(acc_at[n] * 4));
-  int32_t* acc_all = ab.data<int32_t>();
-  const int64_t rb = uk.row_bytes(k);
-  parallel_for(int64_t(tasks.size()), nthreads, [&](int64_t t) {
-    const int64_t i = tasks[t].matrix, m = ws[i]->m, r0 = tasks[t].r0;
-    const int64_t r1 = std::min(m, r0 + rpt[i]);
-    const float* scale = nullptr;
-    int64_t scale_len = 0;
-    default_scale(*ws[i], scale, scale_len);
-    int32_t* acc = acc_all + acc_at[i];
-    I8Args a{base[i] + r0 * rb, r1 - r0, k, xq.q, xq.stride, xq.xsum, batch, acc + r0, m};
-    uk.run(&a);
-    scale_epilogue_i8(acc, xq.dq, xq.post, batch, m, r0, r1, scale, scale_len, ys[i]);
-  });
+  const QuantizedX xq = quantize_x(x, batch, k, act);
+  run_i8(jobs.data(), n, ws[0]->variant->ukernel.i8, xq, batch, k, nthreads);
 }
 
 }  // namespace cpukern::ternary

@@ -71,17 +71,23 @@ def packed_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> T
         if bias is not None and bias.dtype != torch.bfloat16:
             bias = bias.to(torch.bfloat16)
         y = _run(linear_prepared, _linear_prepared, x2.contiguous(), weight, out_features, bias)
+        return _layer_result(y, None, shape, out_features, dtype)
+    x2 = x2 if dtype == torch.float32 else x2.to(torch.float32)
+    if kind == "ternary":
+        y = _run(ternary_gemv_prepared, _ternary_gemv_prepared, weight, x2.contiguous(),
+                 out_features, weight.act)
     else:
-        if dtype != torch.float32:
-            x2 = x2.to(torch.float32)
-        if kind == "ternary":
-            y = _run(ternary_gemv_prepared, _ternary_gemv_prepared, weight, x2.contiguous(),
-                     out_features, weight.act)
-        else:
-            y = _run(widely_linear_prepared, _widely_linear_prepared, weight, x2.contiguous(),
-                     out_features)
-        if bias is not None:
-            y = y + (bias if bias.dtype == torch.float32 else bias.to(torch.float32))
+        y = _run(widely_linear_prepared, _widely_linear_prepared, weight, x2.contiguous(),
+                 out_features)
+    return _layer_result(y, bias, shape, out_features, dtype)
+
+
+def _layer_result(y: Tensor, bias: Optional[Tensor], shape: Any, out_features: int,
+                  dtype: torch.dtype) -> Tensor:
+    """A kernel's (T, out) result as the layer returns it: the bias added in float32 (where
+    given), x's leading dimensions, x's dtype."""
+    if bias is not None:
+        y = y + (bias if bias.dtype == torch.float32 else bias.to(torch.float32))
     if len(shape) != 2:
         y = y.reshape(shape[:-1] + (out_features,))
     return y if y.dtype == dtype else y.to(dtype)
@@ -93,23 +99,14 @@ def packed_linears(x: Tensor, layers: list) -> list:
     in one cpukern call (ternary_gemv_multi_prepared: x quantised once in int8 modes); the same
     results, bitwise, in x's dtype."""
     check_float(x, "x")
-    act = layers[0].weight.act
     shape, dtype = x.shape, x.dtype
     x2 = x.reshape(-1, shape[-1]) if len(shape) != 2 else x
-    if dtype != torch.float32:
-        x2 = x2.to(torch.float32)
+    x2 = x2 if dtype == torch.float32 else x2.to(torch.float32)
     outs = _run(ternary_gemv_multi_prepared, _ternary_gemv_multi_prepared,
                 [layer.weight for layer in layers], x2.contiguous(),
-                [layer.out_features for layer in layers], act)
-    ys = []
-    for layer, y in zip(layers, outs):
-        if layer.bias is not None:
-            y = y + (layer.bias if layer.bias.dtype == torch.float32
-                     else layer.bias.to(torch.float32))
-        if len(shape) != 2:
-            y = y.reshape(shape[:-1] + (layer.out_features,))
-        ys.append(y if y.dtype == dtype else y.to(dtype))
-    return ys
+                [layer.out_features for layer in layers], layers[0].weight.act)
+    return [_layer_result(y, layer.bias, shape, layer.out_features, dtype)
+            for layer, y in zip(layers, outs)]
 
 
 def packed_fused_moe(x: Tensor, w13: Tensor, w2: Tensor, topk_weights: Tensor, topk_ids: Tensor,
