@@ -1,0 +1,9 @@
+// Decode attention, f32 keys and values, 1-float vectors (decode_chunk.h).
+#include "kernels/attention/ukernels/decode_chunk.h"
+#include "kernels/attention/ukernels/ukernels.h"
+
+namespace cpukern::attention {
+
+void attention_decode_f32_f32_g4__scalar(const Chunk& c) { decode_chunk<1, float>(c); }
+
+}  // namespace cpukern::attention
