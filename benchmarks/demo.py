@@ -377,7 +377,7 @@ def main(argv=None) -> int:
     clock = probed.get("clock_GHz_measured")
     print(f"cpu: {cpu_model()} ({', '.join(f'{k} {v}' for k, v in ident.items()) or '?'}), "
           f"L3 {l3_bytes() >> 20} MiB, clock {f'{clock:.2f} GHz (measured)' if clock else 'not measured (run as bazel run //:demo)'}")
-    for op in ("ternary_gemv", "widely_linear", "fused_moe"):
+    for op in ("ternary_gemv", "widely_linear", "fused_moe", "decode_attention"):
         print(f"{op}:")
         for v in cpukern.kernels(op):
             mark = "selected" if v["selected"] else ("available" if v["supported"] else

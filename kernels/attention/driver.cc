@@ -11,6 +11,7 @@
 #include "kernels/attention/ukernel.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/errors.h"
+#include "kernels/common/limits.h"
 #include "kernels/common/thread_pool.h"
 
 namespace cpukern::attention {
@@ -105,6 +106,7 @@ void decode(const DecodeArgs& a, const std::string& variant, int threads) {
             "expected the query heads (" + std::to_string(a.q_heads) +
                 ") a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
   check_arg(a.head_dim >= 1, "query", "expected a head size of at least 1");
+  threads = limits::resolve_threads(threads);
   const Variant& row = registry().select(variant);
   const ChunkFn kernel = a.dtype == Dtype::kF32 ? row.ukernel.f32 : row.ukernel.bf16;
   const int64_t B = a.batch, hkv = a.kv_heads, d = a.head_dim, len = a.length;

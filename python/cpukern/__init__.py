@@ -31,7 +31,7 @@ import warnings
 from typing import Any
 
 from cpukern import _ext, _log
-from cpukern import linear, moe, ternary, widely_linear
+from cpukern import attention, linear, moe, ternary, widely_linear
 from cpukern._arrays import MAX_ELEMS, MAX_POOL_THREADS, MAX_THREADS, c_int
 from cpukern._packed import PackedWeights, from_buffer, to_bytes
 from cpukern._ext import get_num_threads
@@ -43,6 +43,7 @@ _OPS = {
     "widely_linear": _ext.widely_linear_variants,
     "fused_moe": _ext.moe_variants,
     "linear": _ext.linear_variants,
+    "decode_attention": _ext.attention_variants,
 }
 
 
@@ -60,8 +61,8 @@ def kernels(op: str) -> list[dict[str, Any]]:
     (T * topk > tiles_min_rows * E) run the tiles, the others its AVX-512 tiles; a linear
     variant has it too (T > tiles_min_rows rows run the tiles).
 
-    op: "ternary_gemv", "widely_linear", "fused_moe" or "linear" (the dense layer: fused_moe's
-    variants, selected and forced for it alone).
+    op: "ternary_gemv", "widely_linear", "fused_moe", "linear" (the dense layer: fused_moe's
+    variants, selected and forced for it alone) or "decode_attention".
     """
     if not isinstance(op, str) or op not in _OPS:
         raise (ValueError if isinstance(op, str) else TypeError)(

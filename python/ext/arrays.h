@@ -174,5 +174,6 @@ void bind_packed_weights(nb::module_& m);
 void bind_ternary(nb::module_& m);
 void bind_widely_linear(nb::module_& m);
 void bind_moe(nb::module_& m);
+void bind_attention(nb::module_& m);
 
 }  // namespace cpukern::ext

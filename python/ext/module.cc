@@ -149,4 +149,5 @@ NB_MODULE(_ext, m) {
   ext::bind_ternary(m);
   ext::bind_widely_linear(m);
   ext::bind_moe(m);
+  ext::bind_attention(m);
 }

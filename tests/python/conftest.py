@@ -12,7 +12,7 @@ def pytest_report_header(config):
     lines = [f"cpukern {cpukern.__version__} on {info['arch']} ({info['vendor']}), "
              f"features: {' '.join(info['features']) or 'none'}"
              + (f", qemu -cpu {os.environ['CPUKERN_QEMU_CPU']}" if UNDER_QEMU else "")]
-    for op in ("ternary_gemv", "widely_linear", "fused_moe", "linear"):
+    for op in ("ternary_gemv", "widely_linear", "fused_moe", "linear", "decode_attention"):
         vs = cpukern.kernels(op)
         lines.append(f"  {op}: " + ", ".join(
             v["name"] + ("*" if v["selected"] else "") + ("" if v["supported"] else " (not on this CPU)")

@@ -14,7 +14,7 @@ import cpukern
 from bad_input_table import case_ids, check_bad_input
 from contract import needs_subprocess, needs_torch, run_python, torch
 
-OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear")
+OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear", "decode_attention")
 
 
 def test_cpu_info_reports_architecture_and_features():
@@ -38,7 +38,7 @@ def test_kernels_lists_variants_with_exactly_one_selected(op):
     best = max((v for v in vs if v["supported"]), key=lambda v: v["priority"])
     assert selected[0]["name"] == best["name"]
     for v in vs:
-        assert v["ukernel"].startswith(("ternary_gemv", "widely_linear", "moe")), v
+        assert v["ukernel"].startswith(("ternary_gemv", "widely_linear", "moe", "attention")), v
 
 
 def test_kernels_rejects_unknown_op():

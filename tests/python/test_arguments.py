@@ -19,14 +19,14 @@ from contract import BF16, RNG, needs_torch, small_ternary, torch
 from cpukern import moe, ternary
 from variants import UNDER_QEMU
 
-OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear")
+OPS = ("ternary_gemv", "widely_linear", "fused_moe", "linear", "decode_attention")
 
 
 # --- threads= ----------------------------------------------------------------------------------
 
 def _every_op_call():
     """One small call per op with a threads= argument: name -> f(threads)."""
-    from cpukern import linear, moe, ternary, widely_linear
+    from cpukern import attention, linear, moe, ternary, widely_linear
 
     rng = np.random.default_rng(1)
     w = ternary.pack(rng.integers(-1, 2, size=(8, 40)).astype(np.int8))
@@ -40,11 +40,14 @@ def _every_op_call():
     xb = rng.standard_normal((3, 16)).astype(bf)
     tw, ids = moe.route(rng.standard_normal((3, 4)).astype(np.float32), 2)
     lw = linear.prepare(rng.standard_normal((8, 16)).astype(bf))
+    q = rng.standard_normal((2, 4, 16)).astype(bf)
+    kv = rng.standard_normal((2, 2, 600, 16)).astype(bf)
     return {
         "ternary_gemv": lambda t: ternary.gemv(w, x, threads=t),
         "widely_linear": lambda t: widely_linear.apply(layer, xw, threads=t),
         "fused_moe": lambda t: moe.fused_moe(xb, p13, p2, tw, ids, threads=t),
         "linear": lambda t: linear.linear(xb, lw, threads=t),
+        "decode_attention": lambda t: attention.decode(q, kv, kv, threads=t),
     }
 
 
@@ -90,6 +93,9 @@ def test_forcing_an_unsupported_variant_is_an_error_not_a_crash(op):
         elif op == "linear":
             import ml_dtypes
             cpukern.linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), variant=name)
+        elif op == "decode_attention":
+            ones = np.ones((1, 1, 1, 4), np.float32)
+            cpukern.attention.decode(ones[0], ones, ones, variant=name)
         else:
             import ml_dtypes
             cpukern.moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), variant=name)
@@ -110,6 +116,9 @@ try:
         widely_linear.prepare(pl, sc, 1, variant=names[0])
     elif op == "linear":
         linear.prepare(np.ones((2, 2), ml_dtypes.bfloat16), variant=names[0])
+    elif op == "decode_attention":
+        ones = np.ones((1, 1, 1, 4), np.float32)
+        cpukern.attention.decode(ones[0], ones, ones, variant=names[0])
     else:
         moe.prepare(np.ones((1, 2, 2), ml_dtypes.bfloat16), variant=names[0])
 except ValueError as e:

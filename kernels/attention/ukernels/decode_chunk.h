@@ -4,12 +4,13 @@
 // Scores: each key row is loaded once for up to 4 query heads (one accumulator vector each,
 // summed across lanes at the end). Softmax: the chunk's max, exp and sum per head over the
 // scores row, padded with -inf to whole vectors (a masked key's weight is exactly 0). Values:
-// up to 4 heads x 4 vectors of the output in registers while the value rows stream by.
+// 4 heads x 2 vectors of the output in registers while the value rows stream by.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "kernels/attention/ukernel.h"
 #include "kernels/common/vec_math.h"
@@ -20,15 +21,62 @@ namespace {
 template <int W>
 using F = typename vec::Vec<W>::f;
 
+// The low and high halves of a vector (register shuffles: a memcpy would put it in memory).
+template <int W, size_t... I>
+inline F<W / 2> low_half(F<W> v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, I...);
+}
+template <int W, size_t... I>
+inline F<W / 2> high_half(F<W> v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (I + W / 2)...);
+}
+
 template <int W>
 inline float hsum(F<W> v) {
   if constexpr (W == 1) {
     return v[0];
   } else {
-    F<W / 2> lo, hi;
-    std::memcpy(&lo, &v, sizeof lo);
-    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-    return hsum<W / 2>(lo + hi);
+    constexpr auto half = std::make_index_sequence<W / 2>();
+    return hsum<W / 2>(low_half<W>(v, half) + high_half<W>(v, half));
+  }
+}
+
+// fold(x, y): lanes [0, W/2) the sums of x's halves, lanes [W/2, W) those of y's.
+template <int W, size_t... I>
+inline F<W> fold(F<W> x, F<W> y, std::index_sequence<I...>) {
+  constexpr size_t h = W / 2;
+  return __builtin_shufflevector(x, y, (I < h ? I : I - h + W)...) +
+         __builtin_shufflevector(x, y, (I < h ? I + h : I + W)...);
+}
+
+// fold of two folded vectors (x = [a0 | a1], y = [a2 | a3] by halves): quarter q of the
+// result is the sum of the two quarters of half q % 2 of x (q < 2) or y.
+template <int W, size_t... I>
+inline F<W> fold_halves(F<W> x, F<W> y, std::index_sequence<I...>) {
+  constexpr size_t qw = W / 4;
+  return __builtin_shufflevector(x, y, ((I / qw) / 2 * W + (I / qw) % 2 * (W / 2) + I % qw)...) +
+         __builtin_shufflevector(x, y,
+                                 ((I / qw) / 2 * W + (I / qw) % 2 * (W / 2) + qw + I % qw)...);
+}
+
+// x + x's lanes i ^ S: in each group of 2S lanes, the sums of its halves.
+template <int W, size_t S, size_t... I>
+inline F<W> add_swapped(F<W> x, std::index_sequence<I...>) {
+  return x + __builtin_shufflevector(x, x, (I ^ S)...);
+}
+
+// The lane sums of four vectors at once: two levels of folds leave each one's partial sums in
+// W/4 lanes, which the swaps add up (for W = 16: 10 shuffles and adds, not 4 x 8).
+template <int W>
+inline void hsum4(F<W> a0, F<W> a1, F<W> a2, F<W> a3, float* s) {
+  if constexpr (W < 4) {
+    s[0] = hsum<W>(a0), s[1] = hsum<W>(a1), s[2] = hsum<W>(a2), s[3] = hsum<W>(a3);
+  } else {
+    constexpr auto lanes = std::make_index_sequence<W>();
+    F<W> x = fold_halves<W>(fold<W>(a0, a1, lanes), fold<W>(a2, a3, lanes), lanes);
+    if constexpr (W >= 8) x = add_swapped<W, 1>(x, lanes);
+    if constexpr (W >= 16) x = add_swapped<W, 2>(x, lanes);
+    for (int t = 0; t < 4; ++t) s[t] = x[t * (W / 4)];
   }
 }
 
@@ -37,9 +85,8 @@ inline float hmax(F<W> v) {
   if constexpr (W == 1) {
     return v[0];
   } else {
-    F<W / 2> lo, hi;
-    std::memcpy(&lo, &v, sizeof lo);
-    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    constexpr auto half = std::make_index_sequence<W / 2>();
+    const F<W / 2> lo = low_half<W>(v, half), hi = high_half<W>(v, half);
     return hmax<W / 2>(lo > hi ? lo : hi);
   }
 }
@@ -66,79 +113,95 @@ inline float to_float(KV x) {
   }
 }
 
-// scores[t][j] = scale * dot(q_t, k_j) + bias_t[j] for heads t0 .. t0 + NG - 1.
-template <int W, class KV, int NG>
-inline void score_heads(const Chunk& c, int t0) {
+// Accumulators are named variables, not arrays: GCC 12 keeps arrays of vectors in memory
+// across a loop of unknown trip count. A group of fewer than 4 heads repeats its first head
+// in the unused slots and drops their results.
+
+// The row of head t0 + t of a group of `ng` (t < ng), else the group's first.
+inline const float* group_row(const float* first, int64_t stride, int t, int ng) {
+  return t < ng ? first + t * stride : first;
+}
+
+// scores[t][j] = scale * dot(q_t, k_j) + bias_t[j] for the heads t0 .. t0 + ng - 1.
+template <int W, class KV>
+inline void score_group(const Chunk& c, int t0, int ng) {
   const int64_t d = c.d, dv = d / W * W;
   const float* q = c.q + t0 * d;
+  const float *q0 = q, *q1 = group_row(q, d, 1, ng), *q2 = group_row(q, d, 2, ng),
+              *q3 = group_row(q, d, 3, ng);
   const KV* k = static_cast<const KV*>(c.k);
   for (int64_t j = 0; j < c.n; ++j, k += c.k_stride) {
-    F<W> acc[NG] = {};
+    F<W> a0 = {}, a1 = {}, a2 = {}, a3 = {};
     for (int64_t e = 0; e < dv; e += W) {
       const F<W> kv = load_row<W>(k + e);
-#pragma GCC unroll 4
-      for (int t = 0; t < NG; ++t) acc[t] += vec::load<F<W>>(q + t * d + e) * kv;
+      a0 += vec::load<F<W>>(q0 + e) * kv;
+      a1 += vec::load<F<W>>(q1 + e) * kv;
+      a2 += vec::load<F<W>>(q2 + e) * kv;
+      a3 += vec::load<F<W>>(q3 + e) * kv;
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < NG; ++t) {
-      float s = hsum<W>(acc[t]);
-      for (int64_t e = dv; e < d; ++e) s += q[t * d + e] * to_float(k[e]);
-      s *= c.scale;
-      if (c.bias) s += c.bias[(t0 + t) * c.bias_stride + j];
-      c.scores[(t0 + t) * c.n_pad + j] = s;
+    float s[4];
+    hsum4<W>(a0, a1, a2, a3, s);
+    for (int t = 0; t < ng; ++t) {
+      for (int64_t e = dv; e < d; ++e) s[t] += q[t * d + e] * to_float(k[e]);
+      float x = s[t] * c.scale;
+      if (c.bias) x += c.bias[(t0 + t) * c.bias_stride + j];
+      c.scores[(t0 + t) * c.n_pad + j] = x;
     }
   }
 }
 
-// acc_t[e0 .. e0 + NE * W) = sum_j p_t[j] v_j[...] for heads t0 .. t0 + NG - 1.
-template <int W, class KV, int NG, int NE>
-inline void accumulate_heads(const Chunk& c, int t0, int64_t e0) {
-  F<W> acc[NG][NE] = {};
-  const KV* v = static_cast<const KV*>(c.v) + e0;
+inline void store_acc(float* dst, const void* v, size_t bytes) { std::memcpy(dst, v, bytes); }
+
+// acc_t[e .. e + 2W) = sum_j p_t[j] v_j[e .. e + 2W) for the heads t0 .. t0 + ng - 1.
+template <int W, class KV>
+inline void accumulate_2w(const Chunk& c, int t0, int ng, int64_t e) {
   const float* p = c.scores + t0 * c.n_pad;
+  const float *p0 = p, *p1 = group_row(p, c.n_pad, 1, ng), *p2 = group_row(p, c.n_pad, 2, ng),
+              *p3 = group_row(p, c.n_pad, 3, ng);
+  F<W> r00 = {}, r01 = {}, r10 = {}, r11 = {}, r20 = {}, r21 = {}, r30 = {}, r31 = {};
+  const KV* v = static_cast<const KV*>(c.v) + e;
   for (int64_t j = 0; j < c.n; ++j, v += c.v_stride) {
-    F<W> row[NE];
-#pragma GCC unroll 4
-    for (int u = 0; u < NE; ++u) row[u] = load_row<W>(v + u * W);
-#pragma GCC unroll 4
-    for (int t = 0; t < NG; ++t) {
-      const F<W> w = vec::splat<F<W>>(p[t * c.n_pad + j]);
-#pragma GCC unroll 4
-      for (int u = 0; u < NE; ++u) acc[t][u] += w * row[u];
-    }
+    const F<W> v0 = load_row<W>(v), v1 = load_row<W>(v + W);
+    const F<W> w0 = vec::splat<F<W>>(p0[j]), w1 = vec::splat<F<W>>(p1[j]);
+    const F<W> w2 = vec::splat<F<W>>(p2[j]), w3 = vec::splat<F<W>>(p3[j]);
+    r00 += w0 * v0, r01 += w0 * v1, r10 += w1 * v0, r11 += w1 * v1;
+    r20 += w2 * v0, r21 += w2 * v1, r30 += w3 * v0, r31 += w3 * v1;
   }
-  for (int t = 0; t < NG; ++t)
-    for (int u = 0; u < NE; ++u)
-      std::memcpy(c.acc + (t0 + t) * c.d + e0 + u * W, &acc[t][u], sizeof(F<W>));
+  const F<W> r[4][2] = {{r00, r01}, {r10, r11}, {r20, r21}, {r30, r31}};
+  for (int t = 0; t < ng; ++t) store_acc(c.acc + (t0 + t) * c.d + e, r[t], sizeof r[t]);
 }
 
-template <int W, class KV, int NG>
-inline void accumulate_group(const Chunk& c, int t0) {
+// The same for one vector of W outputs.
+template <int W, class KV>
+inline void accumulate_1w(const Chunk& c, int t0, int ng, int64_t e) {
+  const float* p = c.scores + t0 * c.n_pad;
+  const float *p0 = p, *p1 = group_row(p, c.n_pad, 1, ng), *p2 = group_row(p, c.n_pad, 2, ng),
+              *p3 = group_row(p, c.n_pad, 3, ng);
+  F<W> r0 = {}, r1 = {}, r2 = {}, r3 = {};
+  const KV* v = static_cast<const KV*>(c.v) + e;
+  for (int64_t j = 0; j < c.n; ++j, v += c.v_stride) {
+    const F<W> v0 = load_row<W>(v);
+    r0 += vec::splat<F<W>>(p0[j]) * v0, r1 += vec::splat<F<W>>(p1[j]) * v0;
+    r2 += vec::splat<F<W>>(p2[j]) * v0, r3 += vec::splat<F<W>>(p3[j]) * v0;
+  }
+  const F<W> r[4] = {r0, r1, r2, r3};
+  for (int t = 0; t < ng; ++t) store_acc(c.acc + (t0 + t) * c.d + e, &r[t], sizeof r[t]);
+}
+
+template <int W, class KV>
+inline void accumulate_group(const Chunk& c, int t0, int ng) {
   const int64_t d = c.d;
   int64_t e = 0;
-  for (; e + 4 * W <= d; e += 4 * W) accumulate_heads<W, KV, NG, 4>(c, t0, e);
-  for (; e + W <= d; e += W) accumulate_heads<W, KV, NG, 1>(c, t0, e);
+  for (; e + 2 * W <= d; e += 2 * W) accumulate_2w<W, KV>(c, t0, ng, e);
+  for (; e + W <= d; e += W) accumulate_1w<W, KV>(c, t0, ng, e);
   for (; e < d; ++e) {  // the last D % W elements
     const KV* v = static_cast<const KV*>(c.v) + e;
-    for (int t = t0; t < t0 + NG; ++t) {
+    for (int t = t0; t < t0 + ng; ++t) {
       const float* p = c.scores + t * c.n_pad;
       float s = 0.0f;
       for (int64_t j = 0; j < c.n; ++j) s += p[j] * to_float(v[j * c.v_stride]);
       c.acc[t * d + e] = s;
     }
-  }
-}
-
-// Runs f<NG>(c, t0) over the heads in groups of 4, then the 1-3 left.
-template <template <int> class Fn>
-inline void by_head_groups(const Chunk& c) {
-  int t = 0;
-  for (; t + 4 <= c.g; t += 4) Fn<4>::run(c, t);
-  switch (c.g - t) {
-    case 3: Fn<3>::run(c, t); break;
-    case 2: Fn<2>::run(c, t); break;
-    case 1: Fn<1>::run(c, t); break;
-    default: break;
   }
 }
 
@@ -174,23 +237,11 @@ inline void softmax_row(const Chunk& c, int t) {
 }
 
 template <int W, class KV>
-struct Kernel {
-  template <int NG>
-  struct Score {
-    static void run(const Chunk& c, int t0) { score_heads<W, KV, NG>(c, t0); }
-  };
-  template <int NG>
-  struct Accumulate {
-    static void run(const Chunk& c, int t0) { accumulate_group<W, KV, NG>(c, t0); }
-  };
-};
-
-template <int W, class KV>
 void decode_chunk(const Chunk& c) {
   static_assert(16 % W == 0, "scores rows are padded to 16 floats");
-  by_head_groups<Kernel<W, KV>::template Score>(c);
+  for (int t = 0; t < c.g; t += 4) score_group<W, KV>(c, t, c.g - t < 4 ? c.g - t : 4);
   for (int t = 0; t < c.g; ++t) softmax_row<W>(c, t);
-  by_head_groups<Kernel<W, KV>::template Accumulate>(c);
+  for (int t = 0; t < c.g; t += 4) accumulate_group<W, KV>(c, t, c.g - t < 4 ? c.g - t : 4);
 }
 
 }  // namespace

@@ -9,14 +9,17 @@ decode step on a Zen 4 (docs/performance/e2e.md). transformers' eager path repea
 
 ``use_decode_attention(model)`` switches a model whose attention implementation is transformers'
 "sdpa" or "eager" to "cpukern_sdpa" or "cpukern_eager": the same function and the same masks as
-the stock one for every call except one query token (decode), which runs here: the query heads
-grouped onto their KV head (no repeated copies), scores, softmax and the weighted sum in float32
-over the cache as transformers hands it (a StaticCache's whole length with its mask, a
-DynamicCache's valid length), attention sinks (gpt-oss) as an extra logit, the output in the
-query's dtype. Masks follow torch SDPA's rules (bool or float, broadcasting to (B, Hq, 1, L),
-per-head masks too; any other mask is a ValueError); a row with every key masked out gives what
-the stock function gives (SDPA: 0; eager: NaN, or 0 with a sink). The same Python runs eager
-and under torch.compile. Other implementations (flash, flex, paged) are left as they are;
+the stock one for every call except one query token (decode), which runs cpukern's C++ op
+``torch.ops.cpukern.decode_attention`` (cpukern.attention.decode, on cpukern's thread pool):
+the query heads grouped onto their KV head (no repeated copies), scores, softmax and the
+weighted sum in float32 over the cache as transformers hands it (a StaticCache's whole length
+with its mask, a DynamicCache's valid length; bf16 caches read as they are), attention sinks
+(gpt-oss) as an extra logit, the output in the query's dtype. float16 and float64 models, and
+calls that autograd records, run the same computation in torch's float32 ops. Masks follow
+torch SDPA's rules (bool or float, broadcasting to (B, Hq, 1, L), per-head masks too; any
+other mask is a ValueError); a row with every key masked out gives what the stock function
+gives (SDPA: 0; eager: NaN, or 0 with a sink). The same Python runs eager and under
+torch.compile. Other implementations (flash, flex, paged) are left as they are;
 ``model.set_attn_implementation("sdpa")`` goes back.
 """
 
@@ -59,6 +62,39 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                          f"{tuple(value.shape)}")
     if fully_masked not in ("zero", "nan"):
         raise ValueError(f"fully_masked: expected 'zero' or 'nan', got {fully_masked!r}")
+    if query.dtype in (torch.float32, torch.bfloat16) and not _needs_grad(query, key, value, sinks):
+        from cpukern.torch import ops
+        mask = None if attention_mask is None else _op_mask(attention_mask, b, hq, hkv, length)
+        out = ops.decode_attention(
+            query.reshape(b, hq, d).contiguous(), key.to(query.dtype), value.to(query.dtype),
+            mask, None if sinks is None else sinks.detach().to(torch.float32).reshape(hq),
+            float(scaling),
+            fully_masked == "nan")
+        return out.reshape(b, 1, hq, d)
+    return _decode_attention_torch(query, key, value, attention_mask, scaling, sinks,
+                                   fully_masked)
+
+
+def _needs_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether autograd would record this call (the op is inference only)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _op_mask(mask: torch.Tensor, b: int, hq: int, hkv: int, length: int) -> torch.Tensor:
+    """attention_mask checked as _decode_mask does, as the op takes it: (B or 1, Hq or 1, L),
+    bool or float32 (a view where it can be one)."""
+    m = _decode_mask(mask, b, hq, hkv, length)  # (B or 1, Hkv or 1, G or 1, L or 1)
+    m = m.reshape(m.shape[0], m.shape[1] * m.shape[2], m.shape[3]).expand(-1, -1, length)
+    return m if m.dtype in (torch.bool, torch.float32) else m.to(torch.float32)
+
+
+def _decode_attention_torch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: Optional[torch.Tensor], scaling: float,
+                            sinks: Optional[torch.Tensor], fully_masked: str) -> torch.Tensor:
+    """decode_attention in torch's float32 ops: for the dtypes the op does not take (float16,
+    float64), and where autograd records the call."""
+    b, hq, _, d = query.shape
+    hkv, length = key.shape[1], key.shape[2]
     groups = hq // hkv
     q = query.reshape(b, hkv, groups, d).float()
     scores = torch.matmul(q, key.float().transpose(-1, -2)) * scaling  # (B, Hkv, G, L)

@@ -12,6 +12,7 @@ from torch import Tensor
 
 import cpukern as _cpukern
 from cpukern import _ext, _packed
+from cpukern import attention as _attention
 from cpukern import linear as _dense
 from cpukern import moe as _moe
 from cpukern import ternary as _ternary
@@ -24,7 +25,8 @@ from cpukern.torch.packed import known_weights, weights_of
 __all__ = ["ternary_gemv", "widely_linear", "fused_moe", "ternary_gemv_prepared",
            "widely_linear_prepared", "prepare_ternary_tensor", "prepare_widely_linear_tensor",
            "fused_moe_prepared", "prepare_experts_tensor", "linear",
-           "linear_prepared", "moe_router_prepared", "ternary_gemv_multi_prepared"]
+           "linear_prepared", "moe_router_prepared", "ternary_gemv_multi_prepared",
+           "decode_attention"]
 
 # variant= in the torch ops (isa= in the vLLM-order ops, vLLM's own name): "" or "auto" select
 # automatically; any other name must be a variant of the op (cpukern.kernels(op)), else the op
@@ -498,6 +500,29 @@ def _(x, prepared, num_experts, bias, topk, rule, renormalize):
     t, e = x.shape[0], num_experts
     return (x.new_empty((t, e)), x.new_empty((t, topk)),
             x.new_empty((t, topk), dtype=torch.int64))
+
+
+# ---- attention of one token over a KV cache (cpukern.attention) --------------------------
+
+def _decode_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+                      sinks: Optional[Tensor], scale: float, nan_if_empty: bool) -> Tensor:
+    """cpukern.attention.decode: query (B, Hq, D), key and value (B, Hkv, L, D) (views of a
+    longer cache allowed), float32 or bf16 alike; mask None or bool / float32 (B or 1, Hq or 1,
+    L); sinks None or float32 (Hq,) -> (B, Hq, D) in query's dtype."""
+    out = query.new_empty(query.shape)
+    _attention.decode(query, key, value, mask=mask, sinks=sinks, scale=scale,
+                      fully_masked="nan" if nan_if_empty else "zero", threads=_threads(),
+                      out=out)
+    return out
+
+
+decode_attention = _hot_op(_decode_attention)
+
+
+@torch.library.register_fake("cpukern::decode_attention")
+def _(query, key, value, mask, sinks, scale, nan_if_empty):
+    torch._check(query.dim() == 3, lambda: "query: expected (B, Hq, D)")
+    return query.new_empty(query.shape)
 
 
 @torch.library.custom_op("cpukern::linear", mutates_args=())
