@@ -13,7 +13,15 @@ Prints the best of `rounds` runs of `calls` back-to-back calls, in microseconds 
 instead times BitNet b1.58 2B-4T's projections at their own sizes, one layer at a time over
 30 layers of random ternary weights (cold: 0.9 GB, past the L3): q, k, v (and gate, up) as
 separate packed layers against one packed_linears call (the input quantised once, one pass
-over the pool), median of 6 sweeps after a warm-up, microseconds a layer."""
+over the pool), median of 6 sweeps after a warm-up, microseconds a layer.
+
+    ./bazelw run //benchmarks/e2e:call_cost -- --attention [--threads 1,2] [--lengths 256,1024]
+
+times one token's attention at the three models' head shapes over a bf16 cache (in the L2:
+the cache of one layer is 0.3-2.6 MB), as cpukern.torch.attention runs it: the C++ op
+(torch.ops.cpukern.decode_attention) against the same math in torch's float32 ops (the path
+before the op, still taken for float16 / float64 models), both with a bool mask; best of
+`rounds` runs of 200 calls, microseconds a call."""
 
 from __future__ import annotations
 
@@ -121,6 +129,30 @@ def bitnet_projections(threads: int) -> None:
         print(f"| {threads} | {name} | {apart:.1f} | {one:.1f} | {apart / one:.2f}x |")
 
 
+# (name, query heads, KV heads, head size, sinks)
+ATTENTION_SHAPES = (("BitNet b1.58 2B-4T", 20, 5, 128, False),
+                    ("Qwen3-30B-A3B", 32, 4, 128, False),
+                    ("gpt-oss-20b", 64, 8, 64, True))
+
+
+def attention_rows(threads: int, lengths: list, rounds: int) -> None:
+    import cpukern.torch.attention as A
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    for name, hq, hkv, d, sinks in ATTENTION_SHAPES:
+        for length in lengths:
+            q = torch.randn(1, hq, 1, d, generator=g).to(torch.bfloat16)
+            k = torch.randn(1, hkv, length, d, generator=g).to(torch.bfloat16)
+            v = torch.randn(1, hkv, length, d, generator=g).to(torch.bfloat16)
+            mask = torch.ones(1, 1, 1, length, dtype=torch.bool)
+            s = torch.randn(hq, generator=g) if sinks else None
+            op = best_us(lambda: A.decode_attention(q, k, v, mask, d ** -0.5, s), rounds, 200)
+            ref = best_us(lambda: A._decode_attention_torch(q, k, v, mask, d ** -0.5, s, "zero"),
+                          rounds, 200)
+            print(f"| {threads} | {name} | {hq} / {hkv} x {d} | {length} | {ref:.1f} | "
+                  f"{op:.1f} | {ref / op:.2f}x |")
+
+
 def best_us(call, rounds: int, calls: int) -> float:
     with torch.no_grad():
         for _ in range(calls // 10 + 1):
@@ -139,8 +171,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--bitnet-projections", action="store_true")
-    ap.add_argument("--threads", default="1,2", help="thread counts (--bitnet-projections)")
+    ap.add_argument("--attention", action="store_true")
+    ap.add_argument("--lengths", default="256,1024", help="cached tokens (--attention)")
+    ap.add_argument("--threads", default="1,2",
+                    help="thread counts (--bitnet-projections, --attention)")
     args = ap.parse_args()
+    if args.attention:
+        print("| threads | model | query / KV heads x size | cached tokens | torch float32 ops, "
+              "us | cpukern op, us | ratio |")
+        print("|---|---|---|---|---|---|---|")
+        for t in args.threads.split(","):
+            attention_rows(int(t), [int(n) for n in args.lengths.split(",")], args.rounds)
+        return
     if args.bitnet_projections:
         print("| threads | projections | separate calls, us a layer | one call | ratio |")
         print("|---|---|---|---|---|")

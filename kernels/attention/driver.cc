@@ -100,12 +100,13 @@ void store_row(const float* row, int64_t d, Dtype t, void* dst) {
 }  // namespace
 
 void decode(const DecodeArgs& a, const std::string& variant, int threads) {
-  check_arg(a.batch >= 0 && a.length >= 0, "query",
-            "expected batch and key length >= 0");
-  check_arg(a.kv_heads >= 1 && a.q_heads >= 0 && a.q_heads % a.kv_heads == 0, "query",
-            "expected the query heads (" + std::to_string(a.q_heads) +
-                ") a multiple of the key/value heads (" + std::to_string(a.kv_heads) + ")");
-  check_arg(a.head_dim >= 1, "query", "expected a head size of at least 1");
+  // Messages are built only on failure: a decode step makes one call per layer.
+  if (a.batch < 0 || a.length < 0) throw_arg("query", "expected batch and key length >= 0");
+  if (a.kv_heads < 1 || a.q_heads < 0 || a.q_heads % a.kv_heads != 0)
+    throw_arg("query", "expected the query heads (" + std::to_string(a.q_heads) +
+                           ") a multiple of the key/value heads (" + std::to_string(a.kv_heads) +
+                           ")");
+  if (a.head_dim < 1) throw_arg("query", "expected a head size of at least 1");
   threads = limits::resolve_threads(threads);
   const Variant& row = registry().select(variant);
   const ChunkFn kernel = a.dtype == Dtype::kF32 ? row.ukernel.f32 : row.ukernel.bf16;

@@ -27,7 +27,7 @@ bool is_bool(const nb::dlpack::dtype& t) {
 void strides_of(const InArray& a, const char* arg, int64_t* out) {
   for (size_t i = 0; i < a.ndim(); ++i) {
     const int64_t s = int64_t(a.stride(i));
-    check_arg(s >= 0, arg, "expected non-negative strides, got " + describe_array(a));
+    if (s < 0) throw_arg(arg, "expected non-negative strides, got " + describe_array(a));
     out[i] = a.shape(i) == 1 ? 0 : s;
   }
 }
@@ -71,22 +71,23 @@ void bind_attention(nb::module_& m) {
                                  describe_array(*arr));
           int64_t s4[4];
           strides_of(*arr, name, s4);
-          check_arg(arr->shape(3) <= 1 || s4[3] == 1, name,
-                    "expected its last dimension contiguous, got strides of a view " +
-                        describe_array(*arr));
+          if (arr->shape(3) > 1 && s4[3] != 1)
+            throw_arg(name, "expected its last dimension contiguous, got strides of a view " +
+                                describe_array(*arr));
           std::copy(s4, s4 + 3, st);
         }
-        check_arg(array_shape(k) == array_shape(v), "value",
-                  "expected the shape of key, got " + describe_array(v) + " and " +
-                      describe_array(k));
+        for (size_t i = 0; i < 4; ++i)
+          if (k.shape(i) != v.shape(i))
+            throw_arg("value", "expected the shape of key, got " + describe_array(v) + " and " +
+                                   describe_array(k));
         a.kv_heads = int64_t(k.shape(1)), a.length = int64_t(k.shape(2));
         if (int64_t(k.shape(0)) != a.batch || int64_t(k.shape(3)) != a.head_dim)
           throw_arg("key", "expected (B, Hkv, L, D) with query's B = " + std::to_string(a.batch) +
                                " and D = " + std::to_string(a.head_dim) + ", got " +
                                describe_array(k));
-        check_arg(a.kv_heads >= 1 && a.q_heads % a.kv_heads == 0, "key",
-                  "expected a number of heads that divides query's " +
-                      std::to_string(a.q_heads) + ", got " + describe_array(k));
+        if (a.kv_heads < 1 || a.q_heads % a.kv_heads != 0)
+          throw_arg("key", "expected a number of heads that divides query's " +
+                               std::to_string(a.q_heads) + ", got " + describe_array(k));
         if (mask) {
           const bool b8 = is_bool(mask->dtype()), f32 = is_f32(mask->dtype());
           if (!(b8 || f32) || mask->ndim() != 3)
@@ -107,8 +108,8 @@ void bind_attention(nb::module_& m) {
           check_shape(*sinks, "sinks", {a.q_heads});
         }
         a.scale = float(scale);
-        check_arg(std::isfinite(a.scale), "scale", "expected a finite number, got " +
-                                                       std::to_string(scale));
+        if (!std::isfinite(a.scale))
+          throw_arg("scale", "expected a finite number, got " + std::to_string(scale));
         a.nan_if_empty = nan_if_empty;
         a.q = q.data(), a.k = k.data(), a.v = v.data();
         const std::vector<int64_t> shape = {a.batch, a.q_heads, a.head_dim};
