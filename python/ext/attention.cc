@@ -124,7 +124,10 @@ void bind_attention(nb::module_& m) {
         check_disjoint(a.out, a.batch * a.q_heads * a.head_dim * elem, "out",
                        {{a.q, span_bytes(q, elem), "query"},
                         {a.k, span_bytes(k, elem), "key"},
-                        {a.v, span_bytes(v, elem), "value"}});
+                        {a.v, span_bytes(v, elem), "value"},
+                        {a.mask, mask ? span_bytes(*mask, is_bool(mask->dtype()) ? 1 : 4) : 0,
+                         "mask"},
+                        {a.sinks, sinks ? span_bytes(*sinks, 4) : 0, "sinks"}});
         {
           GilRelease release(double(a.batch) * double(a.q_heads) * double(a.length) *
                              double(a.head_dim));

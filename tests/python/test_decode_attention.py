@@ -139,3 +139,6 @@ def test_refused_arguments():
         attention.decode(q, k, v, out=np.zeros((1, 4, 9), np.float32))
     with pytest.raises(ValueError, match="out"):  # out inside an input
         attention.decode(q, k, v, out=q)
+    buf = np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="mask"):
+        attention.decode(q, k, v, mask=buf[:10].reshape(1, 1, 10), out=buf[:32].reshape(1, 4, 8))

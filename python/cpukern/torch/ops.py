@@ -510,6 +510,9 @@ def _decode_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[
     longer cache allowed), float32 or bf16 alike; mask None or bool / float32 (B or 1, Hq or 1,
     L); sinks None or float32 (Hq,) -> (B, Hq, D) in query's dtype."""
     out = query.new_empty(query.shape)
+    if sinks is not None and sinks.requires_grad:
+        # a model's parameter: a compiled graph hands it over as it is (inference only here)
+        sinks = sinks.detach()
     _attention.decode(query, key, value, mask=mask, sinks=sinks, scale=scale,
                       fully_masked="nan" if nan_if_empty else "zero", threads=_threads(),
                       out=out)

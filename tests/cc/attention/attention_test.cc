@@ -61,7 +61,8 @@ struct Inputs {
 
 Inputs make_inputs(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  Inputs in{c};
+  Inputs in;
+  in.c = c;
   const int64_t cl = std::max(c.cache_len, c.len);
   in.q = random_tensor(size_t(c.b * c.hq * c.d), c.dtype, rng, 1.0f);
   in.k = random_tensor(size_t(c.b * c.hkv * cl * c.d), c.dtype, rng, 1.0f);
@@ -237,8 +238,9 @@ TEST_P(Rows, NoKeysLeft) {
         c.nan_if_empty = nan, c.hq = 4, c.hkv = 2;
         const std::vector<float> got = check(c, 11);
         for (float x : got) ASSERT_EQ(std::isnan(x), nan && !sinks) << len << " " << x;
-        if (!nan || sinks)
+        if (!nan || sinks) {
           for (float x : got) ASSERT_EQ(x, 0.0f);
+        }
       }
 }
 
