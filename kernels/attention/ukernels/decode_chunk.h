@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kernels/attention/ukernel.h"
+#include "kernels/common/bf16.h"
 #include "kernels/common/vec_math.h"
 
 namespace cpukern::attention {
@@ -31,14 +32,25 @@ inline F<W / 2> high_half(F<W> v, std::index_sequence<I...>) {
   return __builtin_shufflevector(v, v, (I + W / 2)...);
 }
 
-template <int W>
-inline float hsum(F<W> v) {
+// The lanes of v combined by op (a + b, or the larger), halving the vector each step.
+template <int W, class Op>
+inline float reduce(F<W> v, Op op) {
   if constexpr (W == 1) {
     return v[0];
   } else {
     constexpr auto half = std::make_index_sequence<W / 2>();
-    return hsum<W / 2>(low_half<W>(v, half) + high_half<W>(v, half));
+    return reduce<W / 2>(op(low_half<W>(v, half), high_half<W>(v, half)), op);
   }
+}
+
+template <int W>
+inline float hsum(F<W> v) {
+  return reduce<W>(v, [](auto a, auto b) { return a + b; });
+}
+
+template <int W>
+inline float hmax(F<W> v) {
+  return reduce<W>(v, [](auto a, auto b) { return a > b ? a : b; });
 }
 
 // fold(x, y): lanes [0, W/2) the sums of x's halves, lanes [W/2, W) those of y's.
@@ -80,17 +92,6 @@ inline void hsum4(F<W> a0, F<W> a1, F<W> a2, F<W> a3, float* s) {
   }
 }
 
-template <int W>
-inline float hmax(F<W> v) {
-  if constexpr (W == 1) {
-    return v[0];
-  } else {
-    constexpr auto half = std::make_index_sequence<W / 2>();
-    const F<W / 2> lo = low_half<W>(v, half), hi = high_half<W>(v, half);
-    return hmax<W / 2>(lo > hi ? lo : hi);
-  }
-}
-
 // W elements of a float32 or bf16 row as floats.
 template <int W, class KV>
 inline F<W> load_row(const KV* p) {
@@ -106,10 +107,7 @@ inline float to_float(KV x) {
   if constexpr (sizeof(KV) == 4) {
     return x;
   } else {
-    const uint32_t bits = uint32_t(x) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return bf16_to_f32(x);
   }
 }
 
@@ -150,8 +148,6 @@ inline void score_group(const Chunk& c, int t0, int ng) {
   }
 }
 
-inline void store_acc(float* dst, const void* v, size_t bytes) { std::memcpy(dst, v, bytes); }
-
 // acc_t[e .. e + 2W) = sum_j p_t[j] v_j[e .. e + 2W) for the heads t0 .. t0 + ng - 1.
 template <int W, class KV>
 inline void accumulate_2w(const Chunk& c, int t0, int ng, int64_t e) {
@@ -168,7 +164,7 @@ inline void accumulate_2w(const Chunk& c, int t0, int ng, int64_t e) {
     r20 += w2 * v0, r21 += w2 * v1, r30 += w3 * v0, r31 += w3 * v1;
   }
   const F<W> r[4][2] = {{r00, r01}, {r10, r11}, {r20, r21}, {r30, r31}};
-  for (int t = 0; t < ng; ++t) store_acc(c.acc + (t0 + t) * c.d + e, r[t], sizeof r[t]);
+  for (int t = 0; t < ng; ++t) std::memcpy(c.acc + (t0 + t) * c.d + e, r[t], sizeof r[t]);
 }
 
 // The same for one vector of W outputs.
@@ -185,7 +181,7 @@ inline void accumulate_1w(const Chunk& c, int t0, int ng, int64_t e) {
     r2 += vec::splat<F<W>>(p2[j]) * v0, r3 += vec::splat<F<W>>(p3[j]) * v0;
   }
   const F<W> r[4] = {r0, r1, r2, r3};
-  for (int t = 0; t < ng; ++t) store_acc(c.acc + (t0 + t) * c.d + e, &r[t], sizeof r[t]);
+  for (int t = 0; t < ng; ++t) std::memcpy(c.acc + (t0 + t) * c.d + e, &r[t], sizeof r[t]);
 }
 
 template <int W, class KV>

@@ -67,8 +67,7 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         mask = None if attention_mask is None else _op_mask(attention_mask, b, hq, hkv, length)
         out = ops.decode_attention(
             query.reshape(b, hq, d).contiguous(), key.to(query.dtype), value.to(query.dtype),
-            mask, None if sinks is None else sinks.detach().to(torch.float32).reshape(hq),
-            float(scaling),
+            mask, None if sinks is None else sinks.to(torch.float32).reshape(hq), float(scaling),
             fully_masked == "nan")
         return out.reshape(b, 1, hq, d)
     return _decode_attention_torch(query, key, value, attention_mask, scaling, sinks,
